@@ -1,0 +1,91 @@
+#include "msg.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "xalloc.h"
+
+static const char *
+find_arg(const sl_msg_t *msg, const char *name, size_t name_len)
+{
+    for (size_t i = 0; i < msg->nargs; i++) {
+        if (strlen(msg->args[i].name) == name_len && memcmp(msg->args[i].name, name, name_len) == 0)
+            return msg->args[i].value;
+    }
+    return NULL;
+}
+
+static char *
+render(const sl_msg_t *msg, const char *tmpl)
+{
+    sl_strbuf_t out = {0};
+    for (const char *p = tmpl; *p;) {
+        const char *close;
+        if (*p == '{' && (close = strchr(p + 1, '}')) != NULL) {
+            const char *value = find_arg(msg, p + 1, (size_t)(close - p - 1));
+            if (value != NULL) {
+                sl_strbuf_append(&out, value, strlen(value));
+                p = close + 1;
+                continue;
+            }
+        }
+        sl_strbuf_append(&out, p, 1);
+        p++;
+    }
+    return sl_strbuf_finish(&out);
+}
+
+sl_msg_t
+sl_msg_make(sl_code_t code, ...)
+{
+    sl_msg_t msg = {.code = code};
+    va_list ap;
+    va_start(ap, code);
+    const char *name;
+    while ((name = va_arg(ap, const char *)) != NULL) {
+        const char *value = va_arg(ap, const char *);
+        if (msg.nargs < SL_MSG_MAX_ARGS) {
+            msg.args[msg.nargs].name = name;
+            msg.args[msg.nargs].value = sl_xstrdup(value != NULL ? value : "");
+            msg.nargs++;
+        }
+    }
+    va_end(ap);
+    msg.text = render(&msg, sl_code_template(code));
+    return msg;
+}
+
+const char *
+sl_msg_arg(const sl_msg_t *msg, const char *name)
+{
+    return find_arg(msg, name, strlen(name));
+}
+
+void
+sl_msg_free(sl_msg_t *msg)
+{
+    for (size_t i = 0; i < msg->nargs; i++)
+        free(msg->args[i].value);
+    free(msg->text);
+    memset(msg, 0, sizeof(*msg));
+}
+
+void
+sl_msgs_push(sl_msgs_t *list, sl_msg_t msg)
+{
+    if (list->len == list->cap) {
+        list->cap = list->cap ? list->cap * 2 : 8;
+        list->items = sl_xrealloc(list->items, list->cap * sizeof(*list->items));
+    }
+    list->items[list->len++] = msg;
+}
+
+void
+sl_msgs_clear(sl_msgs_t *list)
+{
+    for (size_t i = 0; i < list->len; i++)
+        sl_msg_free(&list->items[i]);
+    free(list->items);
+    memset(list, 0, sizeof(*list));
+}

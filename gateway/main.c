@@ -1,0 +1,278 @@
+/*
+ * The sluice daemon: flags, config, the data plane's workers, and signals.
+ * Everything else lives in the library this binary links.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <h2o/version.h>
+
+#include "config.h"
+#include "log.h"
+#include "server.h"
+#include "snapshot.h"
+
+#define SLUICE_VERSION "0.1.0"
+
+typedef struct {
+    const char *config_path;
+    const char *check_path;
+    unsigned threads;
+    bool version;
+} options_t;
+
+static void
+usage(FILE *out)
+{
+    fputs("usage: sluice [--config FILE] [--check-config FILE] [--threads N] [--log-level LEVEL] [--version]\n"
+          "  --config FILE        run on FILE (default: the embedded default configuration)\n"
+          "  --check-config FILE  report every problem in FILE and exit (1 if there are any)\n"
+          "  --threads N          data-plane worker threads (default: one per core)\n"
+          "  --log-level LEVEL    error, warn, info (default) or debug\n"
+          "  --version            print the version and exit\n",
+          out);
+}
+
+/* Returns 0 when the flags were read, else the exit status to leave with. */
+static int
+parse_options(int argc, char **argv, options_t *o)
+{
+    static const struct option longopts[] = {
+        {"config", required_argument, NULL, 'c'},    {"check-config", required_argument, NULL, 'C'},
+        {"threads", required_argument, NULL, 't'},   {"log-level", required_argument, NULL, 'l'},
+        {"version", no_argument, NULL, 'v'},         {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    int ch;
+    while ((ch = getopt_long(argc, argv, "", longopts, NULL)) != -1) {
+        switch (ch) {
+        case 'c':
+            o->config_path = optarg;
+            break;
+        case 'C':
+            o->check_path = optarg;
+            break;
+        case 't': {
+            char *end;
+            long n = strtol(optarg, &end, 10);
+            if (*end != '\0' || n < 1 || n > 256) {
+                fprintf(stderr, "sluice: --threads takes a number from 1 to 256, not '%s'\n", optarg);
+                return 2;
+            }
+            o->threads = (unsigned)n;
+            break;
+        }
+        case 'l': {
+            sl_log_level_t level;
+            if (sl_log_level_parse(optarg, &level) != 0) {
+                fprintf(stderr, "sluice: --log-level takes error, warn, info or debug, not '%s'\n", optarg);
+                return 2;
+            }
+            sl_log_set_level(level);
+            break;
+        }
+        case 'v':
+            o->version = true;
+            break;
+        case 'h':
+            usage(stdout);
+            return -1;
+        default:
+            usage(stderr);
+            return 2;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "sluice: unexpected argument '%s'\n", argv[optind]);
+        usage(stderr);
+        return 2;
+    }
+    return 0;
+}
+
+static void
+print_problems(FILE *out, const char *source, const char *kind, const sl_msgs_t *msgs)
+{
+    for (size_t i = 0; i < msgs->len; i++)
+        fprintf(out, "%s: %s: %s [%s]\n", source, kind, msgs->items[i].text, sl_code_slug(msgs->items[i].code));
+}
+
+static int
+check_config(const char *path)
+{
+    sl_config_result_t res = sl_config_load_file(path, sl_config_env_system());
+    print_problems(stdout, path, "error", &res.errors);
+    print_problems(stdout, path, "warning", &res.warnings);
+    int status = 0;
+    if (res.errors.len > 0) {
+        printf("%s: %zu problem%s\n", path, res.errors.len, res.errors.len == 1 ? "" : "s");
+        status = 1;
+    } else {
+        char *summary = sl_config_summary(res.config);
+        printf("%s: OK: %s\n", path, summary);
+        free(summary);
+    }
+    sl_config_result_free(&res);
+    return status;
+}
+
+static sl_config_result_t
+load_config(const char *path)
+{
+    if (path != NULL)
+        return sl_config_load_file(path, sl_config_env_system());
+    char *yaml = sl_config_default_yaml(sl_config_env_system());
+    sl_config_result_t res = sl_config_parse(yaml, strlen(yaml), NULL, sl_config_env_system());
+    free(yaml);
+    return res;
+}
+
+static void
+log_problems(const sl_config_result_t *res)
+{
+    for (size_t i = 0; i < res->errors.len; i++)
+        sl_log_error("%s [%s]", res->errors.items[i].text, sl_code_slug(res->errors.items[i].code));
+    for (size_t i = 0; i < res->warnings.len; i++)
+        sl_log_warn("%s [%s]", res->warnings.items[i].text, sl_code_slug(res->warnings.items[i].code));
+}
+
+/* SIGHUP: a valid file replaces the running config; an invalid one changes nothing. */
+static void
+reload(const char *path, sl_snapshot_holder_t *holder, const sl_listen_t *running_listen)
+{
+    if (path == NULL) {
+        sl_log_info("SIGHUP: running on the embedded default, no file to reload");
+        return;
+    }
+    sl_config_result_t res = sl_config_load_file(path, sl_config_env_system());
+    log_problems(&res);
+    if (res.errors.len > 0) {
+        char count[24];
+        snprintf(count, sizeof(count), "%zu", res.errors.len);
+        sl_msg_t m = sl_msg_make(SL_CODE_CONFIG_REJECTED, "path", path, "count", count, NULL);
+        sl_log_error("%s [%s]", m.text, sl_code_slug(m.code));
+        sl_msg_free(&m);
+        sl_config_result_free(&res);
+        return;
+    }
+    if (strcmp(res.config->gateway.bind, running_listen->bind) != 0 ||
+        (res.config->gateway.port != running_listen->port && running_listen->port != 0))
+        sl_log_warn("listen.gateway changed: it takes effect at the next restart");
+    sl_config_t *config = res.config;
+    res.config = NULL;
+    sl_config_result_free(&res);
+    sl_snapshot_publish(holder, config, false);
+    sl_msg_t m = sl_msg_make(SL_CODE_CONFIG_RELOADED, "path", path, NULL);
+    sl_log_info("%s [%s]", m.text, sl_code_slug(m.code));
+    sl_msg_free(&m);
+}
+
+static uint64_t
+now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+/* Stop accepting, let requests in flight finish within the grace period; a second signal cuts it short. */
+static void
+shut_down(sl_server_t *server, const sigset_t *signals, uint32_t grace_secs)
+{
+    sl_server_stop_accepting(server);
+    sl_log_info("shutting down: %u request(s) in flight, waiting up to %u s", sl_server_in_flight(server),
+                grace_secs);
+    uint64_t deadline = now_ms() + (uint64_t)grace_secs * 1000;
+    while (sl_server_in_flight(server) > 0 && now_ms() < deadline) {
+        struct timespec tick = {0, 20 * 1000 * 1000};
+        int sig = sigtimedwait(signals, NULL, &tick);
+        if (sig == SIGTERM || sig == SIGINT) {
+            sl_log_warn("second signal: not waiting for the remaining requests");
+            break;
+        }
+    }
+    if (sl_server_in_flight(server) > 0)
+        sl_log_warn("grace period over: dropping %u request(s)", sl_server_in_flight(server));
+    sl_server_end_workers(server);
+    sl_log_info("stopped");
+}
+
+/* Kept reachable until exit: the server may still hold requests that reference it. */
+static sl_snapshot_holder_t running;
+
+int
+main(int argc, char **argv)
+{
+    options_t opt = {0};
+    int rc = parse_options(argc, argv, &opt);
+    if (rc != 0)
+        return rc < 0 ? 0 : rc;
+    if (opt.version) {
+        printf("sluice %s (h2o %s)\n", SLUICE_VERSION, H2O_VERSION);
+        return 0;
+    }
+    if (opt.check_path != NULL)
+        return check_config(opt.check_path);
+
+    /* Signals are taken by this thread with sigwait; workers inherit the mask. */
+    sigset_t signals;
+    sigemptyset(&signals);
+    sigaddset(&signals, SIGINT);
+    sigaddset(&signals, SIGTERM);
+    sigaddset(&signals, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &signals, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    sl_config_result_t res = load_config(opt.config_path);
+    log_problems(&res);
+    bool safe_mode = res.errors.len > 0;
+    sl_listen_t listen = res.config->gateway;
+    if (safe_mode) {
+        sl_log_error("%s has %zu problem(s): starting in safe mode (every request answers 503 gw.safe_mode)",
+                     opt.config_path != NULL ? opt.config_path : "the embedded default", res.errors.len);
+        if (sl_config_errors_under(&res.errors, "listen.gateway"))
+            listen = (sl_listen_t){.bind = "127.0.0.1", .port = 8080};
+    }
+    sl_config_t *config = res.config;
+    res.config = NULL;
+    sl_config_result_free(&res);
+    sl_snapshot_holder_init(&running, config, safe_mode);
+
+    unsigned threads = opt.threads;
+    if (threads == 0) {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = cores > 0 ? (unsigned)cores : 1;
+    }
+    char err[256];
+    sl_server_t *server = sl_server_start(&listen, threads, &running, err, sizeof(err));
+    if (server == NULL) {
+        sl_log_error("%s", err);
+        return 1;
+    }
+    listen.port = sl_server_port(server);
+    sl_log_info("sluice %s serving on %s://%s:%u (%u thread%s, config: %s)%s", SLUICE_VERSION,
+                listen.tls_cert != NULL ? "https" : "http", listen.bind, listen.port, threads, threads == 1 ? "" : "s",
+                opt.config_path != NULL ? opt.config_path : "embedded default", safe_mode ? " in SAFE MODE" : "");
+
+    for (;;) {
+        int sig;
+        if (sigwait(&signals, &sig) != 0)
+            continue;
+        if (sig == SIGHUP) {
+            reload(opt.config_path, &running, &listen);
+            continue;
+        }
+        sl_snapshot_t *s = sl_snapshot_acquire(&running);
+        uint32_t grace = s->config->shutdown_grace_secs;
+        sl_snapshot_release(s);
+        sl_log_info("%s received", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+        shut_down(server, &signals, grace);
+        return 0;
+    }
+}

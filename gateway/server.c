@@ -1,0 +1,355 @@
+#include "server.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <netinet/in.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <h2o.h>
+#include <h2o/http2.h>
+
+#include "core/msg.h"
+#include "core/xalloc.h"
+#include "log.h"
+
+typedef struct {
+    h2o_context_t ctx; /* first: a request's conn->ctx leads back to its worker */
+    sl_server_t *server;
+    pthread_t tid;
+    int listen_fd;
+    h2o_socket_t *listener;
+    h2o_accept_ctx_t accept_ctx;
+    h2o_multithread_queue_t *queue;
+    h2o_multithread_receiver_t wake;
+} worker_t;
+
+struct sl_server {
+    h2o_globalconf_t globalconf;
+    sl_snapshot_holder_t *holder;
+    SSL_CTX *ssl_ctx;
+    sl_cidr_t *allow_from;
+    size_t n_allow_from;
+    uint16_t port;
+    unsigned n_workers;
+    worker_t *workers;
+    atomic_bool stopping, exiting;
+    atomic_uint in_flight;
+};
+
+/* One per request: holds the config snapshot the request started with. */
+typedef struct {
+    sl_server_t *server;
+    sl_snapshot_t *snapshot;
+} request_guard_t;
+
+static void
+on_request_disposed(void *p)
+{
+    request_guard_t *g = p;
+    sl_snapshot_release(g->snapshot);
+    atomic_fetch_sub(&g->server->in_flight, 1);
+}
+
+static void
+send_json(h2o_req_t *req, int status, const char *reason, json_t *body, const char *error_code)
+{
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    size_t len = strlen(text);
+    char *copy = h2o_mem_alloc_pool(&req->pool, len);
+    memcpy(copy, text, len);
+    free(text);
+    req->res.status = status;
+    req->res.reason = reason;
+    req->res.content_length = len;
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, H2O_STRLIT("application/json"));
+    if (error_code != NULL)
+        h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-sluice-error"), 0, NULL, error_code,
+                              strlen(error_code));
+    h2o_send_inline(req, copy, len);
+}
+
+/*
+ * An error written by the gateway itself. Until the dialect endpoints exist
+ * every answer takes the OpenAI shape, which carries the code in "code".
+ */
+static void
+send_gateway_error(h2o_req_t *req, sl_msg_t msg)
+{
+    int status = sl_code_status(msg.code);
+    const char *type = status == 404 ? "not_found_error" : "server_error";
+    json_t *body = json_pack("{s:{s:s,s:s,s:n,s:s}}", "error", "message", msg.text, "type", type, "param", "code",
+                             sl_code_slug(msg.code));
+    send_json(req, status, status == 404 ? "Not Found" : "Service Unavailable", body, sl_code_slug(msg.code));
+    sl_msg_free(&msg);
+}
+
+static void
+send_health(h2o_req_t *req, const sl_snapshot_t *snapshot, bool stopping)
+{
+    if (stopping) {
+        send_json(req, 503, "Service Unavailable", json_pack("{s:s}", "status", "shutting_down"),
+                  sl_code_slug(SL_CODE_GW_SHUTTING_DOWN));
+    } else if (snapshot->safe_mode) {
+        send_json(req, 503, "Service Unavailable", json_pack("{s:s}", "status", "safe_mode"),
+                  sl_code_slug(SL_CODE_GW_SAFE_MODE));
+    } else {
+        send_json(req, 200, "OK", json_pack("{s:s}", "status", "ok"), NULL);
+    }
+}
+
+static int
+on_req(h2o_handler_t *self, h2o_req_t *req)
+{
+    (void)self;
+    worker_t *w = H2O_STRUCT_FROM_MEMBER(worker_t, ctx, req->conn->ctx);
+    sl_server_t *server = w->server;
+    request_guard_t *g = h2o_mem_alloc_shared(&req->pool, sizeof(*g), on_request_disposed);
+    g->server = server;
+    g->snapshot = sl_snapshot_acquire(server->holder);
+    atomic_fetch_add(&server->in_flight, 1);
+    bool stopping = atomic_load(&server->stopping);
+
+    if (h2o_memis(req->path_normalized.base, req->path_normalized.len, H2O_STRLIT("/healthz")) &&
+        (h2o_memis(req->method.base, req->method.len, H2O_STRLIT("GET")) ||
+         h2o_memis(req->method.base, req->method.len, H2O_STRLIT("HEAD")))) {
+        send_health(req, g->snapshot, stopping);
+        return 0;
+    }
+    if (g->snapshot->safe_mode) {
+        send_gateway_error(req, sl_msg_make(SL_CODE_GW_SAFE_MODE, NULL));
+        return 0;
+    }
+    if (stopping) {
+        send_gateway_error(req, sl_msg_make(SL_CODE_GW_SHUTTING_DOWN, NULL));
+        return 0;
+    }
+    char method[16], path[256];
+    snprintf(method, sizeof(method), "%.*s", (int)req->method.len, req->method.base);
+    /* The path without its query: Gemini puts the key there. */
+    snprintf(path, sizeof(path), "%.*s", (int)req->path_normalized.len, req->path_normalized.base);
+    send_gateway_error(req, sl_msg_make(SL_CODE_GW_NOT_FOUND, "method", method, "path", path, NULL));
+    return 0;
+}
+
+static void
+on_accept(h2o_socket_t *listener, const char *err)
+{
+    worker_t *w = listener->data;
+    if (err != NULL)
+        return;
+    h2o_socket_t *sock = h2o_evloop_socket_accept(listener);
+    if (sock == NULL)
+        return;
+    if (w->server->n_allow_from > 0) {
+        struct sockaddr_storage peer;
+        if (h2o_socket_getpeername(sock, (struct sockaddr *)&peer) == 0 ||
+            !sl_cidr_allows(w->server->allow_from, w->server->n_allow_from, (struct sockaddr *)&peer)) {
+            h2o_socket_close(sock);
+            return;
+        }
+    }
+    h2o_accept(&w->accept_ctx, sock);
+}
+
+/* Runs on the worker's loop when another thread pokes it (shutdown). */
+static void
+on_wake(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messages)
+{
+    (void)messages;
+    worker_t *w = H2O_STRUCT_FROM_MEMBER(worker_t, wake, receiver);
+    if (atomic_load(&w->server->stopping) && w->listener != NULL) {
+        h2o_socket_read_stop(w->listener);
+        h2o_socket_close(w->listener);
+        w->listener = NULL;
+    }
+}
+
+static void *
+worker_main(void *arg)
+{
+    worker_t *w = arg;
+    while (!atomic_load(&w->server->exiting)) {
+        /* -1 with EINTR happens when a debugger attaches: not a reason to stop serving. */
+        if (h2o_evloop_run(w->ctx.loop, INT32_MAX) != 0 && errno != EINTR)
+            break;
+    }
+    return NULL;
+}
+
+static int
+open_listener(const char *bind_ip, uint16_t port, char *err, size_t err_size)
+{
+    int family;
+    uint8_t addr[16];
+    if (!sl_ip_parse(bind_ip, &family, addr)) {
+        snprintf(err, err_size, "'%s' is not an IP address", bind_ip);
+        return -1;
+    }
+    struct sockaddr_storage ss = {0};
+    socklen_t len;
+    if (family == AF_INET) {
+        struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
+        sin->sin_family = AF_INET;
+        sin->sin_port = htons(port);
+        memcpy(&sin->sin_addr, addr, 4);
+        len = sizeof(*sin);
+    } else {
+        struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
+        sin6->sin6_family = AF_INET6;
+        sin6->sin6_port = htons(port);
+        memcpy(&sin6->sin6_addr, addr, 16);
+        len = sizeof(*sin6);
+    }
+    int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int on = 1;
+    if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on)) != 0 ||
+        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof(on)) != 0 ||
+        bind(fd, (struct sockaddr *)&ss, len) != 0 || listen(fd, 1024) != 0 ||
+        fcntl(fd, F_SETFL, O_NONBLOCK) != 0) {
+        snprintf(err, err_size, "cannot listen on %s:%u: %s", bind_ip, port, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+static uint16_t
+bound_port(int fd)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof(ss);
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
+        return 0;
+    return ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port
+                                         : ((struct sockaddr_in6 *)&ss)->sin6_port);
+}
+
+static SSL_CTX *
+make_ssl_ctx(const sl_listen_t *listen, char *err, size_t err_size)
+{
+    SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
+    if (ctx == NULL)
+        goto fail;
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    if (SSL_CTX_use_certificate_chain_file(ctx, listen->tls_cert) != 1 ||
+        SSL_CTX_use_PrivateKey_file(ctx, listen->tls_key, SSL_FILETYPE_PEM) != 1 ||
+        SSL_CTX_check_private_key(ctx) != 1)
+        goto fail;
+    h2o_ssl_register_alpn_protocols(ctx, h2o_http2_alpn_protocols);
+    return ctx;
+fail:
+    snprintf(err, err_size, "cannot use TLS certificate %s / key %s: %s", listen->tls_cert, listen->tls_key,
+             ERR_reason_error_string(ERR_get_error()));
+    SSL_CTX_free(ctx);
+    return NULL;
+}
+
+static void
+free_partial(sl_server_t *s)
+{
+    if (s->workers != NULL) {
+        for (unsigned i = 0; i < s->n_workers; i++) {
+            if (s->workers[i].listen_fd >= 0)
+                close(s->workers[i].listen_fd);
+        }
+    }
+    free(s->workers);
+    free(s->allow_from);
+    SSL_CTX_free(s->ssl_ctx);
+    h2o_config_dispose(&s->globalconf);
+    free(s);
+}
+
+sl_server_t *
+sl_server_start(const sl_listen_t *listen, unsigned threads, sl_snapshot_holder_t *holder, char *err,
+                size_t err_size)
+{
+    sl_server_t *s = sl_xcalloc(1, sizeof(*s));
+    s->holder = holder;
+    s->n_workers = threads > 0 ? threads : 1;
+    h2o_config_init(&s->globalconf);
+    s->globalconf.server_name = h2o_iovec_init(H2O_STRLIT("sluice"));
+    h2o_hostconf_t *host = h2o_config_register_host(&s->globalconf, h2o_iovec_init(H2O_STRLIT("default")), 65535);
+    h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);
+    h2o_create_handler(path, sizeof(h2o_handler_t))->on_req = on_req;
+
+    if (listen->n_allow_from > 0) {
+        s->allow_from = sl_xmalloc(listen->n_allow_from * sizeof(sl_cidr_t));
+        memcpy(s->allow_from, listen->allow_from, listen->n_allow_from * sizeof(sl_cidr_t));
+        s->n_allow_from = listen->n_allow_from;
+    }
+    if (listen->tls_cert != NULL && (s->ssl_ctx = make_ssl_ctx(listen, err, err_size)) == NULL) {
+        free_partial(s);
+        return NULL;
+    }
+
+    s->workers = sl_xcalloc(s->n_workers, sizeof(worker_t));
+    for (unsigned i = 0; i < s->n_workers; i++)
+        s->workers[i].listen_fd = -1;
+    /* Bind every listener before starting any thread, so a busy port fails the start cleanly. */
+    s->port = listen->port;
+    for (unsigned i = 0; i < s->n_workers; i++) {
+        if ((s->workers[i].listen_fd = open_listener(listen->bind, s->port, err, err_size)) < 0) {
+            free_partial(s);
+            return NULL;
+        }
+        if (s->port == 0)
+            s->port = bound_port(s->workers[i].listen_fd);
+    }
+
+    for (unsigned i = 0; i < s->n_workers; i++) {
+        worker_t *w = &s->workers[i];
+        w->server = s;
+        h2o_context_init(&w->ctx, h2o_evloop_create(), &s->globalconf);
+        w->accept_ctx.ctx = &w->ctx;
+        w->accept_ctx.hosts = s->globalconf.hosts;
+        w->accept_ctx.ssl_ctx = s->ssl_ctx;
+        w->queue = h2o_multithread_create_queue(w->ctx.loop);
+        h2o_multithread_register_receiver(w->queue, &w->wake, on_wake);
+        w->listener = h2o_evloop_socket_create(w->ctx.loop, w->listen_fd, H2O_SOCKET_FLAG_DONT_READ);
+        w->listener->data = w;
+        h2o_socket_read_start(w->listener, on_accept);
+        h2o_multithread_create_thread(&w->tid, NULL, worker_main, w);
+    }
+    return s;
+}
+
+uint16_t
+sl_server_port(const sl_server_t *server)
+{
+    return server->port;
+}
+
+void
+sl_server_stop_accepting(sl_server_t *server)
+{
+    atomic_store(&server->stopping, true);
+    for (unsigned i = 0; i < server->n_workers; i++)
+        h2o_multithread_send_message(&server->workers[i].wake, NULL);
+}
+
+unsigned
+sl_server_in_flight(const sl_server_t *server)
+{
+    return atomic_load(&((sl_server_t *)server)->in_flight);
+}
+
+void
+sl_server_end_workers(sl_server_t *server)
+{
+    atomic_store(&server->exiting, true);
+    for (unsigned i = 0; i < server->n_workers; i++)
+        h2o_multithread_send_message(&server->workers[i].wake, NULL);
+    for (unsigned i = 0; i < server->n_workers; i++)
+        pthread_join(server->workers[i].tid, NULL);
+}

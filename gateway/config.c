@@ -57,17 +57,19 @@ line_str(walker_t *w, const yaml_node_t *node)
     return w->line_buf;
 }
 
-#define PROBLEM(list, w, node, code, ...)                                                                     \
-    sl_msgs_push((list), sl_msg_make((code), "path", (w)->path, "line", line_str((w), (node)), __VA_ARGS__, NULL))
+#define PROBLEM(list, w, node, code, ...)                                                                    \
+    sl_msgs_push((list),                                                                                     \
+                 sl_msg_make((code), "path", (w)->path, "line", line_str((w), (node)), __VA_ARGS__, NULL))
 #define ERROR(w, node, code, ...) PROBLEM((w)->errors, w, node, code, __VA_ARGS__)
-#define ERROR0(w, node, code)                                                                                 \
+#define ERROR0(w, node, code)                                                                                \
     sl_msgs_push((w)->errors, sl_msg_make((code), "path", (w)->path, "line", line_str((w), (node)), NULL))
 
 static size_t
 push_key(walker_t *w, const char *key)
 {
     size_t saved = w->path_len;
-    int n = snprintf(w->path + w->path_len, sizeof(w->path) - w->path_len, "%s%s", w->path_len ? "." : "", key);
+    int n =
+        snprintf(w->path + w->path_len, sizeof(w->path) - w->path_len, "%s%s", w->path_len ? "." : "", key);
     if (n > 0)
         w->path_len = strlen(w->path);
     return saved;
@@ -235,7 +237,8 @@ get_micros(walker_t *w, yaml_node_t *node, int64_t *out)
         return false;
     }
     if (rc == -2) {
-        ERROR(w, node, SL_CODE_CONFIG_OUT_OF_RANGE, "value", scalar(node), "min", "0", "max", "1000000000000");
+        ERROR(w, node, SL_CODE_CONFIG_OUT_OF_RANGE, "value", scalar(node), "min", "0", "max",
+              "1000000000000");
         return false;
     }
     return true;
@@ -280,8 +283,8 @@ expand_vars(walker_t *w, yaml_node_t *node, const char *in)
         }
         const char *name = p + 2, *end = name;
         if ((*end >= 'A' && *end <= 'Z') || (*end >= 'a' && *end <= 'z') || *end == '_') {
-            while ((*end >= 'A' && *end <= 'Z') || (*end >= 'a' && *end <= 'z') || (*end >= '0' && *end <= '9') ||
-                   *end == '_')
+            while ((*end >= 'A' && *end <= 'Z') || (*end >= 'a' && *end <= 'z') ||
+                   (*end >= '0' && *end <= '9') || *end == '_')
                 end++;
         }
         if (end == name || *end != '}') {
@@ -464,7 +467,7 @@ set_field(walker_t *w, const field_t *f, yaml_node_t *value, void *target)
     case F_STRING:
     case F_SECRET:
     case F_NAME: {
-        char *s = f->kind == F_STRING ? get_string(w, value)
+        char *s = f->kind == F_STRING   ? get_string(w, value)
                   : f->kind == F_SECRET ? get_secret(w, value)
                                         : get_name(w, value);
         if (s != NULL)
@@ -509,7 +512,8 @@ walk_fields(walker_t *w, yaml_node_t *node, const field_t *fields, size_t n, voi
     if (!expect_type(w, node, YAML_MAPPING_NODE, "a mapping"))
         return false;
     yaml_node_t *seen_keys[MAX_FIELDS] = {0};
-    for (yaml_node_pair_t *pair = node->data.mapping.pairs.start; pair < node->data.mapping.pairs.top; pair++) {
+    for (yaml_node_pair_t *pair = node->data.mapping.pairs.start; pair < node->data.mapping.pairs.top;
+         pair++) {
         yaml_node_t *key = node_at(w, pair->key), *value = node_at(w, pair->value);
         if (key->type != YAML_SCALAR_NODE) {
             ERROR(w, key, SL_CODE_CONFIG_WRONG_TYPE, "expected", "a plain field name");
@@ -540,8 +544,9 @@ walk_fields(walker_t *w, yaml_node_t *node, const field_t *fields, size_t n, voi
 }
 
 #define NFIELDS(t) (sizeof(t) / sizeof((t)[0]))
-#define U(type, member, lo, hi)                                                                               \
-    .kind = F_UINT, .offset = offsetof(type, member), .size = sizeof(((type *)0)->member), .min = (lo), .max = (hi)
+#define U(type, member, lo, hi)                                                                              \
+    .kind = F_UINT, .offset = offsetof(type, member), .size = sizeof(((type *)0)->member), .min = (lo),      \
+    .max = (hi)
 
 /* Walks a sequence, calling item(w, node, index, ctx) with the path at [index]. */
 static bool
@@ -550,7 +555,8 @@ walk_seq(walker_t *w, yaml_node_t *node, void (*item)(walker_t *, yaml_node_t *,
     if (!expect_type(w, node, YAML_SEQUENCE_NODE, "a list"))
         return false;
     size_t i = 0;
-    for (yaml_node_item_t *it = node->data.sequence.items.start; it < node->data.sequence.items.top; it++, i++) {
+    for (yaml_node_item_t *it = node->data.sequence.items.start; it < node->data.sequence.items.top;
+         it++, i++) {
         size_t saved = push_index(w, i);
         item(w, node_at(w, *it), i, ctx);
         pop_to(w, saved);
@@ -600,7 +606,9 @@ walk_limit(walker_t *w, yaml_node_t *node, size_t index, void *ctx)
     limits_ctx_t *lc = ctx;
     limit_draft_t d = {.limit = {.every = 1}};
     yaml_node_t *seen[NFIELDS(limit_fields)];
-    if (!walk_fields(w, node, limit_fields, NFIELDS(limit_fields), &d, seen))
+    size_t errors_before = w->errors->len;
+    if (!walk_fields(w, node, limit_fields, NFIELDS(limit_fields), &d, seen) ||
+        w->errors->len != errors_before)
         return;
     int measures = (seen[2] != NULL) + (seen[3] != NULL) + (seen[4] != NULL);
     if (measures != 1) {
@@ -740,8 +748,8 @@ static const field_t control_listen_fields[] = {
 static void
 set_listen_gateway(walker_t *w, yaml_node_t *value, void *target)
 {
-    walk_fields(w, value, gateway_listen_fields, NFIELDS(gateway_listen_fields), &((sl_config_t *)target)->gateway,
-                NULL);
+    walk_fields(w, value, gateway_listen_fields, NFIELDS(gateway_listen_fields),
+                &((sl_config_t *)target)->gateway, NULL);
 }
 
 static void
@@ -754,7 +762,8 @@ set_listen_control(walker_t *w, yaml_node_t *value, void *target)
     /* A control endpoint reachable from the network must not take keys in clear text. */
     if (l->tls_cert == NULL && seen[2] == NULL && !sl_ip_is_loopback(l->bind)) {
         size_t saved = push_key(w, "bind");
-        ERROR(w, seen[0] != NULL ? seen[0] : value, SL_CODE_CONFIG_CONTROL_REMOTE_WITHOUT_TLS, "value", l->bind);
+        ERROR(w, seen[0] != NULL ? seen[0] : value, SL_CODE_CONFIG_CONTROL_REMOTE_WITHOUT_TLS, "value",
+              l->bind);
         pop_to(w, saved);
     }
 }
@@ -792,7 +801,8 @@ walk_client(walker_t *w, yaml_node_t *node, size_t index, void *ctx)
     sl_config_t *cfg = w->cfg;
     sl_client_t c = {0};
     yaml_node_t *seen[NFIELDS(client_fields)];
-    if (!walk_fields(w, node, client_fields, NFIELDS(client_fields), &c, seen) || c.name == NULL || c.key == NULL)
+    if (!walk_fields(w, node, client_fields, NFIELDS(client_fields), &c, seen) || c.name == NULL ||
+        c.key == NULL)
         return;
     for (size_t i = 0; i < cfg->n_clients; i++) {
         char first[16];
@@ -806,7 +816,8 @@ walk_client(walker_t *w, yaml_node_t *node, size_t index, void *ctx)
         /* The key is what identifies a client: two clients with one key would be ambiguous. */
         if (strcmp(cfg->clients[i].key, c.key) == 0) {
             size_t saved = push_key(w, "key");
-            ERROR(w, seen[1], SL_CODE_CONFIG_DUPLICATE_CLIENT_KEY, "name", c.name, "other", cfg->clients[i].name);
+            ERROR(w, seen[1], SL_CODE_CONFIG_DUPLICATE_CLIENT_KEY, "name", c.name, "other",
+                  cfg->clients[i].name);
             pop_to(w, saved);
             return;
         }
@@ -884,7 +895,8 @@ walk_pairs(walker_t *w, yaml_node_t *node, bool headers, sl_pair_t **out, size_t
     size_t cap = (size_t)(node->data.mapping.pairs.top - node->data.mapping.pairs.start);
     *out = sl_arena_alloc(w->arena, cap * sizeof(sl_pair_t));
     *n = 0;
-    for (yaml_node_pair_t *pair = node->data.mapping.pairs.start; pair < node->data.mapping.pairs.top; pair++) {
+    for (yaml_node_pair_t *pair = node->data.mapping.pairs.start; pair < node->data.mapping.pairs.top;
+         pair++) {
         yaml_node_t *key = node_at(w, pair->key), *value = node_at(w, pair->value);
         if (!expect_type(w, key, YAML_SCALAR_NODE, "a string key"))
             continue;
@@ -936,8 +948,10 @@ set_provider_limits(walker_t *w, yaml_node_t *value, void *target)
 }
 
 static const field_t aws_fields[] = {
-    {"access_key_id", .kind = F_SECRET, .offset = offsetof(sl_provider_t, aws_access_key_id), .required = true},
-    {"secret_access_key", .kind = F_SECRET, .offset = offsetof(sl_provider_t, aws_secret_access_key), .required = true},
+    {"access_key_id", .kind = F_SECRET, .offset = offsetof(sl_provider_t, aws_access_key_id),
+     .required = true},
+    {"secret_access_key", .kind = F_SECRET, .offset = offsetof(sl_provider_t, aws_secret_access_key),
+     .required = true},
     {"session_token", .kind = F_SECRET, .offset = offsetof(sl_provider_t, aws_session_token)},
 };
 
@@ -1074,7 +1088,7 @@ walk_member(walker_t *w, yaml_node_t *node, size_t index, void *ctx)
     }
     for (size_t m = 0; m < r->n_members; m++) {
         if (r->members[m].provider == i) {
-            ERROR(w, node, SL_CODE_CONFIG_DUPLICATE_NAME, "name", d.name, "first_line", "in this route");
+            ERROR(w, node, SL_CODE_CONFIG_ROUTE_DUPLICATE_MEMBER, "name", d.name);
             return;
         }
     }
@@ -1087,6 +1101,8 @@ static void
 set_route_failover(walker_t *w, yaml_node_t *value, void *target)
 {
     sl_route_t *r = target;
+    if (r->members != NULL)
+        return; /* both lists given: walk_route reports it */
     r->kind = SL_ROUTE_FAILOVER;
     if (value->type == YAML_SEQUENCE_NODE)
         r->members = sl_arena_alloc(w->arena, seq_len(value) * sizeof(sl_route_member_t));
@@ -1097,6 +1113,8 @@ static void
 set_route_load_balance(walker_t *w, yaml_node_t *value, void *target)
 {
     sl_route_t *r = target;
+    if (r->members != NULL)
+        return; /* both lists given: walk_route reports it */
     r->kind = SL_ROUTE_LOAD_BALANCE;
     if (value->type == YAML_SEQUENCE_NODE)
         r->members = sl_arena_alloc(w->arena, seq_len(value) * sizeof(sl_route_member_t));
@@ -1141,8 +1159,7 @@ walk_route(walker_t *w, yaml_node_t *node, size_t index, void *ctx)
     size_t errors_before = w->errors->len;
     if (!walk_fields(w, node, route_fields, NFIELDS(route_fields), &r, seen))
         return;
-    if ((seen[1] != NULL) == (seen[2] != NULL) ||
-        (w->errors->len == errors_before && r.n_members == 0)) {
+    if ((seen[1] != NULL) == (seen[2] != NULL) || (w->errors->len == errors_before && r.n_members == 0)) {
         ERROR0(w, node, SL_CODE_CONFIG_ROUTE_MEMBERS);
         return;
     }
@@ -1198,10 +1215,10 @@ set_failover(walker_t *w, yaml_node_t *value, void *target)
     }
 }
 
-#define PRICE_SETTER(member)                                                                                  \
-    static void set_price_##member(walker_t *w, yaml_node_t *value, void *target)                             \
-    {                                                                                                         \
-        get_micros(w, value, &((sl_price_t *)target)->member);                                                \
+#define PRICE_SETTER(member)                                                                                 \
+    static void set_price_##member(walker_t *w, yaml_node_t *value, void *target)                            \
+    {                                                                                                        \
+        get_micros(w, value, &((sl_price_t *)target)->member);                                               \
     }
 PRICE_SETTER(input)
 PRICE_SETTER(output)
@@ -1223,14 +1240,16 @@ set_pricing(walker_t *w, yaml_node_t *value, void *target)
         return;
     size_t cap = (size_t)(value->data.mapping.pairs.top - value->data.mapping.pairs.start);
     cfg->pricing = sl_arena_alloc(w->arena, cap * sizeof(sl_price_t));
-    for (yaml_node_pair_t *pair = value->data.mapping.pairs.start; pair < value->data.mapping.pairs.top; pair++) {
+    for (yaml_node_pair_t *pair = value->data.mapping.pairs.start; pair < value->data.mapping.pairs.top;
+         pair++) {
         yaml_node_t *key = node_at(w, pair->key), *price = node_at(w, pair->value);
         if (!expect_type(w, key, YAML_SCALAR_NODE, "a model glob"))
             continue;
         size_t saved = push_key(w, scalar(key));
         sl_price_t p = {0};
         size_t errors_before = w->errors->len;
-        if (walk_fields(w, price, price_fields, NFIELDS(price_fields), &p, NULL) && w->errors->len == errors_before) {
+        if (walk_fields(w, price, price_fields, NFIELDS(price_fields), &p, NULL) &&
+            w->errors->len == errors_before) {
             p.model_glob = sl_arena_strdup(w->arena, scalar(key));
             cfg->pricing[cfg->n_pricing++] = p;
         }
@@ -1278,10 +1297,10 @@ static const field_t size_limit_fields[] = {
     {"max_waiting_bytes", U(sl_config_t, max_waiting_bytes, 0, 1ULL << 40)},
 };
 
-#define SECTION_SETTER(fn, table)                                                                             \
-    static void fn(walker_t *w, yaml_node_t *value, void *target)                                             \
-    {                                                                                                         \
-        walk_fields(w, value, table, NFIELDS(table), target, NULL);                                           \
+#define SECTION_SETTER(fn, table)                                                                            \
+    static void fn(walker_t *w, yaml_node_t *value, void *target)                                            \
+    {                                                                                                        \
+        walk_fields(w, value, table, NFIELDS(table), target, NULL);                                          \
     }
 SECTION_SETTER(set_store, store_fields)
 SECTION_SETTER(set_security, security_fields)
@@ -1389,14 +1408,19 @@ sl_config_parse(const char *yaml, size_t len, const char *source_path, const sl_
         if (parser.context)
             sl_strbuf_appendf(&reason, " (%s)", parser.context);
         char *r = sl_strbuf_finish(&reason);
-        sl_msgs_push(&res.errors, sl_msg_make(SL_CODE_CONFIG_YAML_SYNTAX, "path", "", "line", line, "reason", r, NULL));
+        sl_msgs_push(&res.errors,
+                     sl_msg_make(SL_CODE_CONFIG_YAML_SYNTAX, "path", "", "line", line, "reason", r, NULL));
         free(r);
         yaml_parser_delete(&parser);
         return res;
     }
     walker_t w = {
-        .doc = &doc, .env = env, .cfg = res.config, .arena = res.config->arena,
-        .errors = &res.errors, .warnings = &res.warnings,
+        .doc = &doc,
+        .env = env,
+        .cfg = res.config,
+        .arena = res.config->arena,
+        .errors = &res.errors,
+        .warnings = &res.warnings,
     };
     yaml_node_t *root = yaml_document_get_root_node(&doc);
     /* An empty file is the defaults. */
@@ -1419,8 +1443,8 @@ sl_config_load_file(const char *path, const sl_config_env_t *env)
     FILE *f = fopen(path, "rb");
     if (f == NULL) {
         sl_config_result_t res = {.config = config_with_defaults(path)};
-        sl_msgs_push(&res.errors,
-                     sl_msg_make(SL_CODE_CONFIG_FILE_UNREADABLE, "path", path, "reason", strerror(errno), NULL));
+        sl_msgs_push(&res.errors, sl_msg_make(SL_CODE_CONFIG_FILE_UNREADABLE, "path", path, "reason",
+                                              strerror(errno), NULL));
         return res;
     }
     char *buf = sl_xmalloc(SL_CONFIG_MAX_FILE_BYTES + 1);
@@ -1432,10 +1456,10 @@ sl_config_load_file(const char *path, const sl_config_env_t *env)
         res = (sl_config_result_t){.config = config_with_defaults(path)};
         char max[24];
         snprintf(max, sizeof(max), "%d", SL_CONFIG_MAX_FILE_BYTES);
-        sl_msgs_push(&res.errors, read_error ? sl_msg_make(SL_CODE_CONFIG_FILE_UNREADABLE, "path", path, "reason",
-                                                           "read error", NULL)
-                                             : sl_msg_make(SL_CODE_CONFIG_FILE_TOO_LARGE, "path", path, "max", max,
-                                                           NULL));
+        sl_msgs_push(&res.errors,
+                     read_error ? sl_msg_make(SL_CODE_CONFIG_FILE_UNREADABLE, "path", path, "reason",
+                                              "read error", NULL)
+                                : sl_msg_make(SL_CODE_CONFIG_FILE_TOO_LARGE, "path", path, "max", max, NULL));
     } else {
         res = sl_config_parse(buf, n, path, env);
     }
@@ -1450,7 +1474,8 @@ sl_config_default_yaml(const sl_config_env_t *env)
         const char *env_var, *name, *protocol, *models;
     } defaults[] = {
         {"ANTHROPIC_API_KEY", "anthropic", "anthropic", "[\"claude-*\"]"},
-        {"OPENAI_API_KEY", "openai-chat", "openai-chat", "[\"gpt-*\", \"o1*\", \"o3*\", \"o4*\", \"chatgpt-*\"]"},
+        {"OPENAI_API_KEY", "openai-chat", "openai-chat",
+         "[\"gpt-*\", \"o1*\", \"o3*\", \"o4*\", \"chatgpt-*\"]"},
         {"OPENAI_API_KEY", "openai-responses", "openai-responses",
          "[\"gpt-*\", \"o1*\", \"o3*\", \"o4*\", \"codex-*\"]"},
         {"GEMINI_API_KEY", "gemini", "gemini", "[\"gemini-*\"]"},
@@ -1469,8 +1494,7 @@ sl_config_default_yaml(const sl_config_env_t *env)
             sl_strbuf_appendf(&y, "providers:\n");
         any = true;
         /* The key stays a ${VAR} reference so the text never holds a secret. */
-        sl_strbuf_appendf(&y,
-                          "  - name: %s\n    protocol: %s\n    key: \"${%s}\"\n    models: %s\n",
+        sl_strbuf_appendf(&y, "  - name: %s\n    protocol: %s\n    key: \"${%s}\"\n    models: %s\n",
                           defaults[i].name, defaults[i].protocol, defaults[i].env_var, defaults[i].models);
     }
     const char *aws_id = env->getenv(env->ctx, "AWS_ACCESS_KEY_ID");
@@ -1511,11 +1535,11 @@ sl_config_summary(const sl_config_t *c)
     for (size_t i = 0; i < c->n_providers; i++)
         sl_strbuf_appendf(&s, "%s%s (%s)", i ? ", " : ": ", c->providers[i].name,
                           sl_dialect_slug(c->providers[i].protocol));
-    sl_strbuf_appendf(&s, "; %zu route%s%s; %zu client%s; gateway %s:%u%s; control %s:%u%s; wait %" PRIu32 " s",
-                      c->n_routes, c->n_routes == 1 ? "" : "s", c->has_routes ? "" : " (models decide)",
-                      c->n_clients, c->n_clients == 1 ? "" : "s", c->gateway.bind, c->gateway.port,
-                      c->gateway.tls_cert ? " (tls)" : "", c->control.bind, c->control.port,
-                      c->control.tls_cert ? " (tls)" : "", c->failover.wait_secs);
+    sl_strbuf_appendf(
+        &s, "; %zu route%s%s; %zu client%s; gateway %s:%u%s; control %s:%u%s; wait %" PRIu32 " s",
+        c->n_routes, c->n_routes == 1 ? "" : "s", c->has_routes ? "" : " (models decide)", c->n_clients,
+        c->n_clients == 1 ? "" : "s", c->gateway.bind, c->gateway.port, c->gateway.tls_cert ? " (tls)" : "",
+        c->control.bind, c->control.port, c->control.tls_cert ? " (tls)" : "", c->failover.wait_secs);
     return sl_strbuf_finish(&s);
 }
 

@@ -37,8 +37,8 @@ typedef struct {
 } sl_limit_t;
 
 typedef struct {
-    char *bind; /* an IP literal */
-    uint16_t port; /* 0 = an ephemeral port, chosen at start */
+    char *bind;               /* an IP literal */
+    uint16_t port;            /* 0 = an ephemeral port, chosen at start */
     char *tls_cert, *tls_key; /* both NULL = plaintext */
     sl_cidr_t *allow_from;
     size_t n_allow_from; /* 0 = every address */
@@ -60,7 +60,7 @@ typedef struct {
     char *name;
     sl_dialect_t protocol;
     char *base_url;
-    char *key; /* NULL = none */
+    char *key;     /* NULL = none */
     char **models; /* globs */
     size_t n_models;
     sl_pair_t *model_map; /* client model name -> upstream model name */
@@ -71,8 +71,9 @@ typedef struct {
     sl_limit_t *limits;
     size_t n_limits;
     bool disabled;
-    char *region;                                        /* bedrock */
-    char *aws_access_key_id, *aws_secret_access_key, *aws_session_token; /* bedrock SigV4; NULL = from AWS_* env */
+    char *region; /* bedrock */
+    char *aws_access_key_id, *aws_secret_access_key,
+        *aws_session_token; /* bedrock SigV4; NULL = from AWS_* env */
 } sl_provider_t;
 
 typedef enum { SL_ROUTE_FAILOVER, SL_ROUTE_LOAD_BALANCE } sl_route_kind_t;

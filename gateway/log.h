@@ -16,7 +16,8 @@ void sl_log_set_level(sl_log_level_t level);
 int sl_log_enabled(sl_log_level_t level);
 
 /* Logs one line; request_id 0 means the line belongs to no request. */
-void sl_log(sl_log_level_t level, uint64_t request_id, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void sl_log(sl_log_level_t level, uint64_t request_id, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 
 #define sl_log_error(...) sl_log(SL_LOG_ERROR, 0, __VA_ARGS__)
 #define sl_log_warn(...)  sl_log(SL_LOG_WARN, 0, __VA_ARGS__)

@@ -30,13 +30,14 @@ typedef struct {
 static void
 usage(FILE *out)
 {
-    fputs("usage: sluice [--config FILE] [--check-config FILE] [--threads N] [--log-level LEVEL] [--version]\n"
-          "  --config FILE        run on FILE (default: the embedded default configuration)\n"
-          "  --check-config FILE  report every problem in FILE and exit (1 if there are any)\n"
-          "  --threads N          data-plane worker threads (default: one per core)\n"
-          "  --log-level LEVEL    error, warn, info (default) or debug\n"
-          "  --version            print the version and exit\n",
-          out);
+    fputs(
+        "usage: sluice [--config FILE] [--check-config FILE] [--threads N] [--log-level LEVEL] [--version]\n"
+        "  --config FILE        run on FILE (default: the embedded default configuration)\n"
+        "  --check-config FILE  report every problem in FILE and exit (1 if there are any)\n"
+        "  --threads N          data-plane worker threads (default: one per core)\n"
+        "  --log-level LEVEL    error, warn, info (default) or debug\n"
+        "  --version            print the version and exit\n",
+        out);
 }
 
 /* Returns 0 when the flags were read, else the exit status to leave with. */
@@ -44,9 +45,12 @@ static int
 parse_options(int argc, char **argv, options_t *o)
 {
     static const struct option longopts[] = {
-        {"config", required_argument, NULL, 'c'},    {"check-config", required_argument, NULL, 'C'},
-        {"threads", required_argument, NULL, 't'},   {"log-level", required_argument, NULL, 'l'},
-        {"version", no_argument, NULL, 'v'},         {"help", no_argument, NULL, 'h'},
+        {"config", required_argument, NULL, 'c'},
+        {"check-config", required_argument, NULL, 'C'},
+        {"threads", required_argument, NULL, 't'},
+        {"log-level", required_argument, NULL, 'l'},
+        {"version", no_argument, NULL, 'v'},
+        {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0},
     };
     int ch;
@@ -100,7 +104,8 @@ static void
 print_problems(FILE *out, const char *source, const char *kind, const sl_msgs_t *msgs)
 {
     for (size_t i = 0; i < msgs->len; i++)
-        fprintf(out, "%s: %s: %s [%s]\n", source, kind, msgs->items[i].text, sl_code_slug(msgs->items[i].code));
+        fprintf(out, "%s: %s: %s [%s]\n", source, kind, msgs->items[i].text,
+                sl_code_slug(msgs->items[i].code));
 }
 
 static int
@@ -257,8 +262,9 @@ main(int argc, char **argv)
     }
     listen.port = sl_server_port(server);
     sl_log_info("sluice %s serving on %s://%s:%u (%u thread%s, config: %s)%s", SLUICE_VERSION,
-                listen.tls_cert != NULL ? "https" : "http", listen.bind, listen.port, threads, threads == 1 ? "" : "s",
-                opt.config_path != NULL ? opt.config_path : "embedded default", safe_mode ? " in SAFE MODE" : "");
+                listen.tls_cert != NULL ? "https" : "http", listen.bind, listen.port, threads,
+                threads == 1 ? "" : "s", opt.config_path != NULL ? opt.config_path : "embedded default",
+                safe_mode ? " in SAFE MODE" : "");
 
     for (;;) {
         int sig;

@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <openssl/err.h>
 #include <openssl/ssl.h>
+#include <semaphore.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -42,6 +43,7 @@ struct sl_server {
     worker_t *workers;
     atomic_bool stopping, exiting;
     atomic_uint in_flight;
+    sem_t parked; /* posted by each worker whose loop has ended */
 };
 
 /* One per request: holds the config snapshot the request started with. */
@@ -70,10 +72,11 @@ send_json(h2o_req_t *req, int status, const char *reason, json_t *body, const ch
     req->res.status = status;
     req->res.reason = reason;
     req->res.content_length = len;
-    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, H2O_STRLIT("application/json"));
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
+                   H2O_STRLIT("application/json"));
     if (error_code != NULL)
-        h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-sluice-error"), 0, NULL, error_code,
-                              strlen(error_code));
+        h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-sluice-error"), 0, NULL,
+                              error_code, strlen(error_code));
     h2o_send_inline(req, copy, len);
 }
 
@@ -86,8 +89,8 @@ send_gateway_error(h2o_req_t *req, sl_msg_t msg)
 {
     int status = sl_code_status(msg.code);
     const char *type = status == 404 ? "not_found_error" : "server_error";
-    json_t *body = json_pack("{s:{s:s,s:s,s:n,s:s}}", "error", "message", msg.text, "type", type, "param", "code",
-                             sl_code_slug(msg.code));
+    json_t *body = json_pack("{s:{s:s,s:s,s:n,s:s}}", "error", "message", msg.text, "type", type, "param",
+                             "code", sl_code_slug(msg.code));
     send_json(req, status, status == 404 ? "Not Found" : "Service Unavailable", body, sl_code_slug(msg.code));
     sl_msg_free(&msg);
 }
@@ -182,6 +185,14 @@ worker_main(void *arg)
         if (h2o_evloop_run(w->ctx.loop, INT32_MAX) != 0 && errno != EINTR)
             break;
     }
+    /*
+     * Park instead of returning: h2o keeps per-thread caches of buffers with no
+     * way to free them, so the thread stays (idle, signals blocked) until the
+     * process exits.
+     */
+    sem_post(&w->server->parked);
+    for (;;)
+        pause();
     return NULL;
 }
 
@@ -266,6 +277,7 @@ free_partial(sl_server_t *s)
     free(s->workers);
     free(s->allow_from);
     SSL_CTX_free(s->ssl_ctx);
+    sem_destroy(&s->parked);
     h2o_config_dispose(&s->globalconf);
     free(s);
 }
@@ -277,9 +289,11 @@ sl_server_start(const sl_listen_t *listen, unsigned threads, sl_snapshot_holder_
     sl_server_t *s = sl_xcalloc(1, sizeof(*s));
     s->holder = holder;
     s->n_workers = threads > 0 ? threads : 1;
+    sem_init(&s->parked, 0, 0);
     h2o_config_init(&s->globalconf);
     s->globalconf.server_name = h2o_iovec_init(H2O_STRLIT("sluice"));
-    h2o_hostconf_t *host = h2o_config_register_host(&s->globalconf, h2o_iovec_init(H2O_STRLIT("default")), 65535);
+    h2o_hostconf_t *host =
+        h2o_config_register_host(&s->globalconf, h2o_iovec_init(H2O_STRLIT("default")), 65535);
     h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);
     h2o_create_handler(path, sizeof(h2o_handler_t))->on_req = on_req;
 
@@ -350,6 +364,8 @@ sl_server_end_workers(sl_server_t *server)
     atomic_store(&server->exiting, true);
     for (unsigned i = 0; i < server->n_workers; i++)
         h2o_multithread_send_message(&server->workers[i].wake, NULL);
-    for (unsigned i = 0; i < server->n_workers; i++)
-        pthread_join(server->workers[i].tid, NULL);
+    for (unsigned i = 0; i < server->n_workers; i++) {
+        while (sem_wait(&server->parked) != 0 && errno == EINTR)
+            ;
+    }
 }

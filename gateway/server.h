@@ -35,9 +35,10 @@ void sl_server_stop_accepting(sl_server_t *server);
 unsigned sl_server_in_flight(const sl_server_t *server);
 
 /*
- * Ends the worker threads; connections they still hold are dropped. The
- * server's memory stays until the process exits: h2o 2.2.5 cannot close its
- * live connections, so its contexts are not disposed under them.
+ * Ends the workers' loops and waits until every worker has stopped serving;
+ * connections they still hold are dropped. The threads stay parked (and the
+ * server's memory allocated) until the process exits: h2o 2.2.5 can neither
+ * close its live connections nor free its per-thread caches.
  */
 void sl_server_end_workers(sl_server_t *server);
 

@@ -11,69 +11,74 @@
 #ifndef SL_CODES_H
 #define SL_CODES_H
 
-#define SL_CODE_TABLE(X)                                                                                      \
-    X(SL_CODE_CONFIG_FILE_UNREADABLE, "config.file_unreadable", 0, "cannot read {path}: {reason}")         \
-    X(SL_CODE_CONFIG_FILE_TOO_LARGE, "config.file_too_large", 0, "{path} is larger than {max} bytes")      \
-    X(SL_CODE_CONFIG_YAML_SYNTAX, "config.yaml_syntax", 0, "line {line}: YAML syntax error: {reason}")     \
-    X(SL_CODE_CONFIG_UNKNOWN_FIELD, "config.unknown_field", 0,                                              \
-      "{path} (line {line}): unknown field '{field}'{hint}")                                                \
-    X(SL_CODE_CONFIG_UNKNOWN_VALUE, "config.unknown_value", 0,                                              \
-      "{path} (line {line}): unknown value '{value}', expected one of: {allowed}")                         \
-    X(SL_CODE_CONFIG_WRONG_TYPE, "config.wrong_type", 0, "{path} (line {line}): expected {expected}")      \
-    X(SL_CODE_CONFIG_OUT_OF_RANGE, "config.out_of_range", 0,                                                \
-      "{path} (line {line}): {value} is out of range {min}..{max}")                                        \
-    X(SL_CODE_CONFIG_MISSING_FIELD, "config.missing_field", 0, "{path} (line {line}): '{field}' is required") \
-    X(SL_CODE_CONFIG_DUPLICATE_KEY, "config.duplicate_key", 0,                                              \
-      "{path} (line {line}): '{field}' is given twice (first on line {first_line})")                      \
-    X(SL_CODE_CONFIG_DUPLICATE_NAME, "config.duplicate_name", 0,                                            \
-      "{path} (line {line}): the name '{name}' is used twice (first on line {first_line})")               \
-    X(SL_CODE_CONFIG_DUPLICATE_CLIENT_KEY, "config.duplicate_client_key", 0,                                \
-      "{path} (line {line}): client '{name}' has the same key as client '{other}'")                       \
-    X(SL_CODE_CONFIG_BAD_NAME, "config.bad_name", 0,                                                        \
-      "{path} (line {line}): '{value}' is not a valid name (letters, digits, '.', '_', '-')")              \
-    X(SL_CODE_CONFIG_UNKNOWN_PROVIDER, "config.unknown_provider", 0,                                        \
-      "{path} (line {line}): no provider is named '{name}'")                                               \
-    X(SL_CODE_CONFIG_UNSET_VARIABLE, "config.unset_variable", 0,                                            \
-      "{path} (line {line}): environment variable '{variable}' is not set")                                \
-    X(SL_CODE_CONFIG_BAD_VARIABLE, "config.bad_variable", 0,                                                \
-      "{path} (line {line}): '${' is not followed by a variable name and '}'")                            \
-    X(SL_CODE_CONFIG_UNSUPPORTED_VERSION, "config.unsupported_version", 0,                                  \
-      "{path} (line {line}): config version {value} is not supported (this sluice reads version 1)")      \
-    X(SL_CODE_CONFIG_BAD_ADDRESS, "config.bad_address", 0,                                                  \
-      "{path} (line {line}): '{value}' is not an IPv4 or IPv6 address")                                    \
-    X(SL_CODE_CONFIG_BAD_CIDR, "config.bad_cidr", 0,                                                        \
-      "{path} (line {line}): '{value}' is not an address range like 10.0.0.0/8")                           \
-    X(SL_CODE_CONFIG_BAD_URL, "config.bad_url", 0,                                                          \
-      "{path} (line {line}): '{value}' is not an http:// or https:// URL with a host")                    \
-    X(SL_CODE_CONFIG_BAD_HEADER, "config.bad_header", 0,                                                    \
-      "{path} (line {line}): '{value}' is not a valid header {part}")                                      \
-    X(SL_CODE_CONFIG_UNKNOWN_TIMEZONE, "config.unknown_timezone", 0,                                        \
-      "{path} (line {line}): '{value}' is not a known IANA time zone")                                     \
-    X(SL_CODE_CONFIG_TLS_INCOMPLETE, "config.tls_incomplete", 0,                                            \
-      "{path} (line {line}): TLS needs both 'cert' and 'key'")                                             \
-    X(SL_CODE_CONFIG_FILE_MISSING, "config.file_missing", 0, "{path} (line {line}): cannot read '{value}'") \
-    X(SL_CODE_CONFIG_CONTROL_REMOTE_WITHOUT_TLS, "config.control.remote_without_tls", 0,                    \
-      "{path} (line {line}): the control endpoint may bind to '{value}' (not loopback) only with tls")    \
-    X(SL_CODE_CONFIG_LIMIT_MEASURE, "config.limit.measure", 0,                                              \
-      "{path} (line {line}): a limit takes exactly one of requests, tokens, cost")                        \
-    X(SL_CODE_CONFIG_LIMIT_EVERY, "config.limit.every", 0,                                                  \
-      "{path} (line {line}): 'every' is only for per: minute or per: hour")                               \
-    X(SL_CODE_CONFIG_ROUTE_MEMBERS, "config.route.members", 0,                                              \
-      "{path} (line {line}): a route takes exactly one of failover, load_balance, with at least one provider") \
-    X(SL_CODE_CONFIG_NOT_FOR_PROTOCOL, "config.not_for_protocol", 0,                                        \
-      "{path} (line {line}): '{field}' is only for protocol {protocol}")                                   \
-    X(SL_CODE_CONFIG_PAUSE_ORDER, "config.pause_order", 0,                                                  \
-      "{path} (line {line}): max_pause_secs ({max}) is less than pause_secs ({value})")                   \
-    X(SL_CODE_CONFIG_ROUTE_MIXED_PROTOCOLS, "config.route.mixed_protocols", 0,                              \
-      "{path} (line {line}): route mixes protocols ({protocols}); a client is only sent to upstreams of its own dialect") \
-    X(SL_CODE_CONFIG_NO_PROVIDERS, "config.no_providers", 0,                                                \
-      "no providers are configured: every model request will answer 404")                                  \
-    X(SL_CODE_CONFIG_RELOADED, "config.reloaded", 0, "configuration reloaded from {path}")                 \
-    X(SL_CODE_CONFIG_REJECTED, "config.rejected", 0,                                                        \
-      "configuration in {path} has {count} problem(s); keeping the running one")                           \
-    X(SL_CODE_GW_SAFE_MODE, "gw.safe_mode", 503,                                                            \
-      "sluice: the configuration is invalid, so sluice is in safe mode and serves no requests")            \
-    X(SL_CODE_GW_NOT_FOUND, "gw.not_found", 404, "sluice: no such endpoint: {method} {path}")              \
+#define SL_CODE_TABLE(X)                                                                                     \
+    X(SL_CODE_CONFIG_FILE_UNREADABLE, "config.file_unreadable", 0, "cannot read {path}: {reason}")           \
+    X(SL_CODE_CONFIG_FILE_TOO_LARGE, "config.file_too_large", 0, "{path} is larger than {max} bytes")        \
+    X(SL_CODE_CONFIG_YAML_SYNTAX, "config.yaml_syntax", 0, "line {line}: YAML syntax error: {reason}")       \
+    X(SL_CODE_CONFIG_UNKNOWN_FIELD, "config.unknown_field", 0,                                               \
+      "{path} (line {line}): unknown field '{field}'{hint}")                                                 \
+    X(SL_CODE_CONFIG_UNKNOWN_VALUE, "config.unknown_value", 0,                                               \
+      "{path} (line {line}): unknown value '{value}', expected one of: {allowed}")                           \
+    X(SL_CODE_CONFIG_WRONG_TYPE, "config.wrong_type", 0, "{path} (line {line}): expected {expected}")        \
+    X(SL_CODE_CONFIG_OUT_OF_RANGE, "config.out_of_range", 0,                                                 \
+      "{path} (line {line}): {value} is out of range {min}..{max}")                                          \
+    X(SL_CODE_CONFIG_MISSING_FIELD, "config.missing_field", 0,                                               \
+      "{path} (line {line}): '{field}' is required")                                                         \
+    X(SL_CODE_CONFIG_DUPLICATE_KEY, "config.duplicate_key", 0,                                               \
+      "{path} (line {line}): '{field}' is given twice (first on line {first_line})")                         \
+    X(SL_CODE_CONFIG_DUPLICATE_NAME, "config.duplicate_name", 0,                                             \
+      "{path} (line {line}): the name '{name}' is used twice (first on line {first_line})")                  \
+    X(SL_CODE_CONFIG_DUPLICATE_CLIENT_KEY, "config.duplicate_client_key", 0,                                 \
+      "{path} (line {line}): client '{name}' has the same key as client '{other}'")                          \
+    X(SL_CODE_CONFIG_BAD_NAME, "config.bad_name", 0,                                                         \
+      "{path} (line {line}): '{value}' is not a valid name (letters, digits, '.', '_', '-')")                \
+    X(SL_CODE_CONFIG_UNKNOWN_PROVIDER, "config.unknown_provider", 0,                                         \
+      "{path} (line {line}): no provider is named '{name}'")                                                 \
+    X(SL_CODE_CONFIG_UNSET_VARIABLE, "config.unset_variable", 0,                                             \
+      "{path} (line {line}): environment variable '{variable}' is not set")                                  \
+    X(SL_CODE_CONFIG_BAD_VARIABLE, "config.bad_variable", 0,                                                 \
+      "{path} (line {line}): '${' is not followed by a variable name and '}'")                               \
+    X(SL_CODE_CONFIG_UNSUPPORTED_VERSION, "config.unsupported_version", 0,                                   \
+      "{path} (line {line}): config version {value} is not supported (this sluice reads version 1)")         \
+    X(SL_CODE_CONFIG_BAD_ADDRESS, "config.bad_address", 0,                                                   \
+      "{path} (line {line}): '{value}' is not an IPv4 or IPv6 address")                                      \
+    X(SL_CODE_CONFIG_BAD_CIDR, "config.bad_cidr", 0,                                                         \
+      "{path} (line {line}): '{value}' is not an address range like 10.0.0.0/8")                             \
+    X(SL_CODE_CONFIG_BAD_URL, "config.bad_url", 0,                                                           \
+      "{path} (line {line}): '{value}' is not an http:// or https:// URL with a host")                       \
+    X(SL_CODE_CONFIG_BAD_HEADER, "config.bad_header", 0,                                                     \
+      "{path} (line {line}): '{value}' is not a valid header {part}")                                        \
+    X(SL_CODE_CONFIG_UNKNOWN_TIMEZONE, "config.unknown_timezone", 0,                                         \
+      "{path} (line {line}): '{value}' is not a known IANA time zone")                                       \
+    X(SL_CODE_CONFIG_TLS_INCOMPLETE, "config.tls_incomplete", 0,                                             \
+      "{path} (line {line}): TLS needs both 'cert' and 'key'")                                               \
+    X(SL_CODE_CONFIG_FILE_MISSING, "config.file_missing", 0, "{path} (line {line}): cannot read '{value}'")  \
+    X(SL_CODE_CONFIG_CONTROL_REMOTE_WITHOUT_TLS, "config.control.remote_without_tls", 0,                     \
+      "{path} (line {line}): the control endpoint may bind to '{value}' (not loopback) only with tls")       \
+    X(SL_CODE_CONFIG_LIMIT_MEASURE, "config.limit.measure", 0,                                               \
+      "{path} (line {line}): a limit takes exactly one of requests, tokens, cost")                           \
+    X(SL_CODE_CONFIG_LIMIT_EVERY, "config.limit.every", 0,                                                   \
+      "{path} (line {line}): 'every' is only for per: minute or per: hour")                                  \
+    X(SL_CODE_CONFIG_ROUTE_MEMBERS, "config.route.members", 0,                                               \
+      "{path} (line {line}): a route takes exactly one of failover, load_balance, with at least one "        \
+      "provider")                                                                                            \
+    X(SL_CODE_CONFIG_ROUTE_DUPLICATE_MEMBER, "config.route.duplicate_member", 0,                             \
+      "{path} (line {line}): '{name}' appears twice in this route")                                          \
+    X(SL_CODE_CONFIG_NOT_FOR_PROTOCOL, "config.not_for_protocol", 0,                                         \
+      "{path} (line {line}): '{field}' is only for protocol {protocol}")                                     \
+    X(SL_CODE_CONFIG_PAUSE_ORDER, "config.pause_order", 0,                                                   \
+      "{path} (line {line}): max_pause_secs ({max}) is less than pause_secs ({value})")                      \
+    X(SL_CODE_CONFIG_ROUTE_MIXED_PROTOCOLS, "config.route.mixed_protocols", 0,                               \
+      "{path} (line {line}): route mixes protocols ({protocols}); a client is only sent to upstreams of "    \
+      "its own dialect")                                                                                     \
+    X(SL_CODE_CONFIG_NO_PROVIDERS, "config.no_providers", 0,                                                 \
+      "no providers are configured: every model request will answer 404")                                    \
+    X(SL_CODE_CONFIG_RELOADED, "config.reloaded", 0, "configuration reloaded from {path}")                   \
+    X(SL_CODE_CONFIG_REJECTED, "config.rejected", 0,                                                         \
+      "configuration in {path} has {count} problem(s); keeping the running one")                             \
+    X(SL_CODE_GW_SAFE_MODE, "gw.safe_mode", 503,                                                             \
+      "sluice: the configuration is invalid, so sluice is in safe mode and serves no requests")              \
+    X(SL_CODE_GW_NOT_FOUND, "gw.not_found", 404, "sluice: no such endpoint: {method} {path}")                \
     X(SL_CODE_GW_SHUTTING_DOWN, "gw.shutting_down", 503, "sluice: the gateway is shutting down")
 
 typedef enum {

@@ -133,7 +133,8 @@ sl_scrub_secrets(char *text, size_t len)
                 if (t >= 20) {
                     memmove(text + w, text + r, word + sep);
                     w += word + sep;
-                    w += write_masked(text + w, text + r + word + sep, t, 0);
+                    const char *tok = text + r + word + sep;
+                    w += write_masked(text + w, tok, t, known_prefix_len(tok, t));
                     r += word + sep + t;
                     continue;
                 }

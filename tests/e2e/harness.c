@@ -1,0 +1,195 @@
+#define _GNU_SOURCE /* pipe2 */
+#include "harness.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+static long
+now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void
+proc_start(proc_t *p, const char *const *args)
+{
+    const char *bin = getenv("SLUICE_BIN");
+    if (bin == NULL) {
+        fprintf(stderr, "SLUICE_BIN is not set\n");
+        abort();
+    }
+    const char *argv[32] = {bin};
+    size_t n = 1;
+    for (; args[n - 1] != NULL && n < 31; n++)
+        argv[n] = args[n - 1];
+    argv[n] = NULL;
+    int fds[2];
+    if (pipe2(fds, O_CLOEXEC) != 0)
+        abort();
+    memset(p, 0, sizeof(*p));
+    p->exit_status = -1;
+    p->pid = fork();
+    if (p->pid == 0) {
+        dup2(fds[1], 1);
+        dup2(fds[1], 2);
+        execv(bin, (char *const *)argv);
+        _exit(127);
+    }
+    close(fds[1]);
+    p->out_fd = fds[0];
+    fcntl(p->out_fd, F_SETFL, O_NONBLOCK);
+}
+
+/* Reads what is available within wait_ms; false at EOF. */
+static bool
+read_some(proc_t *p, int wait_ms)
+{
+    struct pollfd pfd = {p->out_fd, POLLIN, 0};
+    if (poll(&pfd, 1, wait_ms) <= 0)
+        return true;
+    size_t room = sizeof(p->log) - 1 - p->log_len;
+    ssize_t n = read(p->out_fd, p->log + p->log_len, room);
+    if (n > 0) {
+        p->log_len += (size_t)n;
+        p->log[p->log_len] = '\0';
+        return true;
+    }
+    return n < 0 && errno == EAGAIN;
+}
+
+bool
+proc_wait_log(proc_t *p, const char *needle, int timeout_ms)
+{
+    long deadline = now_ms() + timeout_ms;
+    while (strstr(p->log, needle) == NULL) {
+        long left = deadline - now_ms();
+        if (left <= 0 || !read_some(p, (int)(left < 50 ? left : 50)))
+            return strstr(p->log, needle) != NULL;
+    }
+    return true;
+}
+
+int
+proc_wait_exit(proc_t *p, int timeout_ms)
+{
+    long deadline = now_ms() + timeout_ms;
+    int status;
+    while (now_ms() < deadline) {
+        read_some(p, 10);
+        pid_t r = waitpid(p->pid, &status, WNOHANG);
+        if (r == p->pid) {
+            while (read_some(p, 0) && p->log_len < sizeof(p->log) - 1) {
+                struct pollfd pfd = {p->out_fd, POLLIN, 0};
+                if (poll(&pfd, 1, 0) <= 0)
+                    break;
+            }
+            close(p->out_fd);
+            p->exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+            return p->exit_status;
+        }
+    }
+    proc_kill(p);
+    return -1;
+}
+
+void
+proc_kill(proc_t *p)
+{
+    if (p->pid > 0 && p->exit_status < 0) {
+        kill(p->pid, SIGKILL);
+        waitpid(p->pid, NULL, 0);
+        close(p->out_fd);
+        p->exit_status = 137;
+    }
+}
+
+uint16_t
+proc_wait_port(proc_t *p, int timeout_ms)
+{
+    if (!proc_wait_log(p, "serving on http", timeout_ms))
+        return 0;
+    const char *at = strstr(p->log, "serving on http");
+    const char *colon = strchr(strstr(at, "://") + 3, ':');
+    return colon != NULL ? (uint16_t)atoi(colon + 1) : 0;
+}
+
+bool
+http_request(uint16_t port, const char *method, const char *path, const char *body, http_response_t *res)
+{
+    memset(res, 0, sizeof(*res));
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port)};
+    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+    struct timeval tv = {5, 0};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    if (connect(fd, (struct sockaddr *)&sin, sizeof(sin)) != 0) {
+        close(fd);
+        return false;
+    }
+    char req[4096];
+    int n = snprintf(req, sizeof(req),
+                     "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: %zu\r\n"
+                     "Content-Type: application/json\r\n\r\n%s",
+                     method, path, body ? strlen(body) : 0, body ? body : "");
+    if (write(fd, req, (size_t)n) != n) {
+        close(fd);
+        return false;
+    }
+    static char buf[16384];
+    size_t len = 0;
+    ssize_t r;
+    while (len < sizeof(buf) - 1 && (r = read(fd, buf + len, sizeof(buf) - 1 - len)) > 0)
+        len += (size_t)r;
+    close(fd);
+    buf[len] = '\0';
+    char *end = strstr(buf, "\r\n\r\n");
+    if (len < 12 || end == NULL)
+        return false;
+    res->status = atoi(buf + 9);
+    snprintf(res->headers, sizeof(res->headers), "%.*s", (int)(end - buf), buf);
+    snprintf(res->body, sizeof(res->body), "%s", end + 4);
+    return true;
+}
+
+static char paths[4][64];
+
+void
+remove_temp_files(void)
+{
+    for (int i = 0; i < 4; i++) {
+        if (paths[i][0] != '\0')
+            unlink(paths[i]);
+        paths[i][0] = '\0';
+    }
+}
+
+const char *
+write_temp_file(int slot, const char *text)
+{
+    if (paths[slot][0] == '\0') {
+        snprintf(paths[slot], sizeof(paths[slot]), "/tmp/sluice-e2e-XXXXXX");
+        int fd = mkstemp(paths[slot]);
+        close(fd);
+    }
+    /* Replace the file whole, as an editor saving it would. */
+    char tmp[80];
+    snprintf(tmp, sizeof(tmp), "%s.new", paths[slot]);
+    FILE *f = fopen(tmp, "w");
+    fputs(text, f);
+    fclose(f);
+    rename(tmp, paths[slot]);
+    return paths[slot];
+}

@@ -1,0 +1,48 @@
+/*
+ * End-to-end harness: start the real sluice binary, read its log, talk HTTP
+ * to it on 127.0.0.1, and signal it. Every wait is bounded.
+ */
+#ifndef TEST_HARNESS_H
+#define TEST_HARNESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+typedef struct {
+    pid_t pid;
+    int out_fd; /* the child's stdout and stderr */
+    char log[1 << 16];
+    size_t log_len;
+    int exit_status; /* -1 until it exited */
+} proc_t;
+
+/* Starts $SLUICE_BIN with the arguments (NULL-terminated). */
+void proc_start(proc_t *p, const char *const *args);
+/* Reads output until needle appears; false after timeout_ms or when the process ends without it. */
+bool proc_wait_log(proc_t *p, const char *needle, int timeout_ms);
+/* Waits for the exit; returns the exit status, or -1 (after SIGKILL) when it did not end in time. */
+int proc_wait_exit(proc_t *p, int timeout_ms);
+/* Kills a process still running (test teardown). */
+void proc_kill(proc_t *p);
+/* The port from the "serving on http://127.0.0.1:PORT" line (waits for it). 0 on timeout. */
+uint16_t proc_wait_port(proc_t *p, int timeout_ms);
+
+typedef struct {
+    int status;
+    char headers[4096];
+    char body[8192];
+} http_response_t;
+
+/* One HTTP/1.1 request on a fresh connection; returns false on a connect or read failure. */
+bool http_request(uint16_t port, const char *method, const char *path, const char *body,
+                  http_response_t *res);
+
+/* Writes text to a fresh temporary file; returns its path (static storage per call slot 0..3). */
+const char *write_temp_file(int slot, const char *text);
+
+/* Removes the files write_temp_file made. */
+void remove_temp_files(void);
+
+#endif

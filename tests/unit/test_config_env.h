@@ -1,0 +1,49 @@
+/* A fake environment for config tests: variables, zones and files are tables. */
+#ifndef TEST_CONFIG_ENV_H
+#define TEST_CONFIG_ENV_H
+
+#include <string.h>
+
+#include "config.h"
+
+static const char *const fake_vars[][2] = {
+    {"ANTHROPIC_KEY", "sk-ant-api03-aaaaaaaaaaaaaaaaaaaabcd"},
+    {"RELAY_KEY", "relay-secret-123456"},
+    {"ALICE_KEY", "alice-key-0001"},
+    {"BOB_KEY", "bob-key-0002"},
+    {"TEAM", "infra"},
+    {"EMPTY", ""},
+};
+
+static const char *
+fake_getenv(void *ctx, const char *name)
+{
+    const char *const(*extra)[2] = ctx;
+    for (size_t i = 0; extra != NULL && extra[i][0] != NULL; i++) {
+        if (strcmp(extra[i][0], name) == 0)
+            return extra[i][1];
+    }
+    for (size_t i = 0; i < sizeof(fake_vars) / sizeof(fake_vars[0]); i++) {
+        if (strcmp(fake_vars[i][0], name) == 0)
+            return fake_vars[i][1];
+    }
+    return NULL;
+}
+
+static bool
+fake_zone_exists(void *ctx, const char *name)
+{
+    (void)ctx;
+    return strcmp(name, "Europe/Berlin") == 0 || strcmp(name, "UTC") == 0;
+}
+
+static bool
+fake_file_readable(void *ctx, const char *path)
+{
+    (void)ctx;
+    return strncmp(path, "/ok/", 4) == 0;
+}
+
+static const sl_config_env_t test_env = {fake_getenv, fake_zone_exists, fake_file_readable, NULL};
+
+#endif

@@ -1,0 +1,84 @@
+/* Credential masking: what is masked, what is left alone, and that output never grows. */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "core/mask.h"
+
+static char masked[SL_MASKED_KEY_MAX];
+
+Test(mask_key, keeps_known_prefix_and_last_four)
+{
+    cr_assert_str_eq(sl_mask_key("sk-ant-api03-abcdefghijklmnopqrstuvwxyz-abcd", masked), "sk-ant-…abcd");
+    cr_assert_str_eq(sl_mask_key("sk-proj-0123456789abcdefWXYZ", masked), "sk-proj-…WXYZ");
+    cr_assert_str_eq(sl_mask_key("sk-0123456789abcdef9876", masked), "sk-…9876");
+    cr_assert_str_eq(sl_mask_key("AIzaSyA-0123456789abcdefghijklmnopq", masked), "AIza…nopq");
+    cr_assert_str_eq(sl_mask_key("AKIAIOSFODNN7EXAMPLE", masked), "AKIA…MPLE");
+}
+
+Test(mask_key, unknown_shape_shows_only_the_tail)
+{
+    cr_assert_str_eq(sl_mask_key("relay-secret-123456", masked), "…3456");
+}
+
+Test(mask_key, short_keys_show_nothing)
+{
+    cr_assert_str_eq(sl_mask_key("abc", masked), "…");
+    cr_assert_str_eq(sl_mask_key("", masked), "…");
+    cr_assert_str_eq(sl_mask_key("sk-ant-12345", masked), "…", "a prefix with too little after it");
+}
+
+static char *
+scrub(const char *in)
+{
+    static char buf[1024];
+    size_t len = strlen(in);
+    memcpy(buf, in, len + 1);
+    size_t out = sl_scrub_secrets(buf, len);
+    cr_assert_leq(out, len, "scrubbing never grows the text");
+    buf[out] = '\0';
+    return buf;
+}
+
+Test(scrub, masks_keys_in_an_error_body)
+{
+    cr_assert_str_eq(scrub("{\"error\":\"invalid x-api-key: sk-ant-api03-AAAAAAAAAAAAAAAAAAAAAAAA-wxyz\"}"),
+                     "{\"error\":\"invalid x-api-key: sk-ant-…wxyz\"}");
+    cr_assert_str_eq(scrub("Incorrect API key provided: sk-proj-abcdefghijklmnop1234."),
+                     "Incorrect API key provided: sk-proj-…1234.");
+    cr_assert_str_eq(scrub("?key=AIzaSyDaGmWKa4JsXZ-HjGw7ISLn_3namBGewQe"), "?key=AIza…ewQe");
+    cr_assert_str_eq(scrub("bad AIzaSyDaGmWKa4JsXZ-HjGw7ISLn_3namBGewQe"), "bad AIza…ewQe");
+}
+
+Test(scrub, masks_bearer_tokens_and_aws_ids)
+{
+    cr_assert_str_eq(scrub("Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.payload.sig12345"),
+                     "Authorization: Bearer …2345");
+    cr_assert_str_eq(scrub("credential AKIAIOSFODNN7EXAMPLE/20260101"), "credential AKIA…MPLE/20260101");
+}
+
+Test(scrub, masks_long_tokens_after_secret_words)
+{
+    cr_assert_str_eq(scrub("{\"access_token\": \"abcdefghijklmnopqrstuvwxyz\"}"),
+                     "{\"access_token\": \"…wxyz\"}");
+    cr_assert_str_eq(scrub("client_secret=0123456789012345678901234"), "client_secret=…1234");
+}
+
+Test(scrub, leaves_ordinary_text_alone)
+{
+    const char *plain[] = {
+        "{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}",
+        "the task-abcdefghijklmnop ran", /* "sk-" inside a word is not a key */
+        "token: short",
+        "max_tokens: 4096",
+        "",
+    };
+    for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++)
+        cr_assert_str_eq(scrub(plain[i]), plain[i]);
+}
+
+Test(scrub, is_idempotent)
+{
+    char once[256];
+    strcpy(once, scrub("x-api-key sk-ant-api03-ZZZZZZZZZZZZZZZZZZZZ-abcd and Bearer sk-abcdefghijklmnopq"));
+    cr_assert_str_eq(scrub(once), once);
+}

@@ -261,6 +261,11 @@ main(int argc, char **argv)
         return 1;
     }
     listen.port = sl_server_port(server);
+    if (!safe_mode) {
+        char *summary = sl_config_summary(config);
+        sl_log_info("config: %s", summary);
+        free(summary);
+    }
     sl_log_info("sluice %s serving on %s://%s:%u (%u thread%s, config: %s)%s", SLUICE_VERSION,
                 listen.tls_cert != NULL ? "https" : "http", listen.bind, listen.port, threads,
                 threads == 1 ? "" : "s", opt.config_path != NULL ? opt.config_path : "embedded default",

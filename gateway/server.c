@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <netinet/in.h>
-#include <openssl/err.h>
 #include <openssl/ssl.h>
 #include <semaphore.h>
 #include <stdatomic.h>
@@ -15,14 +14,16 @@
 #include <unistd.h>
 
 #include <h2o.h>
-#include <h2o/http2.h>
 
 #include "core/msg.h"
 #include "core/xalloc.h"
 #include "log.h"
+#include "tls.h"
+#include "worker.h"
 
 typedef struct {
     h2o_context_t ctx; /* first: a request's conn->ctx leads back to its worker */
+    sl_worker_io_t io;
     sl_server_t *server;
     pthread_t tid;
     int listen_fd;
@@ -35,7 +36,8 @@ typedef struct {
 struct sl_server {
     h2o_globalconf_t globalconf;
     sl_snapshot_holder_t *holder;
-    SSL_CTX *ssl_ctx;
+    SSL_CTX *ssl_ctx;          /* the gateway listener's, when it serves TLS */
+    SSL_CTX *upstream_ssl_ctx; /* verifies upstream certificates and host names */
     sl_cidr_t *allow_from;
     size_t n_allow_from;
     uint16_t port;
@@ -181,9 +183,12 @@ worker_main(void *arg)
 {
     worker_t *w = arg;
     while (!atomic_load(&w->server->exiting)) {
+        int64_t wait = sl_timerheap_wait_ms(&w->io.timers, sl_now_ms());
         /* -1 with EINTR happens when a debugger attaches: not a reason to stop serving. */
-        if (h2o_evloop_run(w->ctx.loop, INT32_MAX) != 0 && errno != EINTR)
+        if (h2o_evloop_run(w->ctx.loop, wait < 0 || wait > INT32_MAX ? INT32_MAX : (int32_t)wait) != 0 &&
+            errno != EINTR)
             break;
+        sl_timerheap_run(&w->io.timers, sl_now_ms());
     }
     /*
      * Park instead of returning: h2o keeps per-thread caches of buffers with no
@@ -245,24 +250,19 @@ bound_port(int fd)
                                          : ((struct sockaddr_in6 *)&ss)->sin6_port);
 }
 
-static SSL_CTX *
-make_ssl_ctx(const sl_listen_t *listen, char *err, size_t err_size)
+/* Upstream connections: the hop runs its own timers, so h2o's single I/O timeout is only a backstop. */
+static void
+init_worker_io(sl_worker_io_t *io, h2o_loop_t *loop, h2o_multithread_queue_t *queue, SSL_CTX *upstream_ssl)
 {
-    SSL_CTX *ctx = SSL_CTX_new(TLS_server_method());
-    if (ctx == NULL)
-        goto fail;
-    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
-    if (SSL_CTX_use_certificate_chain_file(ctx, listen->tls_cert) != 1 ||
-        SSL_CTX_use_PrivateKey_file(ctx, listen->tls_key, SSL_FILETYPE_PEM) != 1 ||
-        SSL_CTX_check_private_key(ctx) != 1)
-        goto fail;
-    h2o_ssl_register_alpn_protocols(ctx, h2o_http2_alpn_protocols);
-    return ctx;
-fail:
-    snprintf(err, err_size, "cannot use TLS certificate %s / key %s: %s", listen->tls_cert, listen->tls_key,
-             ERR_reason_error_string(ERR_get_error()));
-    SSL_CTX_free(ctx);
-    return NULL;
+    io->loop = loop;
+    h2o_timeout_init(loop, &io->io_timeout, 24 * 3600 * 1000);
+    h2o_multithread_register_receiver(queue, &io->getaddr_receiver, h2o_hostinfo_getaddr_receiver);
+    io->client_ctx = (h2o_http1client_ctx_t){
+        .loop = loop,
+        .getaddr_receiver = &io->getaddr_receiver,
+        .io_timeout = &io->io_timeout,
+        .ssl_ctx = upstream_ssl,
+    };
 }
 
 static void
@@ -277,6 +277,7 @@ free_partial(sl_server_t *s)
     free(s->workers);
     free(s->allow_from);
     SSL_CTX_free(s->ssl_ctx);
+    SSL_CTX_free(s->upstream_ssl_ctx);
     sem_destroy(&s->parked);
     h2o_config_dispose(&s->globalconf);
     free(s);
@@ -302,7 +303,12 @@ sl_server_start(const sl_listen_t *listen, unsigned threads, sl_snapshot_holder_
         memcpy(s->allow_from, listen->allow_from, listen->n_allow_from * sizeof(sl_cidr_t));
         s->n_allow_from = listen->n_allow_from;
     }
-    if (listen->tls_cert != NULL && (s->ssl_ctx = make_ssl_ctx(listen, err, err_size)) == NULL) {
+    if (listen->tls_cert != NULL &&
+        (s->ssl_ctx = sl_tls_server_ctx(listen->tls_cert, listen->tls_key, err, err_size)) == NULL) {
+        free_partial(s);
+        return NULL;
+    }
+    if ((s->upstream_ssl_ctx = sl_tls_upstream_ctx(err, err_size)) == NULL) {
         free_partial(s);
         return NULL;
     }
@@ -330,6 +336,7 @@ sl_server_start(const sl_listen_t *listen, unsigned threads, sl_snapshot_holder_
         w->accept_ctx.ssl_ctx = s->ssl_ctx;
         w->queue = h2o_multithread_create_queue(w->ctx.loop);
         h2o_multithread_register_receiver(w->queue, &w->wake, on_wake);
+        init_worker_io(&w->io, w->ctx.loop, w->queue, s->upstream_ssl_ctx);
         w->listener = h2o_evloop_socket_create(w->ctx.loop, w->listen_fd, H2O_SOCKET_FLAG_DONT_READ);
         w->listener->data = w;
         h2o_socket_read_start(w->listener, on_accept);

@@ -1,0 +1,204 @@
+/*
+ * OpenAI Chat Completions streams (formats.md): unnamed `data:` chunks ending
+ * with `data: [DONE]`. While held, a chunk is parsed to tell the opening role
+ * chunk from content. Once flowing, byte scans for "error", "usage" and
+ * "finish_reason" decide, and only a chunk with a non-null error or usage is
+ * parsed (OpenAI sends "usage":null on every chunk when usage is asked for).
+ *
+ * Also the readers shared with the Responses dialect (declared in stream_class.h).
+ */
+#include <jansson.h>
+
+#include "core/stream_class.h"
+
+static bool
+is_json_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\n' || c == '\r';
+}
+
+const char *
+sl__json_value_of(const char *p, const char *end, const char *quoted_key)
+{
+    size_t n = strlen(quoted_key);
+    while (p < end && (p = memchr(p, '"', (size_t)(end - p))) != NULL) {
+        if ((size_t)(end - p) < n)
+            return NULL;
+        if (memcmp(p, quoted_key, n) != 0) {
+            p++;
+            continue;
+        }
+        const char *q = p + n;
+        while (q < end && is_json_space(*q))
+            q++;
+        if (q < end && *q == ':') {
+            for (q++; q < end && is_json_space(*q); q++)
+                ;
+            return q < end ? q : NULL;
+        }
+        p++;
+    }
+    return NULL;
+}
+
+bool
+sl__json_has_non_null(const char *p, size_t len, const char *quoted_key)
+{
+    const char *end = p + len;
+    for (const char *v = p; (v = sl__json_value_of(v, end, quoted_key)) != NULL;) {
+        if ((size_t)(end - v) < 4 || memcmp(v, "null", 4) != 0)
+            return true;
+    }
+    return false;
+}
+
+void
+sl__openai_error(const json_t *error, sl_stream_verdict_t *out)
+{
+    const json_t *code = json_object_get(error, "code");
+    const char *name = json_string_value(code);
+    if (name == NULL || name[0] == '\0')
+        name = json_string_value(json_object_get(error, "type"));
+    const char *message = json_is_string(error) ? json_string_value(error)
+                                                : json_string_value(json_object_get(error, "message"));
+    sl__stream_error(out, name, message, json_is_integer(code) ? json_integer_value(code) : 0);
+}
+
+static int64_t
+count_of(const json_t *o, const char *key, int64_t dflt)
+{
+    const json_t *v = json_object_get(o, key);
+    return json_is_integer(v) && json_integer_value(v) >= 0 ? json_integer_value(v) : dflt;
+}
+
+void
+sl__openai_usage(const json_t *u, const char *input_key, const char *output_key, const char *details_key,
+                 sl_usage_t *usage)
+{
+    if (!json_is_object(u))
+        return;
+    int64_t input = count_of(u, input_key, -1);
+    if (input >= 0) {
+        int64_t cached = count_of(json_object_get(u, details_key), "cached_tokens", 0);
+        if (cached > input)
+            cached = input;
+        usage->input = input - cached;
+        usage->cache_read = cached;
+    }
+    usage->output = count_of(u, output_key, usage->output);
+}
+
+static void
+take_usage(const json_t *root, sl_usage_t *usage)
+{
+    sl__openai_usage(json_object_get(root, "usage"), "prompt_tokens", "completion_tokens",
+                     "prompt_tokens_details", usage);
+}
+
+/* Opening fields are null, "", [], {} or false: a delta with anything else is content. */
+static bool
+is_empty(const json_t *v)
+{
+    switch (json_typeof(v)) {
+    case JSON_NULL:
+    case JSON_FALSE:
+        return true;
+    case JSON_STRING:
+        return json_string_length(v) == 0;
+    case JSON_ARRAY:
+        return json_array_size(v) == 0;
+    case JSON_OBJECT:
+        return json_object_size(v) == 0;
+    default:
+        return false;
+    }
+}
+
+static bool
+delta_has_content(const json_t *delta)
+{
+    const char *key;
+    const json_t *value;
+    json_object_foreach((json_t *)delta, key, value)
+    {
+        if (strcmp(key, "role") != 0 && !is_empty(value))
+            return true;
+    }
+    return false;
+}
+
+/* The held phase: formats.md's opening rule, applied to the whole chunk. */
+static void
+classify_held(const sl_sse_event_t *ev, sl_stream_verdict_t *out, sl_usage_t *usage)
+{
+    json_t *root = json_loadb(ev->data, ev->data_len, 0, NULL);
+    if (!json_is_object(root)) {
+        json_decref(root);
+        return;
+    }
+    const json_t *error = json_object_get(root, "error");
+    if (error && !json_is_null(error)) {
+        sl__openai_error(error, out);
+        json_decref(root);
+        return;
+    }
+    take_usage(root, usage);
+    const json_t *u = json_object_get(root, "usage");
+    bool content = u != NULL && !json_is_null(u);
+    size_t i;
+    const json_t *choice;
+    json_array_foreach(json_object_get(root, "choices"), i, choice)
+    {
+        const json_t *finish = json_object_get(choice, "finish_reason");
+        if (finish && !json_is_null(finish))
+            out->finished = content = true;
+        if (delta_has_content(json_object_get(choice, "delta")))
+            content = true;
+    }
+    out->kind = content ? SL_STREAM_CONTENT : SL_STREAM_OPENING;
+    json_decref(root);
+}
+
+/* The flowing phase: everything is content unless a scan finds an error. */
+static void
+classify_flowing(const sl_sse_event_t *ev, sl_stream_verdict_t *out, sl_usage_t *usage)
+{
+    bool has_error = sl__json_has_non_null(ev->data, ev->data_len, "\"error\"");
+    bool has_usage = sl__json_has_non_null(ev->data, ev->data_len, "\"usage\"");
+    out->finished = sl__json_has_non_null(ev->data, ev->data_len, "\"finish_reason\"");
+    if (!has_error && !has_usage)
+        return;
+    json_t *root = json_loadb(ev->data, ev->data_len, 0, NULL);
+    const json_t *error = json_object_get(root, "error");
+    if (error && !json_is_null(error))
+        sl__openai_error(error, out);
+    else
+        take_usage(root, usage);
+    json_decref(root);
+}
+
+static void
+do_classify(sl_stream_phase_t phase, const sl_sse_event_t *ev, sl_stream_verdict_t *out, sl_usage_t *usage)
+{
+    *out = (sl_stream_verdict_t){.kind = SL_STREAM_CONTENT};
+    if (ev->data == NULL) {
+        /* a named event without data: the SDKs dispatch nothing for it either */
+        out->kind = SL_STREAM_IGNORE;
+        return;
+    }
+    if (ev->data_len >= 6 && memcmp(ev->data, "[DONE]", 6) == 0) {
+        out->kind = SL_STREAM_END;
+        out->finished = true;
+        return;
+    }
+    if (phase == SL_STREAM_HELD)
+        classify_held(ev, out, usage);
+    else
+        classify_flowing(ev, out, usage);
+}
+
+const sl_stream_class_vtable_t sl__stream_openai_chat = {
+    .dialect = SL_DIALECT_OPENAI_CHAT,
+    .end_is_content = false,
+    .classify = do_classify,
+};

@@ -1,0 +1,66 @@
+/*
+ * One upstream attempt on h2o_http1client: connect (through the upstream's
+ * keep-alive pool), send the request, report the head, the body bytes and
+ * how it ended. Owns its timers: connect, idle (no byte for idle_ms, the
+ * first byte included) and total. Knows nothing of dialects or failover:
+ * request.c decides what each outcome means.
+ */
+#ifndef SL_HOP_H
+#define SL_HOP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <h2o.h>
+#include <h2o/socketpool.h>
+
+#include "worker.h"
+
+typedef enum {
+    SL_HOP_END_EOS,                /* the answer ended cleanly */
+    SL_HOP_END_CONNECT_FAILED,     /* TCP or TLS could not be set up (includes the connect timeout) */
+    SL_HOP_END_BROKEN_BEFORE_HEAD, /* the connection failed after the request went out, before a head */
+    SL_HOP_END_BROKEN,             /* the connection failed after the head */
+    SL_HOP_END_IDLE_TIMEOUT,       /* no byte from the upstream for idle_ms */
+    SL_HOP_END_TOTAL_TIMEOUT,      /* the whole hop took longer than total_ms */
+} sl_hop_end_t;
+
+typedef struct sl_hop sl_hop_t;
+
+typedef struct {
+    /* The head arrived. headers are valid during the call only. */
+    void (*on_head)(void *data, int status, const h2o_header_t *headers, size_t n_headers);
+    /* Body bytes are in *input (de-chunked); take what you need and h2o_buffer_consume it. */
+    void (*on_body)(void *data, h2o_buffer_t **input);
+    /* The hop is over (after any last on_body); the hop is freed after this returns. */
+    void (*on_end)(void *data, sl_hop_end_t how, const char *detail);
+} sl_hop_callbacks_t;
+
+typedef struct {
+    h2o_socketpool_t *pool;
+    h2o_iovec_t head; /* request line and headers; must stay valid until on_end or sl_hop_cancel */
+    h2o_iovec_t body;
+    uint32_t connect_ms, idle_ms, total_ms;
+} sl_hop_params_t;
+
+/*
+ * Starts a hop. Callbacks are never called from inside this function: a
+ * connect failure is reported on a later loop turn.
+ */
+sl_hop_t *sl_hop_start(sl_worker_io_t *io, const sl_hop_params_t *params, const sl_hop_callbacks_t *cb,
+                       void *data);
+
+/* Aborts a hop: the connection is closed and no callback follows. May be called from inside a callback. */
+void sl_hop_cancel(sl_hop_t *hop);
+
+/*
+ * Backpressure: stop reading from the upstream while the client is slow, and
+ * go on later. The idle timer does not run while reading is paused.
+ */
+void sl_hop_pause_reading(sl_hop_t *hop);
+void sl_hop_resume_reading(sl_hop_t *hop);
+
+/* Short English name of an end, for logs. */
+const char *sl_hop_end_name(sl_hop_end_t how);
+
+#endif

@@ -1,0 +1,307 @@
+/*
+ * The request DB (behaviour.md §10, §7): one SQLite file holding a row per
+ * ended request with its attempts, and per-minute usage buckets that survive
+ * restarts and request retention.
+ *
+ * One writer thread owns the write connection. The data plane only hands it
+ * rows through a bounded queue and usage through an in-memory map, both under
+ * one mutex that is never held across IO, so a locked DB or a full disk slows
+ * nothing but the writer: the rows it cannot write are counted as dropped
+ * (sl_recorder_stats) and the shell reports them with a RowsDropped event.
+ * Every submitted row is written exactly once or counted as dropped once.
+ *
+ * Nothing stored carries a credential: the writer strips a `key` query
+ * parameter from paths and runs sl_scrub_secrets over every free-text field.
+ *
+ * The scheduling rules (when to write a batch, flush usage, sweep old rows)
+ * and the retention cut-offs are pure functions of a state and a time, at the
+ * end of this header.
+ */
+#ifndef SL_RECORDER_H
+#define SL_RECORDER_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "config.h"
+#include "core/msg.h"
+
+/* PRAGMA user_version of the schema this code writes. */
+#define SL_RECORDER_SCHEMA_VERSION 1
+
+#define SL_RECORDER_DEFAULT_QUEUE     10000
+#define SL_RECORDER_DEFAULT_BATCH     512
+#define SL_RECORDER_DEFAULT_BUSY_MS   1000
+#define SL_RECORDER_DEFAULT_RETENTION 30
+#define SL_RECORDER_BATCH_DELAY_MS    50      /* longest a row waits for its batch */
+#define SL_RECORDER_USAGE_FLUSH_MS    1000    /* usage buckets reach the DB this often */
+#define SL_RECORDER_SWEEP_EVERY_MS    3600000 /* a retention pass at most once an hour */
+#define SL_RECORDER_SWEEP_RETRY_MS    60000   /* after a failed sweep step */
+#define SL_RECORDER_SWEEP_CHUNK       500     /* rows deleted per transaction */
+#define SL_RECORDER_BUCKET_KEEP_DAYS  40      /* usage buckets outlive any calendar month */
+#define SL_RECORDER_MAX_BUCKETS       65536   /* pending usage buckets held in memory */
+#define SL_HISTORY_DEFAULT_LIMIT      100
+#define SL_HISTORY_MAX_LIMIT          1000
+
+/* Optional numbers in rows: absent is -1 for durations, 0 for status and retry. */
+#define SL_ROW_ABSENT (-1)
+
+/* How a request ended. */
+typedef enum {
+    SL_ROW_SERVED,
+    SL_ROW_FAILED,
+    SL_ROW_CANCELLED,
+    SL_ROW_ANSWERED_LOCALLY,
+    SL_ROW_OUTCOME_COUNT
+} sl_row_outcome_t;
+
+/* How one hop ended: the protocol's Outcome, in its order. */
+typedef enum {
+    SL_ROW_HOP_SERVED,
+    SL_ROW_HOP_STATUS,
+    SL_ROW_HOP_ERROR,
+    SL_ROW_HOP_SKIPPED,
+    SL_ROW_HOP_ESTIMATED,
+    SL_ROW_HOP_CANCELLED,
+    SL_ROW_HOP_COUNT
+} sl_row_hop_outcome_t;
+
+/* Why a candidate was skipped: the protocol's ServeSkip, in its order, after NONE. */
+typedef enum {
+    SL_ROW_SKIP_NONE,
+    SL_ROW_SKIP_DISABLED,
+    SL_ROW_SKIP_NOT_OFFERED,
+    SL_ROW_SKIP_COOLING,
+    SL_ROW_SKIP_THROTTLED,
+    SL_ROW_SKIP_BUSY,
+    SL_ROW_SKIP_WINDOW_FULL,
+    SL_ROW_SKIP_PERIOD_USED_UP,
+    SL_ROW_SKIP_KEY_WINDOW,
+    SL_ROW_SKIP_COUNT
+} sl_row_skip_t;
+
+/* Whose usage a bucket counts: the protocol's LimitTarget. */
+typedef enum { SL_BUCKET_PROVIDER, SL_BUCKET_CLIENT, SL_BUCKET_KIND_COUNT } sl_bucket_kind_t;
+
+typedef struct {
+    char *name, *value; /* owned */
+} sl_row_arg_t;
+
+/* A stored Msg {code, args, text}; code NULL = no message. Every string is owned. */
+typedef struct {
+    char *code;
+    char *text;
+    sl_row_arg_t *args;
+    size_t nargs;
+} sl_row_msg_t;
+
+/* One AttemptView. Strings owned; model NULL = absent. */
+typedef struct {
+    char *provider;
+    char *model;
+    sl_row_hop_outcome_t outcome;
+    uint32_t status; /* 0 = no head arrived */
+    sl_row_msg_t error;
+    int64_t ms;
+    int64_t pause_ms; /* SL_ROW_ABSENT = not queued */
+    uint32_t retry;   /* 1-based round; 0 = first try */
+    int64_t backoff_ms;
+    sl_row_skip_t skipped;
+} sl_attempt_row_t;
+
+typedef struct {
+    uint64_t input, output, cache_read, cache_write;
+    bool estimated;
+} sl_row_usage_t;
+
+/*
+ * One ended request: what a HistoryRow needs, plus the outcome, path, error
+ * and ttfb kept for the operator. Every string and the attempts array are
+ * owned by the row; provider NULL = none served it.
+ */
+typedef struct {
+    uint64_t id;
+    int64_t started_at_ms;
+    char *client;
+    sl_dialect_t dialect;
+    char *model;
+    char *provider;
+    char *path;
+    uint32_t status;
+    sl_row_outcome_t outcome;
+    sl_row_msg_t error;
+    int64_t duration_ms;
+    int64_t ttfb_ms, ttft_ms; /* SL_ROW_ABSENT = none */
+    bool has_usage;
+    sl_row_usage_t usage;
+    int64_t cost_micros; /* SL_ROW_ABSENT = unknown */
+    sl_attempt_row_t *attempts;
+    size_t n_attempts;
+} sl_request_row_t;
+
+/*
+ * A zeroed row with n_attempts zeroed attempts and every optional number set
+ * to absent. The caller fills it (strings with sl_xstrdup) and owns it until
+ * sl_recorder_submit. Never NULL.
+ */
+sl_request_row_t *sl_request_row_new(size_t n_attempts);
+/* Frees the row, its attempts and every string; NULL is ignored. */
+void sl_request_row_free(sl_request_row_t *row);
+/* A copy of msg (code slug, args, text) for a row; the caller owns the result. */
+sl_row_msg_t sl_row_msg_from(const sl_msg_t *msg);
+/* Frees the message's strings and zeroes it. */
+void sl_row_msg_clear(sl_row_msg_t *msg);
+
+/* Zero fields take the SL_RECORDER_DEFAULT_* values. */
+typedef struct {
+    size_t queue_capacity;    /* rows waiting for the writer */
+    size_t batch_max;         /* rows per transaction */
+    uint32_t busy_timeout_ms; /* how long a write waits for another connection's lock */
+    uint32_t retention_days;  /* request rows older than this are deleted (store.retention_days) */
+    uint64_t max_db_bytes;    /* 0 = no cap; past it writes fail like a full disk */
+} sl_recorder_options_t;
+
+typedef struct {
+    uint64_t written;       /* rows committed */
+    uint64_t dropped;       /* rows lost: queue full, write failed, or submitted while closing */
+    uint64_t usage_dropped; /* usage buckets lost: map full, or a failed flush at flush/close */
+    uint64_t swept;         /* request rows deleted by retention */
+    int last_error;         /* SQLite result code of the latest failed write; 0 if none */
+} sl_recorder_stats_t;
+
+typedef struct sl_recorder sl_recorder_t;
+
+/*
+ * Opens or creates the request DB at path: the file is created (or tightened)
+ * to mode 0600 before SQLite touches it, WAL journal, synchronous=NORMAL, the
+ * schema migrated up to SL_RECORDER_SCHEMA_VERSION, and the writer thread
+ * started. opts may be NULL. Returns the recorder, or NULL with a reason in
+ * err (a DB with a newer schema is refused, never touched); nothing is left
+ * open on failure, though a file created before the failure stays.
+ */
+sl_recorder_t *sl_recorder_open(const char *path, const sl_recorder_options_t *opts, char *err,
+                                size_t err_size);
+
+/*
+ * Hands a row to the writer; never waits for IO. Takes ownership of row in
+ * every case: returns true when it was queued, false when it was dropped
+ * (queue full or the recorder closing), freed and counted.
+ */
+bool sl_recorder_submit(sl_recorder_t *rec, sl_request_row_t *row);
+
+/*
+ * Adds to the usage bucket (kind, name, epoch minute); the writer upserts the
+ * accumulated buckets about once a second. name is copied. Returns false, and
+ * counts a dropped bucket, when SL_RECORDER_MAX_BUCKETS are already pending.
+ */
+bool sl_recorder_add_usage(sl_recorder_t *rec, sl_bucket_kind_t kind, const char *name, int64_t minute,
+                           int64_t requests, int64_t tokens, int64_t cost_micros);
+
+/* Copies the counters into *out. */
+void sl_recorder_stats(sl_recorder_t *rec, sl_recorder_stats_t *out);
+
+/*
+ * Blocks until the writer has nothing due: every row queued is written or
+ * dropped, pending usage is flushed (or, on failure, dropped and counted),
+ * and a due retention pass has run. Not for the data plane.
+ */
+void sl_recorder_flush(sl_recorder_t *rec);
+
+/*
+ * Writes or drops everything queued, flushes usage, joins the writer and
+ * closes the DB; frees rec. Rows submitted from other threads meanwhile are
+ * dropped and counted. NULL is ignored.
+ */
+void sl_recorder_close(sl_recorder_t *rec);
+
+/* ---- reading back, each call on its own read-only connection ------------ */
+
+/* Which rows a `history` request wants; NULL / 0 fields do not filter. */
+typedef struct {
+    int64_t since_ms; /* rows started at or after */
+    uint32_t limit;   /* 0 = SL_HISTORY_DEFAULT_LIMIT; capped at SL_HISTORY_MAX_LIMIT */
+    const char *client;
+    const char *provider;
+    const char *model;
+    uint32_t status;
+    const char *cursor; /* a previous page's next_cursor; NULL = the newest rows */
+} sl_history_query_t;
+
+typedef struct {
+    sl_request_row_t **rows; /* newest first; owned */
+    size_t n;
+    char *next_cursor; /* owned; NULL when no older row matches */
+} sl_history_page_t;
+
+/*
+ * Reads one page of rows with their attempts, newest first, from the DB at
+ * path. Returns true and fills *out (free with sl_history_page_free); false
+ * with a reason in err (unreadable DB, other schema version, malformed
+ * cursor), *out then empty.
+ */
+bool sl_recorder_history(const char *path, const sl_history_query_t *q, sl_history_page_t *out, char *err,
+                         size_t err_size);
+/* Frees the rows and the cursor; the page is empty afterwards. */
+void sl_history_page_free(sl_history_page_t *page);
+
+/* One persisted usage bucket; name is valid only during the call. */
+typedef void (*sl_usage_cb)(void *ctx, sl_bucket_kind_t kind, const char *name, int64_t minute,
+                            int64_t requests, int64_t tokens, int64_t cost_micros);
+
+/*
+ * Calls cb for every usage bucket whose minute starts at or after since_ms,
+ * oldest first, to rebuild limit windows at start. Returns the number of
+ * buckets, or -1 with a reason in err (then cb may have been called for some).
+ */
+int64_t sl_recorder_load_usage(const char *path, int64_t since_ms, sl_usage_cb cb, void *ctx, char *err,
+                               size_t err_size);
+
+/* ---- the rules, pure ----------------------------------------------------- */
+
+/*
+ * Removes every `key` query parameter (Gemini's credential) from a request
+ * path in place, keeping the other parameters and their order; drops the `?`
+ * when nothing remains. Returns the new length.
+ */
+size_t sl_path_strip_key(char *path);
+
+/* What the writer knows when it decides; times on one monotonic clock. */
+typedef struct {
+    size_t queued;            /* rows waiting */
+    int64_t oldest_ms;        /* when the oldest waiting row arrived */
+    bool usage_pending;       /* buckets added since the last flush */
+    int64_t usage_flushed_ms; /* when usage was last flushed */
+    int64_t sweep_at_ms;      /* when the next retention step may run */
+    bool flush_wanted;        /* a flush or close is waiting: do everything due now */
+    bool closing;             /* no retention while closing */
+} sl_recorder_state_t;
+
+/* One decision; the writer does the first item set, then decides again. */
+typedef struct {
+    size_t write_rows; /* write a batch of this many rows; 0 = none */
+    bool flush_usage;
+    bool sweep;      /* run one retention chunk */
+    int64_t wake_ms; /* nothing due: sleep until then (or a signal); INT64_MAX = no deadline */
+} sl_recorder_plan_t;
+
+/*
+ * Decides the writer's next step. A batch is due when it is full, its oldest
+ * row has waited SL_RECORDER_BATCH_DELAY_MS, or a flush is wanted; usage every
+ * SL_RECORDER_USAGE_FLUSH_MS or at a flush; a sweep step when its time has
+ * come and the recorder is not closing.
+ */
+sl_recorder_plan_t sl_recorder_plan(const sl_recorder_state_t *s, int64_t now_ms, size_t batch_max);
+
+typedef enum { SL_SWEEP_DONE, SL_SWEEP_MORE, SL_SWEEP_FAILED, SL_SWEEP_RESULT_COUNT } sl_sweep_result_t;
+
+/* When the next retention step may run after one that ended with result at now_ms. */
+int64_t sl_recorder_sweep_next(int64_t now_ms, sl_sweep_result_t result);
+
+/* Request rows that started before this epoch ms are deleted. */
+int64_t sl_retention_cutoff_ms(int64_t now_ms, uint32_t retention_days);
+
+/* Usage buckets whose epoch minute is before this are deleted: max(retention, 40) days back. */
+int64_t sl_bucket_cutoff_minute(int64_t now_ms, uint32_t retention_days);
+
+#endif

@@ -1,0 +1,26 @@
+/*
+ * What a worker thread offers the code running on its loop: the loop, the
+ * timer heap the loop sleeps on, and the upstream client context.
+ */
+#ifndef SL_WORKER_H
+#define SL_WORKER_H
+
+#include <stdint.h>
+
+#include <h2o.h>
+#include <h2o/http1client.h>
+
+#include "core/timerheap.h"
+
+typedef struct {
+    h2o_loop_t *loop;
+    sl_timerheap_t timers;
+    h2o_http1client_ctx_t client_ctx;
+    h2o_timeout_t io_timeout; /* a backstop: the hop arms its own connect / idle / total timers */
+    h2o_multithread_receiver_t getaddr_receiver;
+} sl_worker_io_t;
+
+/* Monotonic milliseconds: the clock of every timer and deadline. */
+int64_t sl_now_ms(void);
+
+#endif

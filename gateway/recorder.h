@@ -164,7 +164,7 @@ typedef struct {
 
 typedef struct {
     uint64_t written;       /* rows committed */
-    uint64_t dropped;       /* rows lost: queue full, write failed, or submitted while closing */
+    uint64_t dropped;       /* rows lost: queue full, failed write, bad enum, or closing */
     uint64_t usage_dropped; /* usage buckets lost: map full, or a failed flush at flush/close */
     uint64_t swept;         /* request rows deleted by retention */
     int last_error;         /* SQLite result code of the latest failed write; 0 if none */
@@ -177,8 +177,8 @@ typedef struct sl_recorder sl_recorder_t;
  * to mode 0600 before SQLite touches it, WAL journal, synchronous=NORMAL, the
  * schema migrated up to SL_RECORDER_SCHEMA_VERSION, and the writer thread
  * started. opts may be NULL. Returns the recorder, or NULL with a reason in
- * err (a DB with a newer schema is refused, never touched); nothing is left
- * open on failure, though a file created before the failure stays.
+ * err (a DB with a newer schema is refused, its contents untouched); nothing
+ * is left open on failure, though a file created before the failure stays.
  */
 sl_recorder_t *sl_recorder_open(const char *path, const sl_recorder_options_t *opts, char *err,
                                 size_t err_size);
@@ -186,14 +186,16 @@ sl_recorder_t *sl_recorder_open(const char *path, const sl_recorder_options_t *o
 /*
  * Hands a row to the writer; never waits for IO. Takes ownership of row in
  * every case: returns true when it was queued, false when it was dropped
- * (queue full or the recorder closing), freed and counted.
+ * (queue full, the recorder closing, or an enum out of range), freed and
+ * counted.
  */
 bool sl_recorder_submit(sl_recorder_t *rec, sl_request_row_t *row);
 
 /*
  * Adds to the usage bucket (kind, name, epoch minute); the writer upserts the
  * accumulated buckets about once a second. name is copied. Returns false, and
- * counts a dropped bucket, when SL_RECORDER_MAX_BUCKETS are already pending.
+ * counts a dropped bucket, when SL_RECORDER_MAX_BUCKETS other buckets are
+ * already pending, the recorder is closing, or kind is out of range.
  */
 bool sl_recorder_add_usage(sl_recorder_t *rec, sl_bucket_kind_t kind, const char *name, int64_t minute,
                            int64_t requests, int64_t tokens, int64_t cost_micros);
@@ -250,7 +252,7 @@ typedef void (*sl_usage_cb)(void *ctx, sl_bucket_kind_t kind, const char *name, 
                             int64_t requests, int64_t tokens, int64_t cost_micros);
 
 /*
- * Calls cb for every usage bucket whose minute starts at or after since_ms,
+ * Calls cb for every usage bucket whose minute contains or follows since_ms,
  * oldest first, to rebuild limit windows at start. Returns the number of
  * buckets, or -1 with a reason in err (then cb may have been called for some).
  */
@@ -258,13 +260,6 @@ int64_t sl_recorder_load_usage(const char *path, int64_t since_ms, sl_usage_cb c
                                size_t err_size);
 
 /* ---- the rules, pure ----------------------------------------------------- */
-
-/*
- * Removes every `key` query parameter (Gemini's credential) from a request
- * path in place, keeping the other parameters and their order; drops the `?`
- * when nothing remains. Returns the new length.
- */
-size_t sl_path_strip_key(char *path);
 
 /* What the writer knows when it decides; times on one monotonic clock. */
 typedef struct {

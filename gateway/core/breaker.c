@@ -54,7 +54,6 @@ open_until(sl_breaker_t *b, sl_breaker_cause_t cause, int64_t until_ms)
     b->state = SL_BREAKER_OPEN;
     b->cause = cause;
     b->until_ms = until_ms;
-    b->failures = 0;
     b->probe_out = false;
     return changed;
 }
@@ -76,7 +75,6 @@ sl_breaker_check(sl_breaker_t *b, int64_t now_ms, bool *is_probe, bool *changed)
     if (b->state == SL_BREAKER_OPEN && b->until_ms != SL_BREAKER_UNTIL_CLEARED && now_ms >= b->until_ms) {
         b->state = SL_BREAKER_HALF_OPEN;
         b->until_ms = 0;
-        b->probe_out = false;
         moved = true;
     }
     if (b->state == SL_BREAKER_HALF_OPEN && !b->probe_out) {

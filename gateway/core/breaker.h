@@ -4,7 +4,7 @@
  *   closed --(failures_to_pause consecutive unexplained failures)--> open
  *   open   --(its time has passed; the next check hands out the probe)--> half_open
  *   half_open --(success)--> closed        (trip count reset)
- *   half_open --(unexplained failure)--> open, for twice the last pause
+ *   half_open --(unexplained failure)--> open again, the pause doubled per trip (capped)
  *
  * Failures with a known cause hold the upstream for their own time instead
  * of counting: no balance, quota used up (until its reset), credentials

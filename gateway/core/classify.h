@@ -26,6 +26,7 @@
 #include <stddef.h>
 
 #include "breaker.h"
+#include "codes.h"
 #include "config.h"
 
 /* Bytes of an error body the classifier reads; the rest is ignored. Matches the 64 KiB read cap of §4. */
@@ -49,7 +50,13 @@ typedef enum {
 typedef struct {
     sl_failure_source_t source;
     sl_dialect_t dialect; /* the upstream's protocol */
-    int status;           /* SL_FAILURE_STATUS: the HTTP status; otherwise ignored */
+    /*
+     * STATUS: the HTTP status. STREAM_ERROR: the numeric code the event
+     * named (400-599) when the dialect extracted it; anything else here
+     * (0, the stream's 200) means "look in code and the body". Otherwise
+     * ignored.
+     */
+    int status;
     /*
      * The error body (STATUS) or the error event's data (STREAM_ERROR): any
      * of the five dialects' JSON error shapes, or anything else (HTML from a
@@ -87,26 +94,6 @@ typedef enum {
     SL_FAILURE_CLASS_COUNT
 } sl_failure_class_t;
 
-/*
- * The gw.upstream.* message codes a failure is reported under (AttemptView
- * outcome, the x-sluice-error of an error the gateway writes for it).
- */
-typedef enum {
-    SL_UPSTREAM_CONNECT_FAILED,
-    SL_UPSTREAM_BROKEN_BEFORE_HEAD,
-    SL_UPSTREAM_BROKEN_BEFORE_CONTENT,
-    SL_UPSTREAM_STREAM_ENDED_EARLY,
-    SL_UPSTREAM_IDLE_TIMEOUT,
-    SL_UPSTREAM_TOTAL_TIMEOUT,
-    SL_UPSTREAM_BROKEN_AFTER_CONTENT,
-    SL_UPSTREAM_STATUS,
-    SL_UPSTREAM_STREAM_ERROR,
-    SL_UPSTREAM_QUOTA_USED_UP,
-    SL_UPSTREAM_NO_BALANCE,
-    SL_UPSTREAM_AUTH_REJECTED,
-    SL_UPSTREAM_CODE_COUNT
-} sl_upstream_code_t;
-
 /* What a class means for the caller. */
 typedef struct {
     const char *name;    /* "quota", "rate_limited", …: for logs and tests */
@@ -137,9 +124,6 @@ const sl_failure_class_info_t *sl_failure_class_info(sl_failure_class_t cls);
  * code for quota, no balance and rejected credentials (they hold the
  * upstream), else the code of where the failure came from.
  */
-sl_upstream_code_t sl_failure_code(const sl_failure_t *f, sl_failure_class_t cls);
-
-/* The dotted slug of a code, e.g. "gw.upstream.connect_failed". Never NULL for a valid code. */
-const char *sl_upstream_code_slug(sl_upstream_code_t code);
+sl_code_t sl_failure_code(const sl_failure_t *f, sl_failure_class_t cls);
 
 #endif

@@ -76,6 +76,36 @@
     X(SL_CODE_CONFIG_RELOADED, "config.reloaded", 0, "configuration reloaded from {path}")                   \
     X(SL_CODE_CONFIG_REJECTED, "config.rejected", 0,                                                         \
       "configuration in {path} has {count} problem(s); keeping the running one")                             \
+    X(SL_CODE_GW_UPSTREAM_CONNECT_FAILED, "gw.upstream.connect_failed", 502,                                 \
+      "sluice: could not connect to {provider}: {reason}")                                                   \
+    X(SL_CODE_GW_UPSTREAM_BROKEN_BEFORE_HEAD, "gw.upstream.broken_before_head", 502,                         \
+      "sluice: the connection to {provider} broke before its answer began")                                  \
+    X(SL_CODE_GW_UPSTREAM_BROKEN_BEFORE_CONTENT, "gw.upstream.broken_before_content", 502,                   \
+      "sluice: the stream from {provider} broke before any content")                                         \
+    X(SL_CODE_GW_UPSTREAM_STREAM_ENDED_EARLY, "gw.upstream.stream_ended_early", 502,                         \
+      "sluice: the stream from {provider} ended before any content")                                         \
+    X(SL_CODE_GW_UPSTREAM_IDLE_TIMEOUT, "gw.upstream.idle_timeout", 504,                                     \
+      "sluice: {provider} sent nothing for {secs} s")                                                        \
+    X(SL_CODE_GW_UPSTREAM_TOTAL_TIMEOUT, "gw.upstream.total_timeout", 504,                                   \
+      "sluice: {provider} did not finish within {secs} s")                                                   \
+    X(SL_CODE_GW_UPSTREAM_BROKEN_AFTER_CONTENT, "gw.upstream.broken_after_content", 502,                     \
+      "sluice: the stream from {provider} broke after content had been sent")                                \
+    X(SL_CODE_GW_UPSTREAM_STATUS, "gw.upstream.status", 502, "sluice: {provider} answered {status}")         \
+    X(SL_CODE_GW_UPSTREAM_STREAM_ERROR, "gw.upstream.stream_error", 502,                                     \
+      "sluice: {provider} reported an error in the stream: {code}")                                          \
+    X(SL_CODE_GW_UPSTREAM_QUOTA_USED_UP, "gw.upstream.quota_used_up", 0, "{provider} has used up its quota") \
+    X(SL_CODE_GW_UPSTREAM_NO_BALANCE, "gw.upstream.no_balance", 0, "{provider} has no balance left")         \
+    X(SL_CODE_GW_UPSTREAM_AUTH_REJECTED, "gw.upstream.auth_rejected", 0,                                     \
+      "{provider} rejected its credentials")                                                                 \
+    X(SL_CODE_GW_BREAKER_FAILURES, "gw.breaker.failures", 0,                                                 \
+      "{provider} paused until {until} after {count} failures in a row")                                     \
+    X(SL_CODE_GW_BREAKER_QUOTA_USED_UP, "gw.breaker.quota_used_up", 0,                                       \
+      "{provider} paused until {until}: quota used up")                                                      \
+    X(SL_CODE_GW_BREAKER_NO_BALANCE, "gw.breaker.no_balance", 0,                                             \
+      "{provider} paused until {until}: no balance")                                                         \
+    X(SL_CODE_GW_BREAKER_AUTH_REJECTED, "gw.breaker.auth_rejected", 0,                                       \
+      "{provider} paused until the config changes: credentials rejected")                                    \
+    X(SL_CODE_GW_BREAKER_RECOVERED, "gw.breaker.recovered", 0, "{provider} is healthy again")                \
     X(SL_CODE_GW_SAFE_MODE, "gw.safe_mode", 503,                                                             \
       "sluice: the configuration is invalid, so sluice is in safe mode and serves no requests")              \
     X(SL_CODE_GW_NOT_FOUND, "gw.not_found", 404, "sluice: no such endpoint: {method} {path}")                \

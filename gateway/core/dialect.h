@@ -225,14 +225,14 @@ const char *sl_dialect_keep_alive(sl_dialect_t d, size_t *len);
 
 /* The statuses of formats.md's table; each dialect names an error type per row. */
 typedef enum {
-    SL_ERROR_KIND_BAD_REQUEST,   /* 400, and other 4xx */
-    SL_ERROR_KIND_UNAUTHORIZED,  /* 401 */
-    SL_ERROR_KIND_FORBIDDEN,     /* 403 */
-    SL_ERROR_KIND_NOT_FOUND,     /* 404 */
-    SL_ERROR_KIND_TOO_LARGE,     /* 413 */
-    SL_ERROR_KIND_RATE_LIMITED,  /* 429 */
-    SL_ERROR_KIND_INTERNAL,      /* 500, and other statuses */
-    SL_ERROR_KIND_UNAVAILABLE,   /* 502, 503, 504 */
+    SL_ERROR_KIND_BAD_REQUEST,  /* 400, and other 4xx */
+    SL_ERROR_KIND_UNAUTHORIZED, /* 401 */
+    SL_ERROR_KIND_FORBIDDEN,    /* 403 */
+    SL_ERROR_KIND_NOT_FOUND,    /* 404 */
+    SL_ERROR_KIND_TOO_LARGE,    /* 413 */
+    SL_ERROR_KIND_RATE_LIMITED, /* 429 */
+    SL_ERROR_KIND_INTERNAL,     /* 500, and other statuses */
+    SL_ERROR_KIND_UNAVAILABLE,  /* 502, 503, 504 */
     SL_ERROR_KIND_COUNT
 } sl_error_kind_t;
 
@@ -273,7 +273,7 @@ typedef struct {
     const char *credential_scheme;
     bool sigv4_without_key;
     /* Answers. */
-    const char *error_types[SL_ERROR_KIND_COUNT];
+    const char *const *error_types; /* SL_ERROR_KIND_COUNT names, by kind */
     const char *stream_content_type;
     const char *keep_alive;
     void (*do_render_error)(const sl_error_parts_t *e, sl_strbuf_t *out, sl_error_head_t *head);

@@ -1,4 +1,4 @@
-#define _GNU_SOURCE /* pipe2 */
+#define _GNU_SOURCE /* pipe2, strcasestr */
 #include "harness.h"
 
 #include <arpa/inet.h>
@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -126,42 +127,120 @@ proc_wait_port(proc_t *p, int timeout_ms)
     return colon != NULL ? (uint16_t)atoi(colon + 1) : 0;
 }
 
-bool
-http_request(uint16_t port, const char *method, const char *path, const char *body, http_response_t *res)
+/* Decodes a chunked body in place; returns its length, or (size_t)-1 when the framing is broken. */
+static size_t
+dechunk(char *body, size_t len, bool *complete)
 {
+    size_t r = 0, w = 0;
+    *complete = false;
+    while (r < len) {
+        char *end;
+        unsigned long n = strtoul(body + r, &end, 16);
+        char *crlf = strstr(body + r, "\r\n");
+        if (crlf == NULL || end == body + r)
+            return (size_t)-1;
+        r = (size_t)(crlf + 2 - body);
+        if (n == 0) {
+            *complete = true;
+            break;
+        }
+        if (r + n > len)
+            n = len - r;
+        memmove(body + w, body + r, n);
+        w += n;
+        r += n + 2;
+    }
+    body[w] = '\0';
+    return w;
+}
+
+bool
+http_request_h(uint16_t port, const char *method, const char *path, const char *headers, const char *body,
+               http_response_t *res)
+{
+    free(res->body);
     memset(res, 0, sizeof(*res));
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port)};
     inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
-    struct timeval tv = {5, 0};
+    struct timeval tv = {10, 0};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
     if (connect(fd, (struct sockaddr *)&sin, sizeof(sin)) != 0) {
         close(fd);
         return false;
     }
-    char req[4096];
-    int n = snprintf(req, sizeof(req),
+    size_t body_len = body != NULL ? strlen(body) : 0;
+    char *req = malloc(body_len + 8192);
+    int n = snprintf(req, body_len + 8192,
                      "%s %s HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\nContent-Length: %zu\r\n"
-                     "Content-Type: application/json\r\n\r\n%s",
-                     method, path, body ? strlen(body) : 0, body ? body : "");
-    if (write(fd, req, (size_t)n) != n) {
+                     "Content-Type: application/json\r\n%s\r\n%s",
+                     method, path, body_len, headers != NULL ? headers : "", body != NULL ? body : "");
+    bool sent = write(fd, req, (size_t)n) == n;
+    free(req);
+    if (!sent) {
         close(fd);
         return false;
     }
-    static char buf[16384];
-    size_t len = 0;
+    size_t cap = 1 << 20, len = 0;
+    char *buf = malloc(cap + 1);
     ssize_t r;
-    while (len < sizeof(buf) - 1 && (r = read(fd, buf + len, sizeof(buf) - 1 - len)) > 0)
+    while (len < cap && (r = read(fd, buf + len, cap - len)) > 0)
         len += (size_t)r;
     close(fd);
     buf[len] = '\0';
     char *end = strstr(buf, "\r\n\r\n");
-    if (len < 12 || end == NULL)
+    if (len < 12 || end == NULL) {
+        free(buf);
         return false;
+    }
     res->status = atoi(buf + 9);
     snprintf(res->headers, sizeof(res->headers), "%.*s", (int)(end - buf), buf);
-    snprintf(res->body, sizeof(res->body), "%s", end + 4);
+    char *payload = end + 4;
+    size_t payload_len = len - (size_t)(payload - buf);
+    res->complete = true;
+    if (strcasestr(res->headers, "transfer-encoding: chunked") != NULL)
+        payload_len = dechunk(payload, payload_len, &res->complete);
+    if (payload_len == (size_t)-1) {
+        free(buf);
+        return false;
+    }
+    res->body = malloc(payload_len + 1);
+    memcpy(res->body, payload, payload_len);
+    res->body[payload_len] = '\0';
+    res->body_len = payload_len;
+    free(buf);
     return true;
+}
+
+bool
+http_request(uint16_t port, const char *method, const char *path, const char *body, http_response_t *res)
+{
+    return http_request_h(port, method, path, NULL, body, res);
+}
+
+void
+http_response_free(http_response_t *res)
+{
+    free(res->body);
+    res->body = NULL;
+}
+
+bool
+http_header(const http_response_t *res, const char *name, char *buf, size_t size)
+{
+    size_t n = strlen(name);
+    for (const char *line = strstr(res->headers, "\r\n"); line != NULL; line = strstr(line, "\r\n")) {
+        line += 2;
+        if (strncasecmp(line, name, n) == 0 && line[n] == ':') {
+            const char *v = line + n + 1;
+            while (*v == ' ')
+                v++;
+            const char *eol = strstr(v, "\r\n");
+            snprintf(buf, size, "%.*s", (int)(eol != NULL ? eol - v : (long)strlen(v)), v);
+            return true;
+        }
+    }
+    return false;
 }
 
 static char paths[4][64];

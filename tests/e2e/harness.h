@@ -31,13 +31,21 @@ uint16_t proc_wait_port(proc_t *p, int timeout_ms);
 
 typedef struct {
     int status;
-    char headers[4096];
-    char body[8192];
+    char headers[8192];
+    char *body; /* de-chunked; owned, free with http_response_free */
+    size_t body_len;
+    bool complete; /* a chunked body ended with its last chunk */
 } http_response_t;
 
-/* One HTTP/1.1 request on a fresh connection; returns false on a connect or read failure. */
-bool http_request(uint16_t port, const char *method, const char *path, const char *body,
-                  http_response_t *res);
+/* One HTTP/1.1 request on a fresh connection (Connection: close), reading the whole answer into res
+ * (zero-initialise it once; a previous body in it is freed).
+ * headers: extra header lines, each ending in \r\n (or NULL). False on a connect or read failure. */
+bool http_request_h(uint16_t port, const char *method, const char *path, const char *headers, const char *body,
+                    http_response_t *res);
+bool http_request(uint16_t port, const char *method, const char *path, const char *body, http_response_t *res);
+void http_response_free(http_response_t *res);
+/* A response header's value (case-insensitive name); false when absent. */
+bool http_header(const http_response_t *res, const char *name, char *buf, size_t size);
 
 /* Writes text to a fresh temporary file; returns its path (static storage per call slot 0..3). */
 const char *write_temp_file(int slot, const char *text);

@@ -98,7 +98,7 @@ Test(daemon, check_config_summarises_a_good_file)
 Test(daemon, serves_healthz_and_exits_cleanly_on_sigterm)
 {
     uint16_t port = start_with(valid_config);
-    http_response_t res;
+    http_response_t res = {0};
     cr_assert(http_request(port, "GET", "/healthz", NULL, &res));
     cr_assert_eq(res.status, 200);
     cr_assert_str_eq(res.body, "{\"status\":\"ok\"}");
@@ -112,6 +112,7 @@ Test(daemon, serves_healthz_and_exits_cleanly_on_sigterm)
     cr_assert_eq(proc_wait_exit(&proc, 5000), 0, "%s", proc.log);
     cr_assert(strstr(proc.log, "stopped") != NULL, "%s", proc.log);
     cr_assert_not(http_request(port, "GET", "/healthz", NULL, &res), "nothing listens after exit");
+    http_response_free(&res);
 }
 
 Test(daemon, sigint_also_exits_cleanly_with_an_idle_connection_open)
@@ -133,7 +134,7 @@ Test(daemon, invalid_file_starts_in_safe_mode_and_sighup_repairs_it)
     cr_assert(strstr(proc.log, "SAFE MODE") != NULL, "%s", proc.log);
     cr_assert(strstr(proc.log, "unknown field 'providrs'; did you mean 'providers'?") != NULL, "%s",
               proc.log);
-    http_response_t res;
+    http_response_t res = {0};
     cr_assert(http_request(port, "GET", "/healthz", NULL, &res));
     cr_assert_eq(res.status, 503);
     cr_assert(http_request(port, "POST", "/v1/messages", "{}", &res));
@@ -146,6 +147,7 @@ Test(daemon, invalid_file_starts_in_safe_mode_and_sighup_repairs_it)
     cr_assert(proc_wait_log(&proc, "[config.reloaded]", 5000), "%s", proc.log);
     cr_assert(http_request(port, "GET", "/healthz", NULL, &res));
     cr_assert_eq(res.status, 200, "a valid reload leaves safe mode");
+    http_response_free(&res);
 }
 
 Test(daemon, invalid_reload_changes_nothing)
@@ -155,16 +157,18 @@ Test(daemon, invalid_reload_changes_nothing)
     kill(proc.pid, SIGHUP);
     cr_assert(proc_wait_log(&proc, "[config.rejected]", 5000), "%s", proc.log);
     cr_assert(strstr(proc.log, "failover.wait_secs (line 3)") != NULL, "%s", proc.log);
-    http_response_t res;
+    http_response_t res = {0};
     cr_assert(http_request(port, "GET", "/healthz", NULL, &res));
     cr_assert_eq(res.status, 200, "still serving on the old config");
     kill(proc.pid, SIGTERM);
     cr_assert_eq(proc_wait_exit(&proc, 5000), 0);
+    http_response_free(&res);
 }
 
 Test(daemon, allow_from_refuses_other_addresses)
 {
     uint16_t port = start_with("listen:\n  gateway: {port: 0, allow_from: [10.0.0.0/8]}\n");
-    http_response_t res;
+    http_response_t res = {0};
     cr_assert_not(http_request(port, "GET", "/healthz", NULL, &res), "127.0.0.1 is not in 10.0.0.0/8");
+    http_response_free(&res);
 }

@@ -1,0 +1,438 @@
+#define _GNU_SOURCE /* strcasestr, pipe2 */
+#include "fake_upstream.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_CONNS    256
+#define MAX_REQUESTS 1024
+#define MAX_QUEUE    256
+
+typedef struct {
+    fake_upstream_t *fake;
+    int fd;
+    SSL *ssl;
+    pthread_t tid;
+} conn_t;
+
+struct fake_upstream {
+    int listen_fd;
+    uint16_t port;
+    int stop_pipe[2];
+    SSL_CTX *ssl_ctx;
+    pthread_t accept_tid;
+    pthread_mutex_t lock;
+    pthread_cond_t changed;
+    bool stopping;
+    conn_t *conns[MAX_CONNS];
+    size_t n_conns;
+    fake_reply_t queue[MAX_QUEUE];
+    size_t queue_head, queue_len;
+    fake_reply_t default_reply;
+    fake_request_t requests[MAX_REQUESTS];
+    size_t n_requests;
+};
+
+static void
+fail(const char *what)
+{
+    fprintf(stderr, "fake upstream: %s: %s\n", what, strerror(errno));
+    abort();
+}
+
+static ssize_t
+conn_read(conn_t *c, char *buf, size_t n)
+{
+    if (c->ssl != NULL) {
+        int r = SSL_read(c->ssl, buf, (int)n);
+        return r > 0 ? r : -1;
+    }
+    ssize_t r;
+    while ((r = read(c->fd, buf, n)) < 0 && errno == EINTR)
+        ;
+    return r;
+}
+
+static bool
+conn_write(conn_t *c, const char *buf, size_t n)
+{
+    while (n > 0) {
+        ssize_t w = c->ssl != NULL ? SSL_write(c->ssl, buf, (int)n) : send(c->fd, buf, n, MSG_NOSIGNAL);
+        if (w <= 0) {
+            if (c->ssl == NULL && w < 0 && errno == EINTR)
+                continue;
+            return false;
+        }
+        buf += w;
+        n -= (size_t)w;
+    }
+    return true;
+}
+
+/* Sleeps, but wakes at once when the fake stops; returns false when stopping. */
+static bool
+pause_ms(fake_upstream_t *f, int ms)
+{
+    struct pollfd pfd = {f->stop_pipe[0], POLLIN, 0};
+    return ms <= 0 || poll(&pfd, 1, ms) == 0;
+}
+
+static fake_reply_t
+next_reply(fake_upstream_t *f)
+{
+    pthread_mutex_lock(&f->lock);
+    fake_reply_t r = f->default_reply;
+    if (f->queue_len > 0) {
+        r = f->queue[f->queue_head];
+        f->queue_head = (f->queue_head + 1) % MAX_QUEUE;
+        f->queue_len--;
+    }
+    pthread_mutex_unlock(&f->lock);
+    return r;
+}
+
+static void
+record(fake_upstream_t *f, const char *head, size_t head_len, const char *body, size_t body_len)
+{
+    pthread_mutex_lock(&f->lock);
+    if (f->n_requests < MAX_REQUESTS) {
+        fake_request_t *r = &f->requests[f->n_requests];
+        sscanf(head, "%15s %511s", r->method, r->path);
+        const char *lines = strstr(head, "\r\n");
+        snprintf(r->headers, sizeof(r->headers), "%.*s",
+                 lines ? (int)(head_len - (size_t)(lines + 2 - head)) : 0, lines ? lines + 2 : "");
+        r->body = malloc(body_len + 1);
+        memcpy(r->body, body, body_len);
+        r->body[body_len] = '\0';
+        r->body_len = body_len;
+        f->n_requests++;
+        pthread_cond_broadcast(&f->changed);
+    }
+    pthread_mutex_unlock(&f->lock);
+}
+
+/* Sends the body: whole, or chunked one SSE event per chunk; stops early at cut_after. */
+static bool
+send_body(fake_upstream_t *f, conn_t *c, const fake_reply_t *r, const char *body, size_t len)
+{
+    size_t limit = r->cut_after > 0 && r->cut_after < len ? r->cut_after : len;
+    if (!r->chunked)
+        return conn_write(c, body, limit) && limit == len;
+    size_t off = 0;
+    while (off < limit) {
+        const char *end = strstr(body + off, "\n\n");
+        size_t n = end != NULL ? (size_t)(end + 2 - (body + off)) : len - off;
+        if (off + n > limit)
+            n = limit - off;
+        char size_line[32];
+        snprintf(size_line, sizeof(size_line), "%zx\r\n", n);
+        if (!conn_write(c, size_line, strlen(size_line)) || !conn_write(c, body + off, n) ||
+            !conn_write(c, "\r\n", 2))
+            return false;
+        off += n;
+        if (off < limit && !pause_ms(f, r->delay_ms))
+            return false;
+    }
+    if (limit < len)
+        return false;
+    return conn_write(c, "0\r\n\r\n", 5);
+}
+
+static bool
+answer(fake_upstream_t *f, conn_t *c, const fake_reply_t *r)
+{
+    if (r->action == FAKE_CLOSE_BEFORE_HEAD)
+        return false;
+    if (r->action == FAKE_HANG) {
+        pause_ms(f, 60000);
+        return false;
+    }
+    if (!pause_ms(f, r->delay_ms))
+        return false;
+    const char *body = r->body != NULL ? r->body : "";
+    size_t len = r->body_len > 0 ? r->body_len : strlen(body);
+    char head[4096];
+    int n = snprintf(head, sizeof(head), "HTTP/1.1 %d Fake\r\n%s", r->status ? r->status : 200,
+                     r->headers != NULL ? r->headers : "");
+    if (r->chunked)
+        n += snprintf(head + n, sizeof(head) - (size_t)n, "transfer-encoding: chunked\r\n\r\n");
+    else
+        n += snprintf(head + n, sizeof(head) - (size_t)n, "content-length: %zu\r\n\r\n", len);
+    return conn_write(c, head, (size_t)n) && send_body(f, c, r, body, len);
+}
+
+static size_t
+content_length(const char *head)
+{
+    const char *p = strcasestr(head, "\r\ncontent-length:");
+    return p != NULL ? (size_t)strtoul(p + 17, NULL, 10) : 0;
+}
+
+static void *
+conn_main(void *arg)
+{
+    conn_t *c = arg;
+    fake_upstream_t *f = c->fake;
+    enum { BUF_SIZE = 1 << 20 };
+    char *buf = malloc(BUF_SIZE);
+    if (c->ssl != NULL && SSL_accept(c->ssl) != 1)
+        goto done;
+    size_t have = 0;
+    for (;;) {
+        char *end;
+        while ((end = memmem(buf, have, "\r\n\r\n", 4)) == NULL) {
+            if (have == BUF_SIZE - 1)
+                goto done;
+            ssize_t r = conn_read(c, buf + have, BUF_SIZE - 1 - have);
+            if (r <= 0)
+                goto done;
+            have += (size_t)r;
+        }
+        size_t head_len = (size_t)(end + 4 - buf);
+        buf[head_len - 1] = '\0';
+        size_t body_len = content_length(buf);
+        if (head_len + body_len > BUF_SIZE - 1)
+            goto done;
+        while (have < head_len + body_len) {
+            ssize_t r = conn_read(c, buf + have, BUF_SIZE - 1 - have);
+            if (r <= 0)
+                goto done;
+            have += (size_t)r;
+        }
+        record(f, buf, head_len - 4, buf + head_len, body_len);
+        fake_reply_t reply = next_reply(f);
+        if (!answer(f, c, &reply))
+            goto done;
+        memmove(buf, buf + head_len + body_len, have - head_len - body_len);
+        have -= head_len + body_len;
+    }
+done:
+    free(buf);
+    if (c->ssl != NULL) {
+        SSL_shutdown(c->ssl);
+        SSL_free(c->ssl);
+    }
+    shutdown(c->fd, SHUT_RDWR);
+    return NULL;
+}
+
+static void *
+accept_main(void *arg)
+{
+    fake_upstream_t *f = arg;
+    for (;;) {
+        struct pollfd pfds[2] = {{f->listen_fd, POLLIN, 0}, {f->stop_pipe[0], POLLIN, 0}};
+        if (poll(pfds, 2, -1) < 0 && errno != EINTR)
+            fail("poll");
+        if (pfds[1].revents)
+            return NULL;
+        if (!(pfds[0].revents & POLLIN))
+            continue;
+        int fd = accept4(f->listen_fd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0)
+            continue;
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        conn_t *c = calloc(1, sizeof(*c));
+        c->fake = f;
+        c->fd = fd;
+        if (f->ssl_ctx != NULL) {
+            c->ssl = SSL_new(f->ssl_ctx);
+            SSL_set_fd(c->ssl, fd);
+        }
+        pthread_mutex_lock(&f->lock);
+        if (f->stopping || f->n_conns == MAX_CONNS) {
+            pthread_mutex_unlock(&f->lock);
+            if (c->ssl != NULL)
+                SSL_free(c->ssl);
+            close(fd);
+            free(c);
+            continue;
+        }
+        f->conns[f->n_conns++] = c;
+        pthread_create(&c->tid, NULL, conn_main, c);
+        pthread_mutex_unlock(&f->lock);
+    }
+}
+
+fake_upstream_t *
+fake_start(const char *cert_file, const char *key_file, bool tls13_only)
+{
+    fake_upstream_t *f = calloc(1, sizeof(*f));
+    pthread_mutex_init(&f->lock, NULL);
+    pthread_cond_init(&f->changed, NULL);
+    f->default_reply = (fake_reply_t){.status = 200};
+    if (pipe2(f->stop_pipe, O_CLOEXEC) != 0)
+        fail("pipe");
+    if (cert_file != NULL) {
+        f->ssl_ctx = SSL_CTX_new(TLS_server_method());
+        if (tls13_only)
+            SSL_CTX_set_min_proto_version(f->ssl_ctx, TLS1_3_VERSION);
+        if (SSL_CTX_use_certificate_chain_file(f->ssl_ctx, cert_file) != 1 ||
+            SSL_CTX_use_PrivateKey_file(f->ssl_ctx, key_file, SSL_FILETYPE_PEM) != 1)
+            fail("certificate");
+    }
+    f->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sin = {.sin_family = AF_INET};
+    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+    socklen_t len = sizeof(sin);
+    if (bind(f->listen_fd, (struct sockaddr *)&sin, sizeof(sin)) != 0 || listen(f->listen_fd, 512) != 0 ||
+        getsockname(f->listen_fd, (struct sockaddr *)&sin, &len) != 0)
+        fail("listen");
+    f->port = ntohs(sin.sin_port);
+    pthread_create(&f->accept_tid, NULL, accept_main, f);
+    return f;
+}
+
+uint16_t
+fake_port(const fake_upstream_t *f)
+{
+    return f->port;
+}
+
+void
+fake_push(fake_upstream_t *f, fake_reply_t reply)
+{
+    pthread_mutex_lock(&f->lock);
+    if (f->queue_len < MAX_QUEUE) {
+        f->queue[(f->queue_head + f->queue_len) % MAX_QUEUE] = reply;
+        f->queue_len++;
+    }
+    pthread_mutex_unlock(&f->lock);
+}
+
+void
+fake_set_default(fake_upstream_t *f, fake_reply_t reply)
+{
+    pthread_mutex_lock(&f->lock);
+    f->default_reply = reply;
+    pthread_mutex_unlock(&f->lock);
+}
+
+size_t
+fake_count(fake_upstream_t *f)
+{
+    pthread_mutex_lock(&f->lock);
+    size_t n = f->n_requests;
+    pthread_mutex_unlock(&f->lock);
+    return n;
+}
+
+bool
+fake_request(fake_upstream_t *f, size_t i, fake_request_t *out)
+{
+    pthread_mutex_lock(&f->lock);
+    bool ok = i < f->n_requests;
+    if (ok)
+        *out = f->requests[i];
+    pthread_mutex_unlock(&f->lock);
+    return ok;
+}
+
+bool
+fake_header(fake_upstream_t *f, size_t i, const char *name, char *buf, size_t size)
+{
+    fake_request_t r;
+    if (!fake_request(f, i, &r))
+        return false;
+    size_t n = strlen(name);
+    for (const char *line = r.headers; *line;) {
+        const char *eol = strstr(line, "\r\n");
+        size_t line_len = eol != NULL ? (size_t)(eol - line) : strlen(line);
+        if (line_len > n && strncasecmp(line, name, n) == 0 && line[n] == ':') {
+            const char *v = line + n + 1;
+            while (*v == ' ')
+                v++;
+            snprintf(buf, size, "%.*s", (int)(line + line_len - v), v);
+            return true;
+        }
+        if (eol == NULL)
+            break;
+        line = eol + 2;
+    }
+    return false;
+}
+
+bool
+fake_wait_count(fake_upstream_t *f, size_t count, int timeout_ms)
+{
+    struct timespec deadline;
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    deadline.tv_sec += timeout_ms / 1000;
+    deadline.tv_nsec += (long)(timeout_ms % 1000) * 1000000;
+    if (deadline.tv_nsec >= 1000000000) {
+        deadline.tv_sec++;
+        deadline.tv_nsec -= 1000000000;
+    }
+    pthread_mutex_lock(&f->lock);
+    int rc = 0;
+    while (f->n_requests < count && rc == 0)
+        rc = pthread_cond_timedwait(&f->changed, &f->lock, &deadline);
+    bool ok = f->n_requests >= count;
+    pthread_mutex_unlock(&f->lock);
+    return ok;
+}
+
+void
+fake_stop(fake_upstream_t *f)
+{
+    pthread_mutex_lock(&f->lock);
+    f->stopping = true;
+    pthread_mutex_unlock(&f->lock);
+    if (write(f->stop_pipe[1], "x", 1) != 1)
+        fail("stop");
+    pthread_join(f->accept_tid, NULL);
+    for (size_t i = 0; i < f->n_conns; i++) {
+        shutdown(f->conns[i]->fd, SHUT_RDWR);
+        pthread_join(f->conns[i]->tid, NULL);
+        close(f->conns[i]->fd);
+        free(f->conns[i]);
+    }
+    for (size_t i = 0; i < f->n_requests; i++)
+        free(f->requests[i].body);
+    close(f->listen_fd);
+    close(f->stop_pipe[0]);
+    close(f->stop_pipe[1]);
+    SSL_CTX_free(f->ssl_ctx);
+    pthread_mutex_destroy(&f->lock);
+    pthread_cond_destroy(&f->changed);
+    free(f);
+}
+
+/* Fixture texts stay reachable until exit. */
+char *fixture_texts[64];
+size_t n_fixture_texts;
+
+const char *
+fixture(const char *name, size_t *len)
+{
+    const char *dir = getenv("SLUICE_FIXTURES");
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/%s", dir != NULL ? dir : "../shared/fixtures/streams", name);
+    FILE *file = fopen(path, "rb");
+    if (file == NULL)
+        fail(path);
+    char *text = malloc(1 << 20);
+    size_t n = fread(text, 1, (1 << 20) - 1, file);
+    fclose(file);
+    text[n] = '\0';
+    if (n_fixture_texts < 64)
+        fixture_texts[n_fixture_texts++] = text;
+    if (len != NULL)
+        *len = n;
+    return text;
+}

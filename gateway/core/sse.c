@@ -33,9 +33,10 @@ reset_pending(sl_sse_scanner_t *s)
  * Advances the search over buf[s->scanned..limit). Returns the offset just
  * past the terminator of the blank line that ends the event, or 0 when the
  * event does not end before limit. A CR that ends the blank line ends the
- * event at once, without waiting to see whether an LF follows: that LF then
- * reads as a blank line leading the next event, which SSE ignores, so every
- * split of a CRLF stream yields the same events.
+ * event at once, without waiting to see whether an LF follows (the caller
+ * takes it along when it is already there): an LF that arrives later reads
+ * as a blank line leading the next event, which SSE ignores, so every split
+ * of a CRLF stream yields the same events.
  */
 static size_t
 search_end(sl_sse_scanner_t *s, const char *buf, size_t limit)
@@ -139,6 +140,8 @@ sl_sse_next(sl_sse_scanner_t *s, const char *buf, size_t len, sl_sse_event_t *ev
     size_t end = search_end(s, buf, limit);
     if (end == 0)
         return len >= s->max_event ? SL_SSE_TOO_LARGE : SL_SSE_MORE;
+    if (buf[end - 1] == '\r' && end < limit && buf[end] == '\n')
+        end++; /* a CRLF that has fully arrived stays with its event */
 
     sl_sse_event_t got = {.len = end};
     bool fits = read_fields(s, buf, s->first_line, end, &got);

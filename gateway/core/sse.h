@@ -50,13 +50,13 @@ typedef struct {
  * those bytes, or makes the next call.
  */
 typedef struct {
-    size_t len;         /* bytes of the buffer this event took, through its blank line */
-    const char *name;   /* the last `event:` value; NULL when absent or empty */
-    size_t name_len;    /* */
-    const char *data;   /* the `data:` values joined with "\n"; NULL when there is no data line */
-    size_t data_len;    /* */
+    size_t len;          /* bytes of the buffer this event took, through its blank line */
+    const char *name;    /* the last `event:` value; NULL when absent or empty */
+    size_t name_len;     /* its bytes; 0 when absent */
+    const char *data;    /* the `data:` values joined with "\n"; NULL when there is no data line */
+    size_t data_len;     /* its bytes (a data line may be empty: data != NULL, data_len 0) */
     uint32_t data_lines; /* number of `data:` lines */
-    bool comment_only;  /* neither a data line nor an event name: a keep-alive (`: ping`), id:/retry: only */
+    bool comment_only;   /* neither a data line nor an event name: a keep-alive (`: ping`), id:/retry: only */
 } sl_sse_event_t;
 
 /*
@@ -65,6 +65,9 @@ typedef struct {
  * plus one read. scratch (caller-owned, may be NULL with cap 0) is only used
  * when an event has several data lines; providers send one, so a few KiB are
  * plenty, and a longer join is reported as SL_SSE_TOO_LARGE rather than cut.
+ * Joined data lives in the scratch only until the next sl_sse_next call, so
+ * the scanners of one thread may share one scratch when each event is used
+ * before the next call on any of them.
  */
 void sl_sse_init(sl_sse_scanner_t *s, size_t max_event, char *scratch, size_t scratch_cap);
 
@@ -77,7 +80,8 @@ void sl_sse_init(sl_sse_scanner_t *s, size_t max_event, char *scratch, size_t sc
  * front before the next call. SL_SSE_MORE: *ev is untouched; the next call
  * must pass the same bytes with more appended. SL_SSE_TOO_LARGE: *ev is
  * untouched and the stream cannot go on (the scanner must not be used again
- * without sl_sse_init).
+ * without sl_sse_init). Bytes still unconsumed when the stream ends are an
+ * event cut short, or only blank lines.
  */
 sl_sse_status_t sl_sse_next(sl_sse_scanner_t *s, const char *buf, size_t len, sl_sse_event_t *ev);
 

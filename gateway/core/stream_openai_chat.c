@@ -143,11 +143,14 @@ classify_held(const sl_sse_event_t *ev, sl_stream_verdict_t *out, sl_usage_t *us
         return;
     }
     take_usage(root, usage);
+    /* Usage makes a chunk content only when it has no choices: some servers
+     * send running usage on every chunk, the opening role chunk included. */
     const json_t *u = json_object_get(root, "usage");
-    bool content = u != NULL && !json_is_null(u);
+    const json_t *choices = json_object_get(root, "choices");
+    bool content = json_array_size(choices) == 0 && u != NULL && !json_is_null(u);
     size_t i;
     const json_t *choice;
-    json_array_foreach(json_object_get(root, "choices"), i, choice)
+    json_array_foreach(choices, i, choice)
     {
         const json_t *finish = json_object_get(choice, "finish_reason");
         if (finish && !json_is_null(finish))

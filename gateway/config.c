@@ -16,6 +16,7 @@
 #include <yaml.h>
 
 #include "core/arena.h"
+#include "core/dialect.h"
 #include "core/xalloc.h"
 
 static const char *const dialect_slugs[SL_DIALECT_COUNT] = {"anthropic", "openai-chat", "openai-responses",
@@ -362,20 +363,8 @@ get_enum(walker_t *w, yaml_node_t *node, const char *const *slugs, size_t n)
 static bool
 valid_base_url(const char *s)
 {
-    const char *host;
-    if (strncmp(s, "https://", 8) == 0)
-        host = s + 8;
-    else if (strncmp(s, "http://", 7) == 0)
-        host = s + 7;
-    else
-        return false;
-    if (*host == '\0' || *host == '/' || *host == ':')
-        return false;
-    for (const char *p = s; *p; p++) {
-        if ((unsigned char)*p <= ' ' || *p == 0x7f)
-            return false;
-    }
-    return true;
+    sl_base_url_t url;
+    return sl_base_url_parse(s, &url) == 0;
 }
 
 /* RFC 9110 token characters, for header names. */

@@ -14,6 +14,9 @@
 #include <h2o/version.h>
 
 #include "config.h"
+#include "recorder.h"
+#include "request.h"
+#include "upstream.h"
 #include "log.h"
 #include "server.h"
 #include "snapshot.h"
@@ -147,6 +150,11 @@ log_problems(const sl_config_result_t *res)
         sl_log_warn("%s [%s]", res->warnings.items[i].text, sl_code_slug(res->warnings.items[i].code));
 }
 
+/* Kept reachable until exit: the server may still hold requests that reference them. */
+static sl_snapshot_holder_t running;
+static sl_upstreams_t *upstreams;
+static sl_gateway_t gateway;
+
 /* SIGHUP: a valid file replaces the running config; an invalid one changes nothing. */
 static void
 reload(const char *path, sl_snapshot_holder_t *holder, const sl_listen_t *running_listen)
@@ -172,10 +180,27 @@ reload(const char *path, sl_snapshot_holder_t *holder, const sl_listen_t *runnin
     sl_config_t *config = res.config;
     res.config = NULL;
     sl_config_result_free(&res);
-    sl_snapshot_publish(holder, config, false);
+    sl_snapshot_publish(holder, config, sl_upstreams_bind(upstreams, config), false);
     sl_msg_t m = sl_msg_make(SL_CODE_CONFIG_RELOADED, "path", path, NULL);
     sl_log_info("%s [%s]", m.text, sl_code_slug(m.code));
     sl_msg_free(&m);
+}
+
+/* The request DB; without one sluice still serves, and counts every row as dropped. */
+static sl_recorder_t *
+open_recorder(const sl_config_t *config)
+{
+    sl_recorder_options_t opts = {
+        .queue_capacity = SL_RECORDER_DEFAULT_QUEUE,
+        .batch_max = SL_RECORDER_DEFAULT_BATCH,
+        .busy_timeout_ms = SL_RECORDER_DEFAULT_BUSY_MS,
+        .retention_days = config->retention_days,
+    };
+    char err[512];
+    sl_recorder_t *rec = sl_recorder_open(config->store_path, &opts, err, sizeof(err));
+    if (rec == NULL)
+        sl_log_error("request DB: %s; requests are served but not recorded", err);
+    return rec;
 }
 
 static uint64_t
@@ -205,11 +230,11 @@ shut_down(sl_server_t *server, const sigset_t *signals, uint32_t grace_secs)
     if (sl_server_in_flight(server) > 0)
         sl_log_warn("grace period over: dropping %u request(s)", sl_server_in_flight(server));
     sl_server_end_workers(server);
+    if (gateway.recorder != NULL)
+        sl_recorder_close(gateway.recorder);
+    gateway.recorder = NULL;
     sl_log_info("stopped");
 }
-
-/* Kept reachable until exit: the server may still hold requests that reference it. */
-static sl_snapshot_holder_t running;
 
 int
 main(int argc, char **argv)
@@ -247,7 +272,9 @@ main(int argc, char **argv)
     sl_config_t *config = res.config;
     res.config = NULL;
     sl_config_result_free(&res);
-    sl_snapshot_holder_init(&running, config, safe_mode);
+    upstreams = sl_upstreams_new();
+    sl_snapshot_holder_init(&running, config, sl_upstreams_bind(upstreams, config), safe_mode);
+    gateway.recorder = open_recorder(config);
 
     unsigned threads = opt.threads;
     if (threads == 0) {
@@ -255,7 +282,8 @@ main(int argc, char **argv)
         threads = cores > 0 ? (unsigned)cores : 1;
     }
     char err[256];
-    sl_server_t *server = sl_server_start(&listen, threads, &running, err, sizeof(err));
+    sl_server_t *server =
+        sl_server_start(&listen, threads, &running, &gateway, config->max_body_bytes, err, sizeof(err));
     if (server == NULL) {
         sl_log_error("%s", err);
         return 1;

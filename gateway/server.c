@@ -18,6 +18,7 @@
 #include "core/msg.h"
 #include "core/xalloc.h"
 #include "log.h"
+#include "request.h"
 #include "tls.h"
 #include "worker.h"
 
@@ -36,6 +37,7 @@ typedef struct {
 struct sl_server {
     h2o_globalconf_t globalconf;
     sl_snapshot_holder_t *holder;
+    sl_gateway_t *gateway;
     SSL_CTX *ssl_ctx;          /* the gateway listener's, when it serves TLS */
     SSL_CTX *upstream_ssl_ctx; /* verifies upstream certificates and host names */
     sl_cidr_t *allow_from;
@@ -43,7 +45,7 @@ struct sl_server {
     uint16_t port;
     unsigned n_workers;
     worker_t *workers;
-    atomic_bool stopping, exiting;
+    atomic_bool exiting;
     atomic_uint in_flight;
     sem_t parked; /* posted by each worker whose loop has ended */
 };
@@ -82,21 +84,6 @@ send_json(h2o_req_t *req, int status, const char *reason, json_t *body, const ch
     h2o_send_inline(req, copy, len);
 }
 
-/*
- * An error written by the gateway itself. Until the dialect endpoints exist
- * every answer takes the OpenAI shape, which carries the code in "code".
- */
-static void
-send_gateway_error(h2o_req_t *req, sl_msg_t msg)
-{
-    int status = sl_code_status(msg.code);
-    const char *type = status == 404 ? "not_found_error" : "server_error";
-    json_t *body = json_pack("{s:{s:s,s:s,s:n,s:s}}", "error", "message", msg.text, "type", type, "param",
-                             "code", sl_code_slug(msg.code));
-    send_json(req, status, status == 404 ? "Not Found" : "Service Unavailable", body, sl_code_slug(msg.code));
-    sl_msg_free(&msg);
-}
-
 static void
 send_health(h2o_req_t *req, const sl_snapshot_t *snapshot, bool stopping)
 {
@@ -121,28 +108,14 @@ on_req(h2o_handler_t *self, h2o_req_t *req)
     g->server = server;
     g->snapshot = sl_snapshot_acquire(server->holder);
     atomic_fetch_add(&server->in_flight, 1);
-    bool stopping = atomic_load(&server->stopping);
 
     if (h2o_memis(req->path_normalized.base, req->path_normalized.len, H2O_STRLIT("/healthz")) &&
         (h2o_memis(req->method.base, req->method.len, H2O_STRLIT("GET")) ||
          h2o_memis(req->method.base, req->method.len, H2O_STRLIT("HEAD")))) {
-        send_health(req, g->snapshot, stopping);
+        send_health(req, g->snapshot, atomic_load(&server->gateway->stopping));
         return 0;
     }
-    if (g->snapshot->safe_mode) {
-        send_gateway_error(req, sl_msg_make(SL_CODE_GW_SAFE_MODE, NULL));
-        return 0;
-    }
-    if (stopping) {
-        send_gateway_error(req, sl_msg_make(SL_CODE_GW_SHUTTING_DOWN, NULL));
-        return 0;
-    }
-    char method[16], path[256];
-    snprintf(method, sizeof(method), "%.*s", (int)req->method.len, req->method.base);
-    /* The path without its query: Gemini puts the key there. */
-    snprintf(path, sizeof(path), "%.*s", (int)req->path_normalized.len, req->path_normalized.base);
-    send_gateway_error(req, sl_msg_make(SL_CODE_GW_NOT_FOUND, "method", method, "path", path, NULL));
-    return 0;
+    return sl_request_serve(req, &w->io, server->gateway, g->snapshot);
 }
 
 static void
@@ -171,7 +144,7 @@ on_wake(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messages)
 {
     (void)messages;
     worker_t *w = H2O_STRUCT_FROM_MEMBER(worker_t, wake, receiver);
-    if (atomic_load(&w->server->stopping) && w->listener != NULL) {
+    if (atomic_load(&w->server->gateway->stopping) && w->listener != NULL) {
         h2o_socket_read_stop(w->listener);
         h2o_socket_close(w->listener);
         w->listener = NULL;
@@ -284,15 +257,19 @@ free_partial(sl_server_t *s)
 }
 
 sl_server_t *
-sl_server_start(const sl_listen_t *listen, unsigned threads, sl_snapshot_holder_t *holder, char *err,
-                size_t err_size)
+sl_server_start(const sl_listen_t *listen, unsigned threads, sl_snapshot_holder_t *holder,
+                sl_gateway_t *gateway, uint64_t max_body_bytes, char *err, size_t err_size)
 {
     sl_server_t *s = sl_xcalloc(1, sizeof(*s));
     s->holder = holder;
+    s->gateway = gateway;
     s->n_workers = threads > 0 ? threads : 1;
     sem_init(&s->parked, 0, 0);
     h2o_config_init(&s->globalconf);
     s->globalconf.server_name = h2o_iovec_init(H2O_STRLIT("sluice"));
+    /* Bodies a little over the limit still reach intake, which answers 413 in the client's dialect;
+     * far larger ones are refused by h2o before they are buffered. */
+    s->globalconf.max_request_entity_size = max_body_bytes * 2 + 65536;
     h2o_hostconf_t *host =
         h2o_config_register_host(&s->globalconf, h2o_iovec_init(H2O_STRLIT("default")), 65535);
     h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);
@@ -354,7 +331,7 @@ sl_server_port(const sl_server_t *server)
 void
 sl_server_stop_accepting(sl_server_t *server)
 {
-    atomic_store(&server->stopping, true);
+    atomic_store(&server->gateway->stopping, true);
     for (unsigned i = 0; i < server->n_workers; i++)
         h2o_multithread_send_message(&server->workers[i].wake, NULL);
 }

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "request.h"
 #include "snapshot.h"
 
 typedef struct sl_server sl_server_t;
@@ -18,12 +19,13 @@ typedef struct sl_server sl_server_t;
  * Binds the listeners (port 0 picks one ephemeral port shared by all
  * workers) and starts the workers. The listen settings are taken from
  * `listen` once: changing them needs a restart. Requests read the running
- * config from holder, which the caller keeps alive.
+ * config from holder, which the caller keeps alive, as it does gateway.
+ * max_body_bytes sizes h2o's own buffering limit (intake checks the real one).
  * Returns NULL and writes a reason into err on failure (nothing is left
  * running).
  */
 sl_server_t *sl_server_start(const sl_listen_t *listen, unsigned threads, sl_snapshot_holder_t *holder,
-                             char *err, size_t err_size);
+                             sl_gateway_t *gateway, uint64_t max_body_bytes, char *err, size_t err_size);
 
 /* The port the listeners are bound to. */
 uint16_t sl_server_port(const sl_server_t *server);

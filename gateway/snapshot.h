@@ -12,10 +12,12 @@
 #include <stdbool.h>
 
 #include "config.h"
+#include "upstream.h"
 
 typedef struct {
-    sl_config_t *config; /* owned by the snapshot */
-    bool safe_mode;      /* the file was invalid: serve nothing but errors */
+    sl_config_t *config;       /* owned by the snapshot */
+    sl_upstream_t **upstreams; /* the shared state of config->providers[i]; the array is owned */
+    bool safe_mode;            /* the file was invalid: serve nothing but errors */
     atomic_uint refs;
 } sl_snapshot_t;
 
@@ -24,10 +26,12 @@ typedef struct {
     sl_snapshot_t *current;
 } sl_snapshot_holder_t;
 
-/* Starts a holder with a first snapshot; takes ownership of config. */
-void sl_snapshot_holder_init(sl_snapshot_holder_t *holder, sl_config_t *config, bool safe_mode);
-/* Replaces the current snapshot; takes ownership of config. The old one lives until its last release. */
-void sl_snapshot_publish(sl_snapshot_holder_t *holder, sl_config_t *config, bool safe_mode);
+/* Starts a holder with a first snapshot; takes ownership of config and the upstreams array (may be NULL). */
+void sl_snapshot_holder_init(sl_snapshot_holder_t *holder, sl_config_t *config, sl_upstream_t **upstreams,
+                             bool safe_mode);
+/* Replaces the current snapshot, taking ownership as above. The old one lives until its last release. */
+void sl_snapshot_publish(sl_snapshot_holder_t *holder, sl_config_t *config, sl_upstream_t **upstreams,
+                         bool safe_mode);
 /* The current snapshot, with a reference the caller must release. */
 sl_snapshot_t *sl_snapshot_acquire(sl_snapshot_holder_t *holder);
 void sl_snapshot_release(sl_snapshot_t *snapshot);

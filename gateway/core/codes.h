@@ -106,6 +106,21 @@
     X(SL_CODE_GW_BREAKER_AUTH_REJECTED, "gw.breaker.auth_rejected", 0,                                       \
       "{provider} paused until the config changes: credentials rejected")                                    \
     X(SL_CODE_GW_BREAKER_RECOVERED, "gw.breaker.recovered", 0, "{provider} is healthy again")                \
+    X(SL_CODE_GW_AUTH_MISSING_KEY, "gw.auth.missing_key", 401, "sluice: no gateway key was sent ({where})")  \
+    X(SL_CODE_GW_AUTH_UNKNOWN_KEY, "gw.auth.unknown_key", 401, "sluice: the gateway key is not known")       \
+    X(SL_CODE_GW_AUTH_LOCAL_ONLY, "gw.auth.local_only", 401,                                                 \
+      "sluice: no client keys are configured, so only clients on this machine are served")                   \
+    X(SL_CODE_GW_REQUEST_TOO_LARGE, "gw.request.too_large", 413,                                             \
+      "sluice: the request body has {size} bytes; the limit is {max}")                                       \
+    X(SL_CODE_GW_REQUEST_MALFORMED_JSON, "gw.request.malformed_json", 400,                                   \
+      "sluice: the request body is not valid JSON: {detail}")                                                \
+    X(SL_CODE_GW_REQUEST_NO_MODEL, "gw.request.no_model", 400, "sluice: the request names no model")         \
+    X(SL_CODE_GW_ROUTE_NO_MATCH, "gw.route.no_match", 404,                                                   \
+      "sluice: no configured upstream serves model '{model}' in the {dialect} format")                       \
+    X(SL_CODE_GW_DIALECT_NOT_SERVED, "gw.dialect.not_served", 501,                                           \
+      "sluice: {what} is not served by this version of sluice")                                              \
+    X(SL_CODE_GW_UPSTREAM_UNUSABLE, "gw.upstream.unusable", 502,                                             \
+      "sluice: the request could not be built for {provider}: {reason}")                                     \
     X(SL_CODE_GW_SAFE_MODE, "gw.safe_mode", 503,                                                             \
       "sluice: the configuration is invalid, so sluice is in safe mode and serves no requests")              \
     X(SL_CODE_GW_NOT_FOUND, "gw.not_found", 404, "sluice: no such endpoint: {method} {path}")                \

@@ -40,9 +40,10 @@ typedef struct {
 /* One HTTP/1.1 request on a fresh connection (Connection: close), reading the whole answer into res
  * (zero-initialise it once; a previous body in it is freed).
  * headers: extra header lines, each ending in \r\n (or NULL). False on a connect or read failure. */
-bool http_request_h(uint16_t port, const char *method, const char *path, const char *headers, const char *body,
-                    http_response_t *res);
-bool http_request(uint16_t port, const char *method, const char *path, const char *body, http_response_t *res);
+bool http_request_h(uint16_t port, const char *method, const char *path, const char *headers,
+                    const char *body, http_response_t *res);
+bool http_request(uint16_t port, const char *method, const char *path, const char *body,
+                  http_response_t *res);
 void http_response_free(http_response_t *res);
 /* A response header's value (case-insensitive name); false when absent. */
 bool http_header(const http_response_t *res, const char *name, char *buf, size_t size);

@@ -1,0 +1,128 @@
+#include "intake.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const char *const key_places[SL_DIALECT_COUNT] = {
+    [SL_DIALECT_ANTHROPIC] = "x-api-key or Authorization: Bearer",
+    [SL_DIALECT_OPENAI_CHAT] = "Authorization: Bearer",
+    [SL_DIALECT_OPENAI_RESPONSES] = "Authorization: Bearer",
+    [SL_DIALECT_GEMINI] = "x-goog-api-key or ?key=",
+    [SL_DIALECT_BEDROCK] = "Authorization: Bearer",
+};
+
+static bool
+refuse(sl_intake_refusal_t *r, int status, sl_code_t code, const char *detail)
+{
+    r->status = status;
+    r->code = code;
+    snprintf(r->detail, sizeof(r->detail), "%s", detail != NULL ? detail : "");
+    return false;
+}
+
+/* Compares without an early exit, so the time taken does not tell how much of a key matched. */
+static bool
+equal_in_constant_time(const char *known, const char *given, size_t given_len)
+{
+    size_t known_len = strlen(known);
+    unsigned char diff = known_len != given_len;
+    for (size_t i = 0; i < known_len; i++)
+        diff |= (unsigned char)(known[i] ^ (given_len > 0 ? given[i % given_len] : 0));
+    return diff == 0;
+}
+
+static const sl_client_t *
+find_client(const sl_config_t *config, const char *key, size_t key_len)
+{
+    const sl_client_t *found = NULL;
+    for (size_t i = 0; i < config->n_clients; i++) {
+        if (equal_in_constant_time(config->clients[i].key, key, key_len) && found == NULL)
+            found = &config->clients[i];
+    }
+    return found;
+}
+
+static bool
+authenticate(const sl_config_t *config, const sl_intake_input_t *in, sl_intake_t *out, sl_intake_refusal_t *r)
+{
+    if (config->n_clients == 0) {
+        /* With no keys configured the gateway is a local tool: this machine only. */
+        if (!in->peer_is_loopback)
+            return refuse(r, 401, SL_CODE_GW_AUTH_LOCAL_ONLY, NULL);
+        out->client = NULL;
+        return true;
+    }
+    sl_dialect_t d =
+        out->endpoint.dialect < SL_DIALECT_COUNT ? out->endpoint.dialect : SL_DIALECT_OPENAI_CHAT;
+    char key[SL_CLIENT_KEY_MAX];
+    size_t key_len = 0;
+    sl_key_status_t st = SL_KEY_ABSENT;
+    /* GET /v1/models carries no dialect: any of the usual places will do. */
+    static const sl_dialect_t any_dialect[] = {SL_DIALECT_ANTHROPIC, SL_DIALECT_GEMINI};
+    if (out->endpoint.op == SL_OP_LIST_MODELS) {
+        for (size_t i = 0; i < 2 && st != SL_KEY_FOUND; i++)
+            st = sl_dialect_client_key(any_dialect[i], in->headers, out->endpoint.query,
+                                       out->endpoint.query_len, key, &key_len);
+    } else {
+        st = sl_dialect_client_key(d, in->headers, out->endpoint.query, out->endpoint.query_len, key,
+                                   &key_len);
+    }
+    if (st != SL_KEY_FOUND)
+        return refuse(r, 401, SL_CODE_GW_AUTH_MISSING_KEY, key_places[d]);
+    out->client = find_client(config, key, key_len);
+    if (out->client == NULL)
+        return refuse(r, 401, SL_CODE_GW_AUTH_UNKNOWN_KEY, NULL);
+    return true;
+}
+
+static bool
+is_served(const sl_endpoint_t *e, sl_intake_refusal_t *r)
+{
+    if (e->op == SL_OP_WEBSOCKET)
+        return refuse(r, 501, SL_CODE_GW_DIALECT_NOT_SERVED, "OpenAI Responses WebSocket mode");
+    if (e->dialect == SL_DIALECT_GEMINI)
+        return refuse(r, 501, SL_CODE_GW_DIALECT_NOT_SERVED, "the Gemini API");
+    if (e->dialect == SL_DIALECT_BEDROCK)
+        return refuse(r, 501, SL_CODE_GW_DIALECT_NOT_SERVED, "the Bedrock Converse API");
+    return true;
+}
+
+bool
+sl_intake(const sl_config_t *config, const sl_intake_input_t *in, sl_intake_t *out, sl_intake_refusal_t *r)
+{
+    memset(out, 0, sizeof(*out));
+    if (!sl_endpoint_parse(in->method, in->method_len, in->path, in->path_len, &out->endpoint)) {
+        out->endpoint.dialect = SL_DIALECT_COUNT;
+        char detail[256];
+        snprintf(detail, sizeof(detail), "%.*s", (int)in->method_len, in->method);
+        return refuse(r, 404, SL_CODE_GW_NOT_FOUND, detail);
+    }
+    if (!is_served(&out->endpoint, r) || !authenticate(config, in, out, r))
+        return false;
+    if (in->body_len > config->max_body_bytes) {
+        char detail[64];
+        snprintf(detail, sizeof(detail), "%zu", in->body_len);
+        return refuse(r, 413, SL_CODE_GW_REQUEST_TOO_LARGE, detail);
+    }
+    if (out->endpoint.op == SL_OP_LIST_MODELS)
+        return true;
+    out->body = in->body;
+    out->body_len = in->body_len;
+    if (!sl_jscan(in->body, in->body_len, &out->fields)) {
+        char detail[160];
+        snprintf(detail, sizeof(detail), "%s at byte %zu", sl_jscan_reason(out->fields.err),
+                 out->fields.err_off);
+        return refuse(r, 400, SL_CODE_GW_REQUEST_MALFORMED_JSON, detail);
+    }
+    if (out->endpoint.model[0] != '\0') {
+        memcpy(out->model, out->endpoint.model, sizeof(out->model));
+    } else {
+        size_t n = 0;
+        if (out->fields.model.len == 0 ||
+            !sl_jscan_string(in->body, out->fields.model, out->model, sizeof(out->model), &n) || n == 0 ||
+            memchr(out->model, '\0', n) != NULL)
+            return refuse(r, 400, SL_CODE_GW_REQUEST_NO_MODEL, NULL);
+    }
+    out->stream = out->endpoint.stream_by_path || (out->fields.has_stream && out->fields.stream);
+    return true;
+}

@@ -1,0 +1,1153 @@
+#include "request.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/time.h>
+
+#include <arpa/inet.h>
+
+#include <h2o/socket.h>
+
+#include "core/cidr.h"
+#include "core/classify.h"
+#include "core/dialect.h"
+#include "core/jscan.h"
+#include "core/route.h"
+#include "core/sse.h"
+#include "core/stream_class.h"
+#include "core/xalloc.h"
+#include "hop.h"
+#include "intake.h"
+#include "log.h"
+
+#define HOLD_CAP          (1u << 20)  /* opening bytes held before the first content (behaviour.md §4) */
+#define ERROR_BODY_CAP    (64u << 10) /* an error answer is read this far before it is judged */
+#define CLIENT_BUFFER_CAP (4u << 20)  /* bytes waiting for a slow client before upstream reads pause */
+#define MAX_ATTEMPTS      64
+
+typedef enum {
+    REQ_ROUTING,       /* choosing the next candidate */
+    REQ_WAITING_HEAD,  /* a hop is out, nothing has come back */
+    REQ_HELD,          /* a 2xx head came; its bytes are held until content */
+    REQ_READING_ERROR, /* a non-2xx head came; its body is read to judge it */
+    REQ_STREAMING,     /* the answer is going to the client */
+    REQ_DONE,
+} req_state_t;
+
+typedef struct {
+    size_t provider;
+    const char *model;
+    sl_row_hop_outcome_t outcome;
+    int status;
+    bool has_error;
+    sl_code_t error_code;
+    char error_detail[128];
+    int64_t started_ms, ms;
+    sl_row_skip_t skipped;
+} attempt_t;
+
+/* Why the last hop failed, kept for the final answer when no candidate is left. */
+typedef struct {
+    bool any;
+    sl_code_t code;
+    int status;
+    char detail[160];
+} last_failure_t;
+
+typedef struct {
+    h2o_req_t *req;
+    sl_worker_io_t *io;
+    sl_gateway_t *gw;
+    sl_snapshot_t *snapshot;
+    const sl_config_t *config;
+    uint64_t id;
+    int64_t started_ms, started_wall_ms;
+    req_state_t state;
+    sl_intake_t in;
+    h2o_iovec_t path; /* as the client sent it; lives in the request pool */
+
+    sl_candidate_t *cands;
+    sl_row_skip_t *skips;
+    size_t n_cands, next;
+    size_t n_offered;     /* candidates not skipped for config reasons */
+    bool cooling_ignored; /* every candidate was cooling: all are tried (fail open) */
+
+    size_t cur; /* the candidate of the hop in flight */
+    sl_hop_t *hop;
+    sl_upstream_t *up; /* the upstream of the current hop; in_flight counted while set */
+    bool is_probe;
+    char *head;       /* the upstream request head (malloc) */
+    h2o_iovec_t body; /* the body sent upstream (the client's, or rewritten in the pool) */
+    int up_status;
+    h2o_headers_t up_headers; /* the upstream's answer headers, hop-by-hop ones dropped */
+    int64_t up_content_length;
+    bool sse; /* the answer is an SSE stream this gateway understands */
+
+    h2o_buffer_t *rx; /* upstream bytes not yet handed to h2o */
+    h2o_buffer_t *tx; /* the bytes of the h2o_send in flight */
+    size_t parsed;    /* rx[0..parsed) are whole events (or, without SSE, any bytes): forwardable */
+    sl_sse_scanner_t scanner;
+    char scratch[4096];
+    sl_stream_t stream;
+    bool response_started, sending, final_queued, reads_paused;
+    bool handing_over; /* the answer going out is a failure handed over as the upstream sent it */
+    h2o_send_state_t final_state;
+    h2o_generator_t generator;
+
+    last_failure_t last;
+    int64_t ttfb_ms, ttft_ms;
+    attempt_t attempts[MAX_ATTEMPTS];
+    size_t n_attempts;
+    bool recorded;
+} request_t;
+
+static void next_hop(request_t *r);
+static void process(request_t *r);
+static void flush_to_client(request_t *r);
+
+/* ---- small helpers ---------------------------------------------------------------------- */
+
+static int64_t
+wall_ms(void)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+static const sl_provider_t *
+provider_of(const request_t *r, size_t cand)
+{
+    return &r->config->providers[r->cands[cand].provider];
+}
+
+static bool
+header_at(const void *ctx, size_t i, sl_header_t *out)
+{
+    const h2o_headers_t *h = ctx;
+    if (i >= h->size)
+        return false;
+    out->name = h->entries[i].name->base;
+    out->name_len = h->entries[i].name->len;
+    out->value = h->entries[i].value.base;
+    out->value_len = h->entries[i].value.len;
+    return true;
+}
+
+static sl_headers_t
+headers_of(const h2o_req_t *req)
+{
+    return (sl_headers_t){.at = header_at, .ctx = &req->headers};
+}
+
+static attempt_t *
+new_attempt(request_t *r, size_t cand)
+{
+    if (r->n_attempts == MAX_ATTEMPTS)
+        return NULL;
+    attempt_t *a = &r->attempts[r->n_attempts++];
+    *a = (attempt_t){.provider = r->cands[cand].provider,
+                     .model = r->cands[cand].model,
+                     .started_ms = sl_now_ms(),
+                     .skipped = SL_ROW_SKIP_NONE};
+    return a;
+}
+
+static attempt_t *
+current_attempt(request_t *r)
+{
+    return r->n_attempts > 0 ? &r->attempts[r->n_attempts - 1] : NULL;
+}
+
+static void
+close_attempt(request_t *r, sl_row_hop_outcome_t outcome, sl_code_t code, const char *detail)
+{
+    attempt_t *a = current_attempt(r);
+    if (a == NULL || a->skipped != SL_ROW_SKIP_NONE)
+        return;
+    a->outcome = outcome;
+    a->status = r->up_status;
+    a->ms = sl_now_ms() - a->started_ms;
+    if (outcome != SL_ROW_HOP_SERVED) {
+        a->has_error = true;
+        a->error_code = code;
+        snprintf(a->error_detail, sizeof(a->error_detail), "%s", detail != NULL ? detail : "");
+    }
+}
+
+/* ---- the request DB row ----------------------------------------------------------------- */
+
+static void
+fill_row_msg(sl_row_msg_t *m, sl_code_t code, const char *provider, const char *detail)
+{
+    sl_msg_t msg = sl_msg_make(code, "provider", provider, "reason", detail, "detail", detail, NULL);
+    *m = sl_row_msg_from(&msg);
+    sl_msg_free(&msg);
+}
+
+static void
+record(request_t *r, sl_row_outcome_t outcome, int status, bool has_error, sl_code_t code, const char *detail)
+{
+    if (r->recorded)
+        return;
+    r->recorded = true;
+    if (r->gw->recorder == NULL) {
+        atomic_fetch_add(&r->gw->rows_dropped, 1);
+        return;
+    }
+    sl_request_row_t *row = sl_request_row_new(r->n_attempts);
+    row->id = r->id;
+    row->started_at_ms = r->started_wall_ms;
+    row->client = sl_xstrdup(r->in.client != NULL ? r->in.client->name : "local");
+    row->dialect =
+        r->in.endpoint.dialect < SL_DIALECT_COUNT ? r->in.endpoint.dialect : SL_DIALECT_OPENAI_CHAT;
+    row->model = sl_xstrdup(r->in.model);
+    if (r->n_attempts > 0 && outcome == SL_ROW_SERVED)
+        row->provider = sl_xstrdup(r->config->providers[r->attempts[r->n_attempts - 1].provider].name);
+    row->path = sl_xstrndup(r->path.base, r->path.len);
+    row->status = (uint32_t)status;
+    row->outcome = outcome;
+    if (has_error)
+        fill_row_msg(&row->error, code, row->provider != NULL ? row->provider : "", detail);
+    row->duration_ms = sl_now_ms() - r->started_ms;
+    row->ttfb_ms = r->ttfb_ms;
+    row->ttft_ms = r->ttft_ms;
+    const sl_usage_t *u = &r->stream.usage;
+    if (u->input || u->output || u->cache_read || u->cache_write) {
+        row->has_usage = true;
+        row->usage = (sl_row_usage_t){(uint64_t)u->input, (uint64_t)u->output, (uint64_t)u->cache_read,
+                                      (uint64_t)u->cache_write, false};
+    }
+    row->cost_micros = SL_ROW_ABSENT;
+    for (size_t i = 0; i < r->n_attempts; i++) {
+        const attempt_t *a = &r->attempts[i];
+        sl_attempt_row_t *ar = &row->attempts[i];
+        ar->provider = sl_xstrdup(r->config->providers[a->provider].name);
+        ar->model = sl_xstrdup(a->model != NULL ? a->model : "");
+        ar->outcome = a->skipped != SL_ROW_SKIP_NONE ? SL_ROW_HOP_SKIPPED : a->outcome;
+        ar->status = (uint32_t)a->status;
+        if (a->has_error)
+            fill_row_msg(&ar->error, a->error_code, ar->provider, a->error_detail);
+        ar->ms = a->ms;
+        ar->pause_ms = SL_ROW_ABSENT;
+        ar->backoff_ms = SL_ROW_ABSENT;
+        ar->skipped = a->skipped;
+    }
+    if (!sl_recorder_submit(r->gw->recorder, row))
+        sl_log_debug("request %llu: the request DB queue is full, row dropped", (unsigned long long)r->id);
+}
+
+/* ---- upstream bookkeeping ----------------------------------------------------------------- */
+
+static void
+release_upstream(request_t *r)
+{
+    if (r->up == NULL)
+        return;
+    pthread_mutex_lock(&r->up->lock);
+    r->up->in_flight--;
+    if (r->is_probe)
+        sl_breaker_release_probe(&r->up->breaker);
+    pthread_mutex_unlock(&r->up->lock);
+    r->up = NULL;
+    r->is_probe = false;
+}
+
+static void
+log_health_change(const sl_upstream_t *up)
+{
+    sl_log_info("upstream %s: breaker %s (%s)", up->name, sl_breaker_state_slug(up->breaker.state),
+                sl_breaker_reason_slug(&up->breaker));
+}
+
+/* What the hop's outcome tells the breaker (behaviour.md §8). */
+static void
+breaker_account(request_t *r, const sl_failure_class_info_t *info)
+{
+    if (r->up == NULL)
+        return;
+    sl_breaker_params_t params = sl_breaker_params_from_failover(&r->config->failover);
+    pthread_mutex_lock(&r->up->lock);
+    bool changed = false;
+    if (info == NULL || info->breaker_answer)
+        changed = sl_breaker_on_success(&r->up->breaker);
+    else if (info->breaker_cause != SL_BREAKER_CAUSE_NONE)
+        changed = sl_breaker_on_failure(&r->up->breaker, info->breaker_cause, sl_now_ms(), &params, 0);
+    if (info != NULL && info->breaker_cause == SL_BREAKER_CAUSE_NONE && !info->breaker_answer && r->is_probe)
+        sl_breaker_release_probe(&r->up->breaker);
+    r->is_probe = false;
+    if (changed)
+        log_health_change(r->up);
+    pthread_mutex_unlock(&r->up->lock);
+}
+
+static void
+end_hop(request_t *r)
+{
+    if (r->hop != NULL) {
+        sl_hop_cancel(r->hop);
+        r->hop = NULL;
+    }
+    release_upstream(r);
+    free(r->head);
+    r->head = NULL;
+}
+
+/* ---- answering the client ----------------------------------------------------------------- */
+
+static void
+finish(request_t *r, sl_row_outcome_t outcome, int status, bool has_error, sl_code_t code, const char *detail)
+{
+    end_hop(r);
+    r->state = REQ_DONE;
+    record(r, outcome, status, has_error, code, detail);
+}
+
+/* An error made by the gateway, in the client's dialect, as the whole answer. */
+static void
+send_gateway_error(h2o_req_t *req, sl_dialect_t dialect, int status, sl_code_t code, const char *text)
+{
+    sl_strbuf_t body = {0};
+    sl_error_head_t head;
+    sl_dialect_render_error(dialect < SL_DIALECT_COUNT ? dialect : SL_DIALECT_OPENAI_CHAT, status,
+                            sl_code_slug(code), text, &body, &head);
+    req->res.status = status;
+    req->res.reason = "sluice";
+    req->res.content_length = body.len;
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, head.content_type,
+                   strlen(head.content_type));
+    const char *slug = sl_code_slug(code);
+    h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT(SL_ERROR_CODE_HEADER), 0, NULL, slug,
+                          strlen(slug));
+    if (head.type_header != NULL)
+        h2o_add_header_by_str(&req->pool, &req->res.headers, head.type_header, strlen(head.type_header), 0,
+                              NULL, head.type_value, strlen(head.type_value));
+    size_t len = body.len;
+    char *bytes = sl_strbuf_finish(&body);
+    h2o_send_inline(req, bytes, len); /* h2o copies it into the request pool */
+    free(bytes);
+}
+
+/* The final answer when no candidate could serve: the gateway's own error. */
+static void
+answer_with_failure(request_t *r)
+{
+    sl_code_t code = r->last.any ? r->last.code : SL_CODE_GW_ROUTE_NO_MATCH;
+    const char *provider =
+        r->n_attempts > 0 ? r->config->providers[r->attempts[r->n_attempts - 1].provider].name : "";
+    char status[16];
+    snprintf(status, sizeof(status), "%d", r->last.status);
+    char secs[16];
+    snprintf(secs, sizeof(secs), "%u", r->config->failover.idle_timeout_secs);
+    sl_msg_t msg = sl_msg_make(code, "provider", provider, "reason", r->last.detail, "status", status, "code",
+                               r->last.detail, "secs", secs, "model", r->in.model, "dialect",
+                               sl_dialect_slug(r->in.endpoint.dialect), NULL);
+    int http_status = sl_code_status(code) != 0 ? sl_code_status(code) : 502;
+    if (r->req != NULL)
+        send_gateway_error(r->req, r->in.endpoint.dialect, http_status, code, msg.text);
+    finish(r, SL_ROW_FAILED, http_status, true, code, msg.text);
+    sl_msg_free(&msg);
+}
+
+static void
+on_generator_proceed(h2o_generator_t *generator, h2o_req_t *req)
+{
+    (void)req;
+    request_t *r = H2O_STRUCT_FROM_MEMBER(request_t, generator, generator);
+    r->sending = false;
+    h2o_buffer_consume(&r->tx, r->tx->size);
+    flush_to_client(r);
+}
+
+static void
+on_generator_stop(h2o_generator_t *generator, h2o_req_t *req)
+{
+    (void)req;
+    request_t *r = H2O_STRUCT_FROM_MEMBER(request_t, generator, generator);
+    /* The client went away mid-answer. */
+    r->req = NULL;
+    if (r->state != REQ_DONE) {
+        close_attempt(r, SL_ROW_HOP_CANCELLED, SL_CODE_GW_UPSTREAM_BROKEN_AFTER_CONTENT, "client went away");
+        finish(r, SL_ROW_CANCELLED, r->up_status, false, SL_CODE_GW_UPSTREAM_STATUS, NULL);
+    }
+}
+
+static bool
+is_hop_by_hop(const h2o_iovec_t *name)
+{
+    static const char *const drop[] = {"connection", "keep-alive",      "transfer-encoding", "te",
+                                       "trailer",    "upgrade",         "content-length",    "date",
+                                       "server",     "content-encoding"};
+    for (size_t i = 0; i < sizeof(drop) / sizeof(drop[0]); i++) {
+        if (h2o_memis(name->base, name->len, drop[i], strlen(drop[i])))
+            return true;
+    }
+    return name->len >= 6 && strncasecmp(name->base, "proxy-", 6) == 0;
+}
+
+/* Starts the client's answer with the upstream's status and headers. */
+static void
+start_response(request_t *r)
+{
+    if (r->response_started || r->req == NULL)
+        return;
+    r->response_started = true;
+    h2o_req_t *req = r->req;
+    req->res.status = r->up_status;
+    req->res.reason = "OK";
+    for (size_t i = 0; i < r->up_headers.size; i++) {
+        h2o_header_t *h = &r->up_headers.entries[i];
+        h2o_add_header_by_str(&req->pool, &req->res.headers, h->name->base, h->name->len, 1, NULL,
+                              h->value.base, h->value.len);
+    }
+    /* A whole answer keeps its length; a stream (or one the gateway may extend with an error) is chunked. */
+    if (!r->sse && r->up_content_length >= 0)
+        req->res.content_length = (size_t)r->up_content_length;
+    r->generator = (h2o_generator_t){on_generator_proceed, on_generator_stop};
+    h2o_start_response(req, &r->generator);
+    if (r->ttft_ms < 0)
+        r->ttft_ms = sl_now_ms() - r->started_ms;
+}
+
+/*
+ * Hands rx[0..parsed) to h2o when no send is in flight. The buffer is
+ * swapped, not copied; a partial event at its tail moves to a fresh buffer.
+ */
+static void
+flush_to_client(request_t *r)
+{
+    if (r->sending || r->req == NULL || !r->response_started)
+        return;
+    bool last = r->final_queued && r->parsed == r->rx->size;
+    if (r->parsed == 0 && !last) {
+        if (r->reads_paused && r->hop != NULL) {
+            r->reads_paused = false;
+            sl_hop_resume_reading(r->hop);
+        }
+        return;
+    }
+    h2o_buffer_t *out = r->rx;
+    r->rx = r->tx;
+    if (r->parsed < out->size) {
+        size_t tail = out->size - r->parsed;
+        h2o_iovec_t dst = h2o_buffer_reserve(&r->rx, tail);
+        memcpy(dst.base, out->bytes + r->parsed, tail);
+        r->rx->size += tail;
+        out->size = r->parsed;
+    }
+    r->tx = out;
+    r->parsed = 0;
+    r->sending = true;
+    h2o_iovec_t buf = h2o_iovec_init(r->tx->bytes, r->tx->size);
+    h2o_req_t *req = r->req;
+    if (last) {
+        /* h2o owns the end from here and may dispose the request (and r) before returning. */
+        r->req = NULL;
+        h2o_send(req, &buf, 1, r->final_state);
+        return;
+    }
+    if (r->reads_paused && r->hop != NULL && r->rx->size < CLIENT_BUFFER_CAP / 2) {
+        r->reads_paused = false;
+        sl_hop_resume_reading(r->hop);
+    }
+    h2o_send(req, &buf, 1, H2O_SEND_STATE_IN_PROGRESS);
+}
+
+/* Queues the end of the answer: what is parsed goes out, then the stream closes (or aborts). */
+static void
+queue_final(request_t *r, h2o_send_state_t state)
+{
+    r->final_queued = true;
+    r->final_state = state;
+    r->parsed = r->rx->size;
+    flush_to_client(r);
+}
+
+/* Appends the gateway's in-stream error after what was forwarded (a partial event is dropped). */
+static void
+append_stream_error(request_t *r, sl_code_t code, const char *text)
+{
+    r->rx->size = r->parsed;
+    sl_strbuf_t ev = {0};
+    sl_dialect_render_stream_error(r->in.endpoint.dialect, sl_code_status(code), sl_code_slug(code), text,
+                                   &ev);
+    h2o_iovec_t dst = h2o_buffer_reserve(&r->rx, ev.len);
+    memcpy(dst.base, ev.data, ev.len);
+    r->rx->size += ev.len;
+    free(sl_strbuf_finish(&ev));
+    r->parsed = r->rx->size;
+}
+
+/* ---- failures and failover ----------------------------------------------------------------- */
+
+/* Whether a candidate after the current one could still be tried. */
+static bool
+has_next_candidate(const request_t *r)
+{
+    for (size_t i = r->cur + 1; i < r->n_cands; i++) {
+        if (r->skips[i] == SL_ROW_SKIP_NONE)
+            return true;
+    }
+    return false;
+}
+
+static void
+remember_failure(request_t *r, sl_code_t code, const char *detail)
+{
+    r->last.any = true;
+    r->last.code = code;
+    r->last.status = r->up_status;
+    snprintf(r->last.detail, sizeof(r->last.detail), "%s", detail != NULL ? detail : "");
+}
+
+/*
+ * A hop failed before anything reached the client. Every failure fails over
+ * (formats.md, "Error classification") except a request error; with no
+ * candidate left the caller hands the upstream's answer over (pass_through)
+ * or, when there is none, answers with the gateway's error.
+ */
+static bool
+fail_over(request_t *r, const sl_failure_t *f, const char *detail)
+{
+    sl_failure_class_t cls = sl_classify_failure(f);
+    const sl_failure_class_info_t *info = sl_failure_class_info(cls);
+    sl_code_t code = sl_failure_code(f, cls);
+    breaker_account(r, info);
+    close_attempt(r, f->source == SL_FAILURE_STATUS ? SL_ROW_HOP_STATUS : SL_ROW_HOP_ERROR, code, detail);
+    remember_failure(r, code, detail);
+    sl_log_debug("request %llu: %s failed (%s: %s)", (unsigned long long)r->id, provider_of(r, r->cur)->name,
+                 info->name, detail != NULL ? detail : "");
+    if (!info->fails_over || !has_next_candidate(r))
+        return false;
+    end_hop(r);
+    r->next = r->cur + 1;
+    next_hop(r);
+    return true;
+}
+
+/* The upstream's own answer goes to the client unchanged: status, headers, body. */
+static void
+pass_through(request_t *r)
+{
+    r->handing_over = true;
+    r->state = REQ_STREAMING;
+    r->sse = false;
+    r->parsed = r->rx->size;
+    start_response(r);
+    if (r->hop == NULL) {
+        finish(r, SL_ROW_FAILED, r->up_status, true, r->last.code, r->last.detail);
+        queue_final(r, H2O_SEND_STATE_FINAL);
+    } else {
+        flush_to_client(r);
+    }
+}
+
+static void
+judge_error_answer(request_t *r)
+{
+    sl_failure_t f = {.source = SL_FAILURE_STATUS,
+                      .dialect = r->in.endpoint.dialect,
+                      .status = r->up_status,
+                      .body = r->rx->bytes,
+                      .body_len = r->rx->size};
+    ssize_t i = h2o_find_header_by_str(&r->up_headers, H2O_STRLIT("x-amzn-errortype"), -1);
+    char type[64] = "";
+    if (i >= 0) {
+        snprintf(type, sizeof(type), "%.*s", (int)r->up_headers.entries[i].value.len,
+                 r->up_headers.entries[i].value.base);
+        f.code = type;
+    }
+    char detail[32];
+    snprintf(detail, sizeof(detail), "%d", r->up_status);
+    if (fail_over(r, &f, detail))
+        return;
+    release_upstream(r);
+    pass_through(r);
+}
+
+/* The hop ended or broke before content: fail over, or with none left hand over what the upstream sent. */
+static void
+hop_failed_before_content(request_t *r, sl_failure_source_t source, const sl_stream_verdict_t *v,
+                          const char *detail)
+{
+    sl_failure_t f = {.source = source, .dialect = r->in.endpoint.dialect, .status = r->up_status};
+    if (v != NULL) {
+        f.status = v->status;
+        f.code = v->code;
+    }
+    if (fail_over(r, &f, detail))
+        return;
+    attempt_t *a = current_attempt(r);
+    if (r->up_status == 0 || a == NULL) {
+        end_hop(r);
+        answer_with_failure(r);
+        return;
+    }
+    /* No retry can happen: the upstream's held bytes go out as they are (behaviour.md §4), and a
+     * stream that ended without its end marker is closed with the gateway's error. */
+    release_upstream(r);
+    r->handing_over = true;
+    r->state = REQ_STREAMING;
+    start_response(r);
+    if (r->hop == NULL) {
+        if (r->sse && !sl_stream_complete(&r->stream)) {
+            sl_msg_t msg = sl_msg_make(r->last.code, "provider", provider_of(r, r->cur)->name, NULL);
+            append_stream_error(r, r->last.code, msg.text);
+            sl_msg_free(&msg);
+        }
+        finish(r, SL_ROW_FAILED, r->up_status, true, r->last.code, r->last.detail);
+        queue_final(r, H2O_SEND_STATE_FINAL);
+    } else {
+        r->parsed = r->rx->size;
+        flush_to_client(r);
+    }
+}
+
+/* ---- reading the upstream's answer ---------------------------------------------------------- */
+
+/* Content arrived (or the hold is over): from here the answer streams to the client. */
+static void
+release_hold(request_t *r)
+{
+    r->state = REQ_STREAMING;
+    breaker_account(r, NULL);
+    start_response(r);
+}
+
+/* Classifies the whole events in rx; returns false when the hop was abandoned meanwhile. */
+static bool
+scan_events(request_t *r)
+{
+    sl_sse_event_t ev;
+    for (;;) {
+        sl_sse_status_t st = sl_sse_next(&r->scanner, r->rx->bytes + r->parsed, r->rx->size - r->parsed, &ev);
+        if (st == SL_SSE_MORE)
+            return true;
+        if (st == SL_SSE_TOO_LARGE) {
+            if (r->state == REQ_HELD) {
+                hop_failed_before_content(r, SL_FAILURE_BROKEN_BEFORE_CONTENT, NULL, "an event is too large");
+            } else {
+                sl_hop_cancel(r->hop);
+                r->hop = NULL;
+                append_stream_error(r, SL_CODE_GW_UPSTREAM_BROKEN_AFTER_CONTENT, "an event is too large");
+                finish(r, SL_ROW_FAILED, r->up_status, true, SL_CODE_GW_UPSTREAM_BROKEN_AFTER_CONTENT, NULL);
+                queue_final(r, H2O_SEND_STATE_FINAL);
+            }
+            return false;
+        }
+        sl_stream_verdict_t v;
+        sl_stream_feed(&r->stream, &ev, &v);
+        if (r->state == REQ_HELD && v.kind == SL_STREAM_ERROR) {
+            char detail[128];
+            snprintf(detail, sizeof(detail), "%s", v.code[0] ? v.code : "in-stream error");
+            /* The error event itself belongs to what the client may get. */
+            r->parsed += ev.len;
+            hop_failed_before_content(r, SL_FAILURE_STREAM_ERROR, &v, detail);
+            return false;
+        }
+        r->parsed += ev.len;
+        if (r->state == REQ_HELD && r->stream.phase == SL_STREAM_FLOWING)
+            release_hold(r);
+    }
+}
+
+static void
+process(request_t *r)
+{
+    switch (r->state) {
+    case REQ_HELD:
+        if (r->sse) {
+            if (!scan_events(r))
+                return;
+        }
+        if (r->state == REQ_HELD && r->rx->size > HOLD_CAP)
+            release_hold(r);
+        if (r->state == REQ_STREAMING) {
+            if (!r->sse)
+                r->parsed = r->rx->size;
+            flush_to_client(r);
+        }
+        break;
+    case REQ_STREAMING:
+        if (r->sse) {
+            if (!scan_events(r))
+                return;
+        } else {
+            r->parsed = r->rx->size;
+        }
+        flush_to_client(r);
+        if (r->hop != NULL && !r->reads_paused && r->rx->size >= CLIENT_BUFFER_CAP) {
+            r->reads_paused = true;
+            sl_hop_pause_reading(r->hop);
+        }
+        break;
+    case REQ_READING_ERROR:
+        if (r->rx->size >= ERROR_BODY_CAP)
+            judge_error_answer(r);
+        break;
+    default:
+        break;
+    }
+}
+
+static void
+on_hop_head(void *data, int status, const h2o_header_t *headers, size_t n)
+{
+    request_t *r = data;
+    r->up_status = status;
+    r->ttfb_ms = sl_now_ms() - r->started_ms;
+    r->up_content_length = -1;
+    memset(&r->up_headers, 0, sizeof(r->up_headers));
+    bool event_stream = false;
+    h2o_mem_pool_t *pool = r->req != NULL ? &r->req->pool : NULL;
+    for (size_t i = 0; i < n && pool != NULL; i++) {
+        const h2o_iovec_t *name = headers[i].name;
+        if (h2o_memis(name->base, name->len, H2O_STRLIT("content-length")))
+            r->up_content_length = (int64_t)h2o_strtosize(headers[i].value.base, headers[i].value.len);
+        if (h2o_memis(name->base, name->len, H2O_STRLIT("content-type")) &&
+            h2o_strstr(headers[i].value.base, headers[i].value.len, H2O_STRLIT("text/event-stream")) !=
+                SIZE_MAX)
+            event_stream = true;
+        if (is_hop_by_hop(name))
+            continue;
+        h2o_iovec_t v = h2o_strdup(pool, headers[i].value.base, headers[i].value.len);
+        h2o_iovec_t nm = h2o_strdup(pool, name->base, name->len);
+        h2o_add_header_by_str(pool, &r->up_headers, nm.base, nm.len, 0, NULL, v.base, v.len);
+    }
+    const sl_stream_class_vtable_t *vt = sl_stream_class_for(r->in.endpoint.dialect);
+    r->sse = event_stream && vt != NULL;
+    if (r->sse) {
+        sl_stream_init(&r->stream, vt);
+        sl_sse_init(&r->scanner, SL_SSE_MAX_EVENT_DEFAULT, r->scratch, sizeof(r->scratch));
+    }
+    if (status < 200 || status > 299) {
+        r->state = REQ_READING_ERROR;
+        return;
+    }
+    /* A hop to a non-last candidate is held until its first content, so an early failure can fail over. */
+    if (has_next_candidate(r)) {
+        r->state = REQ_HELD;
+    } else {
+        r->state = REQ_STREAMING;
+        breaker_account(r, NULL);
+        start_response(r);
+    }
+}
+
+static void
+on_hop_body(void *data, h2o_buffer_t **input)
+{
+    request_t *r = data;
+    size_t n = (*input)->size;
+    h2o_iovec_t dst = h2o_buffer_reserve(&r->rx, n);
+    memcpy(dst.base, (*input)->bytes, n);
+    r->rx->size += n;
+    h2o_buffer_consume(input, n);
+    process(r);
+}
+
+static sl_failure_source_t
+source_of_end(sl_hop_end_t how, bool had_head)
+{
+    switch (how) {
+    case SL_HOP_END_CONNECT_FAILED:
+        return SL_FAILURE_CONNECT_FAILED;
+    case SL_HOP_END_BROKEN_BEFORE_HEAD:
+        return SL_FAILURE_BROKEN_BEFORE_HEAD;
+    case SL_HOP_END_IDLE_TIMEOUT:
+        return SL_FAILURE_IDLE_TIMEOUT;
+    case SL_HOP_END_TOTAL_TIMEOUT:
+        return SL_FAILURE_TOTAL_TIMEOUT;
+    case SL_HOP_END_EOS:
+        return SL_FAILURE_ENDED_EARLY;
+    case SL_HOP_END_BROKEN:
+    default:
+        return had_head ? SL_FAILURE_BROKEN_BEFORE_CONTENT : SL_FAILURE_BROKEN_BEFORE_HEAD;
+    }
+}
+
+static void
+on_hop_end(void *data, sl_hop_end_t how, const char *detail)
+{
+    request_t *r = data;
+    r->hop = NULL;
+    switch (r->state) {
+    case REQ_WAITING_HEAD:
+        hop_failed_before_content(r, source_of_end(how, false), NULL, detail);
+        break;
+    case REQ_HELD:
+        if (how == SL_HOP_END_EOS && !r->sse) {
+            release_hold(r);
+            r->parsed = r->rx->size;
+            close_attempt(r, SL_ROW_HOP_SERVED, SL_CODE_GW_UPSTREAM_STATUS, NULL);
+            finish(r, SL_ROW_SERVED, r->up_status, false, SL_CODE_GW_UPSTREAM_STATUS, NULL);
+            queue_final(r, H2O_SEND_STATE_FINAL);
+            break;
+        }
+        hop_failed_before_content(r, source_of_end(how, true), NULL,
+                                  how == SL_HOP_END_EOS ? "the stream ended before any content" : detail);
+        break;
+    case REQ_READING_ERROR:
+        judge_error_answer(r);
+        break;
+    case REQ_STREAMING: {
+        /* An answer handed over after a failure is forwarded as the upstream ends it. */
+        bool whole = how == SL_HOP_END_EOS && (!r->sse || r->handing_over || sl_stream_complete(&r->stream));
+        release_upstream(r);
+        if (whole) {
+            bool served = r->up_status < 300 && !r->handing_over;
+            if (served)
+                close_attempt(r, SL_ROW_HOP_SERVED, SL_CODE_GW_UPSTREAM_STATUS, NULL);
+            finish(r, served ? SL_ROW_SERVED : SL_ROW_FAILED, r->up_status, !served, r->last.code,
+                   r->last.detail);
+            queue_final(r, H2O_SEND_STATE_FINAL);
+            break;
+        }
+        /* Cut after content reached the client: never a clean end (behaviour.md §9). */
+        sl_code_t code = SL_CODE_GW_UPSTREAM_BROKEN_AFTER_CONTENT;
+        sl_msg_t msg = sl_msg_make(code, "provider", provider_of(r, r->cur)->name, NULL);
+        close_attempt(r, SL_ROW_HOP_ERROR, code, detail);
+        finish(r, SL_ROW_FAILED, r->up_status, true, code, msg.text);
+        if (r->sse)
+            append_stream_error(r, code, msg.text);
+        sl_msg_free(&msg);
+        queue_final(r, r->sse ? H2O_SEND_STATE_FINAL : H2O_SEND_STATE_ERROR);
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+static const sl_hop_callbacks_t hop_callbacks = {on_hop_head, on_hop_body, on_hop_end};
+
+/* ---- hops ---------------------------------------------------------------------------------- */
+
+/* Writes `"model"` (a JSON string) for the upstream into a copy of the client's body. */
+static h2o_iovec_t
+body_for_model(request_t *r, const char *model)
+{
+    if (r->in.endpoint.model[0] != '\0' || strcmp(model, r->in.model) == 0 || r->in.fields.model.len == 0)
+        return h2o_iovec_init(r->in.body, r->in.body_len);
+    sl_strbuf_t quoted = {0};
+    sl_strbuf_append(&quoted, "\"", 1);
+    for (const char *p = model; *p; p++) {
+        if (*p == '"' || *p == '\\')
+            sl_strbuf_appendf(&quoted, "\\%c", *p);
+        else if ((unsigned char)*p < 0x20)
+            sl_strbuf_appendf(&quoted, "\\u%04x", *p);
+        else
+            sl_strbuf_append(&quoted, p, 1);
+    }
+    sl_strbuf_append(&quoted, "\"", 1);
+    const sl_jspan_t span = r->in.fields.model;
+    size_t len = r->in.body_len - span.len + quoted.len;
+    char *body = h2o_mem_alloc_pool(&r->req->pool, len);
+    memcpy(body, r->in.body, span.off);
+    memcpy(body + span.off, quoted.data, quoted.len);
+    memcpy(body + span.off + quoted.len, r->in.body + span.off + span.len,
+           r->in.body_len - span.off - span.len);
+    free(sl_strbuf_finish(&quoted));
+    return h2o_iovec_init(body, len);
+}
+
+/* Takes the upstream for a hop unless its breaker keeps it cooling; false = skip it. */
+static bool
+claim_upstream(request_t *r, sl_upstream_t *up)
+{
+    pthread_mutex_lock(&up->lock);
+    bool is_probe = false, changed = false;
+    sl_breaker_state_t state = sl_breaker_check(&up->breaker, sl_now_ms(), &is_probe, &changed);
+    /* A single candidate bypasses the breaker; so does a request whose candidates are all cooling. */
+    bool bypass = r->cooling_ignored || r->n_offered == 1;
+    bool ok = state == SL_BREAKER_CLOSED || is_probe || bypass;
+    if (ok) {
+        up->in_flight++;
+        r->is_probe = is_probe;
+    }
+    if (changed)
+        log_health_change(up);
+    pthread_mutex_unlock(&up->lock);
+    return ok;
+}
+
+static void
+start_hop(request_t *r, size_t cand)
+{
+    const sl_provider_t *p = provider_of(r, cand);
+    sl_upstream_t *up = r->snapshot->upstreams[r->cands[cand].provider];
+    r->cur = cand;
+    attempt_t *a = new_attempt(r, cand);
+    if (a == NULL) {
+        answer_with_failure(r);
+        return;
+    }
+    if (!claim_upstream(r, up)) {
+        a->skipped = SL_ROW_SKIP_COOLING;
+        r->skips[cand] = SL_ROW_SKIP_COOLING;
+        r->next = cand + 1;
+        next_hop(r);
+        return;
+    }
+    r->up = up;
+    sl_headers_t headers = headers_of(r->req);
+    r->body = body_for_model(r, r->cands[cand].model);
+    sl_upstream_request_t ureq = {
+        .method = "POST",
+        .target = r->req->path.base,
+        .target_len = r->req->path.len,
+        .model = r->cands[cand].model,
+        .headers = &headers,
+        .body_len = r->body.len,
+    };
+    sl_strbuf_t head = {0};
+    sl_upstream_head_t info;
+    if (sl_dialect_upstream_head(p, &ureq, &head, &info) != SL_HEAD_OK) {
+        free(sl_strbuf_finish(&head));
+        sl_failure_t f = {.source = SL_FAILURE_CONNECT_FAILED, .dialect = r->in.endpoint.dialect};
+        r->up_status = 0;
+        if (!fail_over(r, &f, "the upstream request could not be built")) {
+            end_hop(r);
+            r->last.code = SL_CODE_GW_UPSTREAM_UNUSABLE;
+            answer_with_failure(r);
+        }
+        return;
+    }
+    r->head = sl_strbuf_finish(&head);
+    r->up_status = 0;
+    r->state = REQ_WAITING_HEAD;
+    h2o_buffer_consume(&r->rx, r->rx->size);
+    r->parsed = 0;
+    memset(&r->stream, 0, sizeof(r->stream));
+    const sl_failover_t *fo = &r->config->failover;
+    sl_hop_params_t params = {
+        .pool = sl_upstream_pool(up, r->io->loop),
+        .head = h2o_iovec_init(r->head, strlen(r->head)),
+        .body = r->body,
+        .connect_ms = fo->connect_timeout_secs * 1000,
+        .idle_ms = fo->idle_timeout_secs * 1000,
+        .total_ms = fo->total_timeout_secs * 1000,
+    };
+    r->hop = sl_hop_start(r->io, &params, &hop_callbacks, r);
+}
+
+static void
+next_hop(request_t *r)
+{
+    r->state = REQ_ROUTING;
+    for (size_t i = r->next; i < r->n_cands; i++) {
+        if (r->skips[i] == SL_ROW_SKIP_NONE) {
+            start_hop(r, i);
+            return;
+        }
+    }
+    answer_with_failure(r);
+}
+
+static sl_row_skip_t
+row_skip_of(sl_skip_t s)
+{
+    switch (s) {
+    case SL_SKIP_DISABLED:
+        return SL_ROW_SKIP_DISABLED;
+    case SL_SKIP_NONE:
+        return SL_ROW_SKIP_NONE;
+    default:
+        return SL_ROW_SKIP_NOT_OFFERED;
+    }
+}
+
+/* The candidate list with this moment's skips (behaviour.md §2); false when nothing matches. */
+static bool
+choose_candidates(request_t *r)
+{
+    const sl_config_t *c = r->config;
+    r->cands = h2o_mem_alloc_pool(&r->req->pool, sizeof(*r->cands) * (c->n_providers + 1));
+    r->skips = h2o_mem_alloc_pool(&r->req->pool, sizeof(*r->skips) * (c->n_providers + 1));
+    size_t route;
+    uint64_t counter = atomic_fetch_add(&r->gw->balance_counter, 1);
+    if (!sl_route_select(c, r->in.endpoint.dialect, r->in.model, counter, r->cands, &r->n_cands, &route))
+        return false;
+    bool cooling[r->n_cands + 1];
+    size_t offered = 0;
+    int64_t now = sl_now_ms();
+    for (size_t i = 0; i < r->n_cands; i++) {
+        r->skips[i] = row_skip_of(r->cands[i].skip);
+        cooling[i] = false;
+        if (r->skips[i] != SL_ROW_SKIP_NONE)
+            continue;
+        offered++;
+        sl_upstream_t *up = r->snapshot->upstreams[r->cands[i].provider];
+        pthread_mutex_lock(&up->lock);
+        cooling[i] = sl_breaker_is_cooling(&up->breaker, now);
+        pthread_mutex_unlock(&up->lock);
+    }
+    /* Compact to the offered candidates for the cooling rule, then map back. */
+    bool off_cooling[offered + 1], off_skip[offered + 1];
+    size_t k = 0;
+    for (size_t i = 0; i < r->n_cands; i++) {
+        if (r->skips[i] == SL_ROW_SKIP_NONE)
+            off_cooling[k++] = cooling[i];
+    }
+    size_t skipped = sl_breaker_filter(off_cooling, offered, off_skip);
+    r->cooling_ignored = offered > 1 && skipped == 0 && offered > 0 && off_cooling[0];
+    r->n_offered = offered;
+    k = 0;
+    for (size_t i = 0; i < r->n_cands; i++) {
+        if (r->skips[i] == SL_ROW_SKIP_NONE && off_skip[k++])
+            r->skips[i] = SL_ROW_SKIP_COOLING;
+    }
+    for (size_t i = 0; i < r->n_cands; i++) {
+        if (r->skips[i] != SL_ROW_SKIP_NONE) {
+            attempt_t *a = new_attempt(r, i);
+            if (a != NULL)
+                a->skipped = r->skips[i];
+        }
+    }
+    return offered > 0;
+}
+
+/* ---- intake and GET /v1/models -------------------------------------------------------------- */
+
+static void
+on_request_disposed(void *p)
+{
+    request_t *r = p;
+    r->req = NULL;
+    if (r->state != REQ_DONE) {
+        close_attempt(r, SL_ROW_HOP_CANCELLED, SL_CODE_GW_UPSTREAM_STATUS, "client went away");
+        finish(r, SL_ROW_CANCELLED, r->up_status, false, SL_CODE_GW_UPSTREAM_STATUS, NULL);
+    }
+    end_hop(r);
+    h2o_buffer_dispose(&r->rx);
+    h2o_buffer_dispose(&r->tx);
+    sl_snapshot_release(r->snapshot);
+}
+
+static bool
+peer_is_loopback(h2o_req_t *req)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = req->conn->callbacks->get_peername(req->conn, (struct sockaddr *)&ss);
+    if (len == 0)
+        return false;
+    char host[64];
+    if (ss.ss_family == AF_INET)
+        inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, host, sizeof(host));
+    else if (ss.ss_family == AF_INET6)
+        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, host, sizeof(host));
+    else
+        return false;
+    const char *mapped = strncmp(host, "::ffff:", 7) == 0 ? host + 7 : host;
+    return sl_ip_is_loopback(mapped);
+}
+
+/* GET /v1/models: the models routes can serve, in Anthropic's shape when asked in it, else OpenAI's. */
+static void
+answer_models(h2o_req_t *req, const sl_config_t *c)
+{
+    bool anthropic = h2o_find_header_by_str(&req->headers, H2O_STRLIT("anthropic-version"), -1) >= 0;
+    sl_strbuf_t body = {0};
+    sl_strbuf_appendf(&body, anthropic ? "{\"data\":[" : "{\"object\":\"list\",\"data\":[");
+    size_t listed = 0;
+    for (size_t i = 0; i < c->n_providers; i++) {
+        const sl_provider_t *p = &c->providers[i];
+        for (size_t m = 0; m < p->n_models + p->n_model_map; m++) {
+            const char *name = m < p->n_models ? p->models[m] : p->model_map[m - p->n_models].name;
+            if (strpbrk(name, "*?\"\\") != NULL || p->disabled)
+                continue;
+            if (anthropic)
+                sl_strbuf_appendf(&body, "%s{\"type\":\"model\",\"id\":\"%s\",\"display_name\":\"%s\"}",
+                                  listed ? "," : "", name, name);
+            else
+                sl_strbuf_appendf(&body, "%s{\"id\":\"%s\",\"object\":\"model\",\"owned_by\":\"%s\"}",
+                                  listed ? "," : "", name, p->name);
+            listed++;
+        }
+    }
+    sl_strbuf_appendf(&body, anthropic ? "],\"has_more\":false}" : "]}");
+    req->res.status = 200;
+    req->res.reason = "OK";
+    req->res.content_length = body.len;
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
+                   H2O_STRLIT("application/json"));
+    size_t len = body.len;
+    char *bytes = sl_strbuf_finish(&body);
+    h2o_send_inline(req, bytes, len); /* h2o copies it into the request pool */
+    free(bytes);
+}
+
+int
+sl_request_serve(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapshot_t *snapshot)
+{
+    request_t *r = h2o_mem_alloc_shared(&req->pool, sizeof(*r), on_request_disposed);
+    memset(r, 0, sizeof(*r));
+    r->req = req;
+    r->io = io;
+    r->gw = gw;
+    r->snapshot = snapshot;
+    atomic_fetch_add(&snapshot->refs, 1);
+    r->config = snapshot->config;
+    r->id = atomic_fetch_add(&gw->next_id, 1) + 1;
+    r->started_ms = sl_now_ms();
+    r->started_wall_ms = wall_ms();
+    r->ttfb_ms = r->ttft_ms = SL_ROW_ABSENT;
+    r->path = req->path;
+    h2o_buffer_init(&r->rx, &h2o_socket_buffer_prototype);
+    h2o_buffer_init(&r->tx, &h2o_socket_buffer_prototype);
+
+    /* Safe mode and shutdown refuse everything, in the client's dialect when its path tells it. */
+    sl_code_t refused = snapshot->safe_mode ? SL_CODE_GW_SAFE_MODE : SL_CODE_GW_SHUTTING_DOWN;
+    if (snapshot->safe_mode || atomic_load(&gw->stopping)) {
+        if (!sl_endpoint_parse(req->method.base, req->method.len, req->path.base, req->path.len,
+                               &r->in.endpoint))
+            r->in.endpoint.dialect = SL_DIALECT_COUNT;
+        sl_msg_t msg = sl_msg_make(refused, NULL);
+        send_gateway_error(req, r->in.endpoint.dialect, sl_code_status(refused), refused, msg.text);
+        finish(r, SL_ROW_FAILED, sl_code_status(refused), true, refused, msg.text);
+        sl_msg_free(&msg);
+        return 0;
+    }
+
+    sl_headers_t headers = headers_of(req);
+    sl_intake_input_t input = {
+        .method = req->method.base,
+        .method_len = req->method.len,
+        .path = req->path.base,
+        .path_len = req->path.len,
+        .headers = &headers,
+        .body = req->entity.base != NULL ? req->entity.base : "",
+        .body_len = req->entity.len,
+        .peer_is_loopback = peer_is_loopback(req),
+    };
+    sl_intake_refusal_t refusal;
+    if (!sl_intake(r->config, &input, &r->in, &refusal)) {
+        char path[256];
+        snprintf(path, sizeof(path), "%.*s", (int)req->path_normalized.len, req->path_normalized.base);
+        char max[24];
+        snprintf(max, sizeof(max), "%llu", (unsigned long long)r->config->max_body_bytes);
+        sl_msg_t msg = sl_msg_make(refusal.code, "method", refusal.detail, "path", path, "where",
+                                   refusal.detail, "detail", refusal.detail, "size", refusal.detail, "max",
+                                   max, "what", refusal.detail, NULL);
+        send_gateway_error(req, r->in.endpoint.dialect, refusal.status, refusal.code, msg.text);
+        finish(r, SL_ROW_FAILED, refusal.status, true, refusal.code, msg.text);
+        sl_msg_free(&msg);
+        return 0;
+    }
+    if (r->in.endpoint.op == SL_OP_LIST_MODELS) {
+        answer_models(req, r->config);
+        finish(r, SL_ROW_ANSWERED_LOCALLY, 200, false, SL_CODE_GW_NOT_FOUND, NULL);
+        return 0;
+    }
+    if (!choose_candidates(r)) {
+        r->last.any = true;
+        r->last.code = SL_CODE_GW_ROUTE_NO_MATCH;
+        answer_with_failure(r);
+        return 0;
+    }
+    r->next = 0;
+    next_hop(r);
+    return 0;
+}

@@ -1,0 +1,36 @@
+/*
+ * THE request state machine (behaviour.md §1-4, §9, §10): one enum, one
+ * place that moves it. A request goes through its candidates one hop at a
+ * time; a hop's answer is held until its first content where an early
+ * failure could still fail over invisibly; the last candidate's answer is
+ * handed over unchanged; everything ends in one row for the request DB.
+ */
+#ifndef SL_REQUEST_H
+#define SL_REQUEST_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include <h2o.h>
+
+#include "recorder.h"
+#include "snapshot.h"
+#include "worker.h"
+
+/* What every request of the process shares. */
+typedef struct {
+    sl_recorder_t *recorder; /* NULL: rows are counted as dropped */
+    atomic_uint_fast64_t next_id;
+    atomic_uint_fast64_t balance_counter; /* load_balance start positions */
+    atomic_uint_fast64_t rows_dropped;    /* rows that never reached the recorder */
+    atomic_bool stopping;                 /* shutting down: new requests are refused */
+} sl_gateway_t;
+
+/*
+ * Serves one client request on the worker's loop: intake, routing, hops,
+ * the answer. The request keeps its own reference on snapshot. Always
+ * answers (now or later) and returns 0, as h2o handlers do.
+ */
+int sl_request_serve(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapshot_t *snapshot);
+
+#endif

@@ -1,0 +1,52 @@
+/*
+ * Per-upstream state shared by every worker: the keep-alive pool, the
+ * breaker, the requests in flight. Keyed by provider name, so a reload keeps
+ * the state of upstreams that keep their name (config.md, hot reload).
+ */
+#ifndef SL_UPSTREAM_H
+#define SL_UPSTREAM_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <h2o.h>
+#include <h2o/socketpool.h>
+
+#include "config.h"
+#include "core/breaker.h"
+
+typedef struct {
+    char *name;
+    h2o_socketpool_t
+        *pool;       /* shared by all threads (h2o locks it); replaced when the base URL's origin changes */
+    bool pool_ready; /* h2o_socketpool_set_timeout has run (on the loop of the first hop) */
+    char *origin;    /* "https://host:port" of the pool */
+    pthread_mutex_t lock; /* guards what follows */
+    sl_breaker_t breaker;
+    uint32_t in_flight;
+} sl_upstream_t;
+
+typedef struct sl_upstreams sl_upstreams_t;
+
+sl_upstreams_t *sl_upstreams_new(void);
+
+/*
+ * The shared state of every provider of config, in config order (created on
+ * first sight). Returns an array the caller frees with free(); the upstreams
+ * themselves live as long as the registry. NULL when a base URL cannot be
+ * parsed (the config loader accepts only parsable ones).
+ */
+sl_upstream_t **sl_upstreams_bind(sl_upstreams_t *reg, const sl_config_t *config);
+
+/*
+ * The upstream's pool, ready for a connect from loop. h2o needs the pool's
+ * idle-expiry timer set on some loop before the first connect, and a loop may
+ * only be touched from its own thread: the first hop's worker sets it.
+ */
+h2o_socketpool_t *sl_upstream_pool(sl_upstream_t *up, h2o_loop_t *loop);
+
+/* Idle keep-alive connections to an upstream are closed after this long. */
+#define SL_UPSTREAM_IDLE_KEEPALIVE_MS 20000
+
+#endif

@@ -1,0 +1,379 @@
+/*
+ * The data plane end to end: the real sluice between a client on 127.0.0.1
+ * and scriptable fake upstreams. Asserts the bytes the client got and what
+ * the upstreams received.
+ */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "fake_upstream.h"
+#include "harness.h"
+
+static proc_t proc;
+static fake_upstream_t *up1, *up2;
+static http_response_t res;
+static uint16_t port;
+
+static void
+setup(void)
+{
+    up1 = fake_start(NULL, NULL, false);
+    up2 = fake_start(NULL, NULL, false);
+}
+
+static void
+teardown(void)
+{
+    proc_kill(&proc);
+    fake_stop(up1);
+    fake_stop(up2);
+    http_response_free(&res);
+    remove_temp_files();
+}
+
+TestSuite(proxy, .init = setup, .fini = teardown, .timeout = 60);
+
+#define GATEWAY_KEY       "gw-test-key-0001"
+#define ANTHROPIC_HEADERS "x-api-key: " GATEWAY_KEY "\r\nanthropic-version: 2023-06-01\r\n"
+#define BEARER_HEADERS    "authorization: Bearer " GATEWAY_KEY "\r\n"
+
+/* Starts sluice with two upstreams of one protocol, in failover order unless routes say otherwise. */
+static void
+start_gateway_with(const char *protocol, const char *up1_fields, const char *extra)
+{
+    char yaml[4096];
+    snprintf(
+        yaml, sizeof(yaml),
+        "listen:\n"
+        "  gateway: {bind: 127.0.0.1, port: 0}\n"
+        "clients:\n"
+        "  - {name: tester, key: \"" GATEWAY_KEY "\"}\n"
+        "providers:\n"
+        "  - {name: up1, protocol: %s, base_url: \"http://127.0.0.1:%u/prefix\", key: upstream-key-one%s}\n"
+        "  - {name: up2, protocol: %s, base_url: \"http://127.0.0.1:%u\", key: upstream-key-two}\n"
+        "failover: {wait_secs: 0}\n"
+        "store: {path: %s}\n"
+        "%s",
+        protocol, fake_port(up1), up1_fields, protocol, fake_port(up2), write_temp_file(1, ""),
+        extra ? extra : "");
+    const char *path = write_temp_file(0, yaml);
+    const char *args[] = {"--config", path, "--threads", "2", NULL};
+    proc_start(&proc, args);
+    port = proc_wait_port(&proc, 5000);
+    cr_assert_neq(port, 0, "sluice did not start:\n%s", proc.log);
+}
+
+static void
+start_gateway(const char *protocol, const char *extra)
+{
+    start_gateway_with(protocol, "", extra);
+}
+
+static fake_reply_t
+sse_reply(const char *fixture_name)
+{
+    return (fake_reply_t){
+        .status = 200,
+        .headers = "content-type: text/event-stream; charset=utf-8\r\nrequest-id: req_fake\r\n",
+        .body = fixture(fixture_name, NULL),
+        .chunked = true,
+    };
+}
+
+static const char anthropic_body[] = "{\"model\":\"claude-x\",\"max_tokens\":64,\"stream\":true,\"messages\":"
+                                     "[{\"role\":\"user\",\"content\":\"hi\"}]}";
+
+Test(proxy, anthropic_stream_passes_through_byte_for_byte)
+{
+    start_gateway("anthropic", NULL);
+    fake_push(up1, sse_reply("anthropic-ok.sse"));
+    cr_assert(
+        http_request_h(port, "POST", "/v1/messages?beta=true", ANTHROPIC_HEADERS, anthropic_body, &res));
+    cr_assert_eq(res.status, 200, "%s\n%s", res.headers, res.body);
+    cr_assert_str_eq(res.body, fixture("anthropic-ok.sse", NULL));
+    cr_assert(res.complete);
+
+    fake_request_t r;
+    cr_assert(fake_request(up1, 0, &r));
+    cr_assert_str_eq(r.path, "/prefix/v1/messages?beta=true", "the relay prefix and the query are kept");
+    cr_assert_str_eq(r.body, anthropic_body);
+    char v[256];
+    cr_assert(fake_header(up1, 0, "x-api-key", v, sizeof(v)));
+    cr_assert_str_eq(v, "upstream-key-one", "the upstream gets its own key, never the client's");
+    cr_assert(fake_header(up1, 0, "anthropic-version", v, sizeof(v)));
+    cr_assert(fake_header(up1, 0, "accept-encoding", v, sizeof(v)));
+    cr_assert_str_eq(v, "identity");
+    cr_assert_eq(fake_count(up2), 0);
+}
+
+Test(proxy, chat_and_responses_streams_pass_through)
+{
+    start_gateway("openai-chat", NULL);
+    fake_push(up1, sse_reply("chat-ok.sse"));
+    cr_assert(http_request_h(port, "POST", "/v1/chat/completions", BEARER_HEADERS,
+                             "{\"model\":\"gpt-x\",\"stream\":true,\"messages\":[]}", &res));
+    cr_assert_eq(res.status, 200, "%s", res.body);
+    cr_assert_str_eq(res.body, fixture("chat-ok.sse", NULL));
+    char v[256];
+    cr_assert(fake_header(up1, 0, "authorization", v, sizeof(v)));
+    cr_assert_str_eq(v, "Bearer upstream-key-one");
+}
+
+Test(proxy, responses_stream_passes_through)
+{
+    start_gateway("openai-responses", NULL);
+    fake_push(up1, sse_reply("responses-ok.sse"));
+    cr_assert(http_request_h(port, "POST", "/v1/responses", BEARER_HEADERS,
+                             "{\"model\":\"gpt-x\",\"stream\":true,\"input\":\"hi\"}", &res));
+    cr_assert_eq(res.status, 200, "%s", res.body);
+    cr_assert_str_eq(res.body, fixture("responses-ok.sse", NULL));
+}
+
+Test(proxy, whole_json_answer_passes_through)
+{
+    start_gateway("anthropic", NULL);
+    const char *answer =
+        "{\"id\":\"msg_1\",\"type\":\"message\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}";
+    fake_push(up1,
+              (fake_reply_t){.status = 200, .headers = "content-type: application/json\r\n", .body = answer});
+    cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS,
+                             "{\"model\":\"claude-x\",\"max_tokens\":5,\"messages\":[]}", &res));
+    cr_assert_eq(res.status, 200);
+    cr_assert_str_eq(res.body, answer);
+}
+
+Test(proxy, fails_over_on_503)
+{
+    start_gateway("anthropic", NULL);
+    fake_push(up1,
+              (fake_reply_t){
+                  .status = 503,
+                  .headers = "content-type: application/json\r\n",
+                  .body = "{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"down\"}}"});
+    fake_push(up2, sse_reply("anthropic-ok.sse"));
+    cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, anthropic_body, &res));
+    cr_assert_eq(res.status, 200, "%s", res.body);
+    cr_assert_str_eq(res.body, fixture("anthropic-ok.sse", NULL));
+    cr_assert_eq(fake_count(up1), 1);
+    cr_assert_eq(fake_count(up2), 1);
+}
+
+Test(proxy, fails_over_when_the_connection_is_refused)
+{
+    /* up1's port is closed before the gateway starts. */
+    uint16_t closed = fake_port(up1);
+    fake_stop(up1);
+    up1 = fake_start(NULL, NULL, false);
+    char extra[256];
+    snprintf(extra, sizeof(extra), "routes:\n  - {match: \"*\", failover: [dead, up2]}\n");
+    char yaml[2048];
+    snprintf(yaml, sizeof(yaml),
+             "listen: {gateway: {bind: 127.0.0.1, port: 0}}\n"
+             "clients: [{name: tester, key: \"" GATEWAY_KEY "\"}]\n"
+             "providers:\n"
+             "  - {name: dead, protocol: anthropic, base_url: \"http://127.0.0.1:%u\", key: k}\n"
+             "  - {name: up2, protocol: anthropic, base_url: \"http://127.0.0.1:%u\", key: k}\n"
+             "store: {path: %s}\n%s",
+             closed, fake_port(up2), write_temp_file(1, ""), extra);
+    const char *args[] = {"--config", write_temp_file(0, yaml), NULL};
+    proc_start(&proc, args);
+    port = proc_wait_port(&proc, 5000);
+    fake_push(up2, sse_reply("anthropic-ok.sse"));
+    cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, anthropic_body, &res));
+    cr_assert_eq(res.status, 200, "%s", res.body);
+    cr_assert_str_eq(res.body, fixture("anthropic-ok.sse", NULL));
+}
+
+Test(proxy, fails_over_on_an_overload_inside_the_stream_before_content)
+{
+    start_gateway("anthropic", NULL);
+    fake_push(up1, sse_reply("anthropic-overloaded-before-content.sse"));
+    fake_push(up2, sse_reply("anthropic-ok.sse"));
+    cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, anthropic_body, &res));
+    cr_assert_eq(res.status, 200);
+    cr_assert_str_eq(res.body, fixture("anthropic-ok.sse", NULL), "the client never sees the first upstream");
+}
+
+Test(proxy, fails_over_when_a_stream_ends_after_opening_events_only)
+{
+    start_gateway("anthropic", NULL);
+    fake_push(up1, sse_reply("anthropic-opening-only.sse"));
+    fake_push(up2, sse_reply("anthropic-ok.sse"));
+    cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, anthropic_body, &res));
+    cr_assert_str_eq(res.body, fixture("anthropic-ok.sse", NULL));
+}
+
+Test(proxy, request_errors_are_handed_back_without_failover)
+{
+    start_gateway("anthropic", NULL);
+    const char *err =
+        "{\"type\":\"error\",\"error\":{\"type\":\"invalid_request_error\",\"message\":\"bad\"}}";
+    fake_push(up1, (fake_reply_t){.status = 400,
+                                  .headers = "content-type: application/json\r\nx-up: 1\r\n",
+                                  .body = err});
+    cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, anthropic_body, &res));
+    cr_assert_eq(res.status, 400);
+    cr_assert_str_eq(res.body, err);
+    char v[64];
+    cr_assert(http_header(&res, "x-up", v, sizeof(v)), "the upstream's own headers come along");
+    cr_assert_eq(fake_count(up2), 0);
+}
+
+Test(proxy, the_last_candidates_error_is_handed_over_unchanged)
+{
+    start_gateway("anthropic", NULL);
+    const char *e1 = "{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"one\"}}";
+    const char *e2 = "{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"two\"}}";
+    fake_push(up1,
+              (fake_reply_t){.status = 500, .headers = "content-type: application/json\r\n", .body = e1});
+    fake_push(up2,
+              (fake_reply_t){.status = 502, .headers = "content-type: application/json\r\n", .body = e2});
+    cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, anthropic_body, &res));
+    cr_assert_eq(res.status, 502);
+    cr_assert_str_eq(res.body, e2);
+}
+
+Test(proxy, a_stream_cut_after_content_ends_with_an_in_stream_error)
+{
+    start_gateway("anthropic", NULL);
+    size_t len;
+    const char *ok = fixture("anthropic-ok.sse", &len);
+    fake_reply_t r = sse_reply("anthropic-ok.sse");
+    r.cut_after = (size_t)(strstr(ok, " from") - ok) + 40;
+    fake_push(up1, r);
+    cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, anthropic_body, &res));
+    cr_assert_eq(res.status, 200);
+    cr_assert(strstr(res.body, "Hello") != NULL);
+    cr_assert(strstr(res.body, "event: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"api_error\"") !=
+                  NULL,
+              "%s", res.body);
+    cr_assert(strstr(res.body, "gw.upstream.broken_after_content") != NULL, "%s", res.body);
+    cr_assert(res.complete, "the gateway ends its own stream properly");
+    cr_assert_eq(fake_count(up2), 0, "nothing after content is failed over");
+}
+
+Test(proxy, bad_key_malformed_json_and_oversize_bodies_get_errors_in_the_clients_format)
+{
+    start_gateway("anthropic", "limits: {max_body_bytes: 2048}\n");
+    cr_assert(http_request_h(port, "POST", "/v1/messages", "x-api-key: wrong\r\n", anthropic_body, &res));
+    cr_assert_eq(res.status, 401);
+    cr_assert(strstr(res.body, "\"type\":\"error\",\"error\":{\"type\":\"authentication_error\"") != NULL,
+              "%s", res.body);
+    char v[128];
+    cr_assert(http_header(&res, "x-sluice-error", v, sizeof(v)));
+
+    cr_assert(
+        http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, "{\"model\": \"claude-x\",", &res));
+    cr_assert_eq(res.status, 400);
+    cr_assert(strstr(res.body, "invalid_request_error") != NULL, "%s", res.body);
+
+    cr_assert(http_request_h(port, "POST", "/v1/chat/completions", BEARER_HEADERS, "[1,2", &res));
+    cr_assert_eq(res.status, 400);
+    cr_assert(strstr(res.body, "{\"error\":{\"message\":\"sluice: ") != NULL, "OpenAI shape: %s", res.body);
+
+    static char big[4096];
+    memset(big, ' ', sizeof(big) - 1);
+    big[0] = '{';
+    big[sizeof(big) - 2] = '}';
+    cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, big, &res));
+    cr_assert_eq(res.status, 413);
+    cr_assert(strstr(res.body, "request_too_large") != NULL, "%s", res.body);
+    cr_assert_eq(fake_count(up1) + fake_count(up2), 0, "nothing bad reaches an upstream");
+}
+
+Test(proxy, model_map_rewrites_the_model_for_that_upstream_only)
+{
+    start_gateway_with("anthropic", ", model_map: {claude-x: claude-x-20250101}", NULL);
+    fake_push(up1, (fake_reply_t){.status = 529,
+                                  .headers = "content-type: application/json\r\n",
+                                  .body = "{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}"});
+    fake_push(up2, sse_reply("anthropic-ok.sse"));
+    cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, anthropic_body, &res));
+    cr_assert_eq(res.status, 200);
+    fake_request_t r1, r2;
+    cr_assert(fake_request(up1, 0, &r1));
+    cr_assert(fake_request(up2, 0, &r2));
+    cr_assert(strstr(r1.body, "\"model\":\"claude-x-20250101\"") != NULL, "%s", r1.body);
+    cr_assert_str_eq(r2.body, anthropic_body, "the other upstream gets the client's body untouched");
+}
+
+Test(proxy, models_list_answers_in_the_clients_shape)
+{
+    start_gateway_with("anthropic", ", models: [claude-x, \"claude-y-*\"]", NULL);
+    cr_assert(http_request_h(port, "GET", "/v1/models", ANTHROPIC_HEADERS, NULL, &res));
+    cr_assert_eq(res.status, 200);
+    cr_assert_str_eq(res.body,
+                     "{\"data\":[{\"type\":\"model\",\"id\":\"claude-x\",\"display_name\":\"claude-x\"}],"
+                     "\"has_more\":false}");
+}
+
+Test(proxy, breaker_opens_after_three_failures_and_the_next_request_skips_the_upstream)
+{
+    start_gateway("anthropic", NULL);
+    const char *down = "{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"down\"}}";
+    fake_set_default(
+        up1, (fake_reply_t){.status = 500, .headers = "content-type: application/json\r\n", .body = down});
+    fake_set_default(up2, sse_reply("anthropic-ok.sse"));
+    for (int i = 0; i < 3; i++) {
+        cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, anthropic_body, &res));
+        cr_assert_eq(res.status, 200);
+    }
+    cr_assert_eq(fake_count(up1), 3);
+    cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, anthropic_body, &res));
+    cr_assert_eq(res.status, 200);
+    cr_assert_eq(fake_count(up1), 3, "the cooling upstream is skipped");
+    cr_assert_eq(fake_count(up2), 4);
+    cr_assert(proc_wait_log(&proc, "upstream up1: breaker open", 2000), "%s", proc.log);
+}
+
+Test(proxy, all_cooling_fails_open)
+{
+    start_gateway("anthropic", NULL);
+    const char *down = "{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"down\"}}";
+    fake_set_default(
+        up1, (fake_reply_t){.status = 500, .headers = "content-type: application/json\r\n", .body = down});
+    fake_set_default(
+        up2, (fake_reply_t){.status = 502, .headers = "content-type: application/json\r\n", .body = down});
+    for (int i = 0; i < 3; i++)
+        cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, anthropic_body, &res));
+    cr_assert_eq(fake_count(up1), 3);
+    cr_assert_eq(fake_count(up2), 3);
+    fake_set_default(up1, sse_reply("anthropic-ok.sse"));
+    cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, anthropic_body, &res));
+    cr_assert_eq(res.status, 200, "both cooling: both are tried, and the first one now serves");
+    cr_assert_eq(fake_count(up1), 4);
+}
+
+Test(proxy, load_balance_spreads_by_weight)
+{
+    start_gateway("anthropic", "routes:\n  - {match: \"*\", load_balance: [up1, {name: up2, weight: 3}]}\n");
+    fake_set_default(up1, sse_reply("anthropic-ok.sse"));
+    fake_set_default(up2, sse_reply("anthropic-ok.sse"));
+    for (int i = 0; i < 8; i++) {
+        cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, anthropic_body, &res));
+        cr_assert_eq(res.status, 200);
+    }
+    cr_assert_eq(fake_count(up1), 2);
+    cr_assert_eq(fake_count(up2), 6);
+}
+
+Test(proxy, http2_clients_are_served)
+{
+    start_gateway("anthropic", NULL);
+    fake_push(up1, sse_reply("anthropic-ok.sse"));
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd),
+             "curl -s --max-time 10 --http2-prior-knowledge -o - -w '\\n%%{http_version} %%{http_code}' "
+             "-H 'x-api-key: " GATEWAY_KEY "' -d '%s' http://127.0.0.1:%u/v1/messages",
+             anthropic_body, port);
+    FILE *p = popen(cmd, "r");
+    static char out[1 << 16];
+    size_t n = fread(out, 1, sizeof(out) - 1, p);
+    out[n] = '\0';
+    pclose(p);
+    cr_assert(strstr(out, fixture("anthropic-ok.sse", NULL)) != NULL, "%s", out);
+    cr_assert(strstr(out, "\n2 200") != NULL, "%s", out);
+}

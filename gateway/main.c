@@ -274,7 +274,7 @@ main(int argc, char **argv)
     sl_config_result_free(&res);
     upstreams = sl_upstreams_new();
     sl_snapshot_holder_init(&running, config, sl_upstreams_bind(upstreams, config), safe_mode);
-    gateway.recorder = open_recorder(config);
+    sl_gateway_init(&gateway, open_recorder(config));
 
     unsigned threads = opt.threads;
     if (threads == 0) {

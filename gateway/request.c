@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/random.h>
 #include <sys/time.h>
 
 #include <arpa/inet.h>
@@ -97,6 +98,8 @@ typedef struct {
     h2o_generator_t generator;
 
     last_failure_t last;
+    uint64_t conversation; /* the affinity key; 0 = none */
+    bool sealed_history;   /* the body carries history bound to one upstream account */
     int64_t ttfb_ms, ttft_ms;
     attempt_t attempts[MAX_ATTEMPTS];
     size_t n_attempts;
@@ -607,12 +610,28 @@ hop_failed_before_content(request_t *r, sl_failure_source_t source, const sl_str
 
 /* ---- reading the upstream's answer ---------------------------------------------------------- */
 
+/* The conversation stays with the upstream that served it (sticky; sealed when its history is bound). */
+static void
+remember_conversation(request_t *r)
+{
+    if (r->conversation == 0)
+        return;
+    sl_affinity_pin_t pin = {
+        .upstream = sl_affinity_upstream_id(&r->gw->affinity_key, provider_of(r, r->cur)->name),
+        .sealed = r->sealed_history,
+    };
+    pthread_mutex_lock(&r->gw->affinity_lock);
+    sl_affinity_put(r->gw->affinity, r->conversation, pin, sl_now_ms());
+    pthread_mutex_unlock(&r->gw->affinity_lock);
+}
+
 /* Content arrived (or the hold is over): from here the answer streams to the client. */
 static void
 release_hold(request_t *r)
 {
     r->state = REQ_STREAMING;
     breaker_account(r, NULL);
+    remember_conversation(r);
     start_response(r);
 }
 
@@ -732,6 +751,7 @@ on_hop_head(void *data, int status, const h2o_header_t *headers, size_t n)
     } else {
         r->state = REQ_STREAMING;
         breaker_account(r, NULL);
+        remember_conversation(r);
         start_response(r);
     }
 }
@@ -959,6 +979,50 @@ row_skip_of(sl_skip_t s)
     }
 }
 
+/* The conversation's name: a session header, else the client and its first user message (behaviour.md §1.5).
+ */
+static uint64_t
+conversation_key(request_t *r)
+{
+    const sl_hash_key_t *key = &r->gw->affinity_key;
+    const char *client = r->in.client != NULL ? r->in.client->name : "";
+    const h2o_headers_t *h = &r->req->headers;
+    int best_rank = -1;
+    size_t best = 0;
+    for (size_t i = 0; i < h->size; i++) {
+        int rank = sl_affinity_session_header_rank(h->entries[i].name->base, h->entries[i].name->len);
+        if (rank >= 0 && (best_rank < 0 || rank < best_rank)) {
+            best_rank = rank;
+            best = i;
+        }
+    }
+    if (best_rank >= 0)
+        return sl_affinity_key_session(key, client, strlen(client), h->entries[best].value.base,
+                                       h->entries[best].value.len);
+    if (r->in.fields.first_user.len > 0)
+        return sl_affinity_key_message(key, client, strlen(client), r->in.body, r->in.fields.first_user);
+    return 0;
+}
+
+static void
+apply_affinity(request_t *r)
+{
+    r->sealed_history = r->in.fields.encrypted_content || r->in.fields.thinking_signature ||
+                        r->in.fields.previous_response_id.len > 0;
+    r->conversation = conversation_key(r);
+    if (r->conversation == 0)
+        return;
+    sl_affinity_pin_t pin;
+    pthread_mutex_lock(&r->gw->affinity_lock);
+    bool found = sl_affinity_get(r->gw->affinity, r->conversation, sl_now_ms(), &pin);
+    pthread_mutex_unlock(&r->gw->affinity_lock);
+    sl_affinity_effect_t effect = sl_affinity_apply(r->config, &r->gw->affinity_key, found ? &pin : NULL,
+                                                    r->sealed_history, r->cands, r->n_cands);
+    if (effect != SL_AFFINITY_NONE)
+        sl_log_debug("request %llu: affinity %s", (unsigned long long)r->id,
+                     effect == SL_AFFINITY_RELEASED ? "released" : sl_affinity_effect_slug(effect));
+}
+
 /* The candidate list with this moment's skips (behaviour.md §2); false when nothing matches. */
 static bool
 choose_candidates(request_t *r)
@@ -970,6 +1034,7 @@ choose_candidates(request_t *r)
     uint64_t counter = atomic_fetch_add(&r->gw->balance_counter, 1);
     if (!sl_route_select(c, r->in.endpoint.dialect, r->in.model, counter, r->cands, &r->n_cands, &route))
         return false;
+    apply_affinity(r);
     bool cooling[r->n_cands + 1];
     size_t offered = 0;
     int64_t now = sl_now_ms();
@@ -1150,4 +1215,17 @@ sl_request_serve(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapsh
     r->next = 0;
     next_hop(r);
     return 0;
+}
+
+void
+sl_gateway_init(sl_gateway_t *gw, sl_recorder_t *recorder)
+{
+    gw->recorder = recorder;
+    pthread_mutex_init(&gw->affinity_lock, NULL);
+    gw->affinity = sl_affinity_new(SL_AFFINITY_DEFAULT_CAPACITY, SL_AFFINITY_DEFAULT_IDLE_MS);
+    /* The hash key only has to be unknown to clients. */
+    if (getrandom(&gw->affinity_key, sizeof(gw->affinity_key), 0) != (ssize_t)sizeof(gw->affinity_key)) {
+        gw->affinity_key.k0 = (uint64_t)wall_ms() * 0x9E3779B97F4A7C15ull;
+        gw->affinity_key.k1 = (uint64_t)sl_now_ms() ^ (uint64_t)(uintptr_t)gw;
+    }
 }

@@ -13,6 +13,7 @@
 
 #include <h2o.h>
 
+#include "core/affinity.h"
 #include "recorder.h"
 #include "snapshot.h"
 #include "worker.h"
@@ -24,7 +25,14 @@ typedef struct {
     atomic_uint_fast64_t balance_counter; /* load_balance start positions */
     atomic_uint_fast64_t rows_dropped;    /* rows that never reached the recorder */
     atomic_bool stopping;                 /* shutting down: new requests are refused */
+    /* Conversations and the upstream that served them (behaviour.md §1.5), shared by all workers. */
+    pthread_mutex_t affinity_lock;
+    sl_affinity_t *affinity;
+    sl_hash_key_t affinity_key; /* secret, drawn at start: clients cannot aim at one hash bucket */
 } sl_gateway_t;
+
+/* Sets up what requests share; recorder may be NULL. */
+void sl_gateway_init(sl_gateway_t *gw, sl_recorder_t *recorder);
 
 /*
  * Serves one client request on the worker's loop: intake, routing, hops,

@@ -245,6 +245,12 @@ http_header(const http_response_t *res, const char *name, char *buf, size_t size
 
 static char paths[4][64];
 
+const char *
+temp_file_path(int slot)
+{
+    return paths[slot];
+}
+
 void
 remove_temp_files(void)
 {

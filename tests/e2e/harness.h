@@ -51,6 +51,8 @@ bool http_header(const http_response_t *res, const char *name, char *buf, size_t
 /* Writes text to a fresh temporary file; returns its path (static storage per call slot 0..3). */
 const char *write_temp_file(int slot, const char *text);
 
+/* The path write_temp_file gave for slot ("" before it was used). */
+const char *temp_file_path(int slot);
 /* Removes the files write_temp_file made. */
 void remove_temp_files(void);
 

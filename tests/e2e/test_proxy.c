@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sqlite3.h>
 #include <unistd.h>
 
 #include "fake_upstream.h"
@@ -85,6 +86,18 @@ sse_reply(const char *fixture_name)
 
 static const char anthropic_body[] = "{\"model\":\"claude-x\",\"max_tokens\":64,\"stream\":true,\"messages\":"
                                      "[{\"role\":\"user\",\"content\":\"hi\"}]}";
+
+/* A body that starts its own conversation (affinity keys on the first user message). */
+static const char *
+fresh_body(int i)
+{
+    static char body[256];
+    snprintf(body, sizeof(body),
+             "{\"model\":\"claude-x\",\"max_tokens\":64,\"stream\":true,"
+             "\"messages\":[{\"role\":\"user\",\"content\":\"question %d\"}]}",
+             i);
+    return body;
+}
 
 Test(proxy, anthropic_stream_passes_through_byte_for_byte)
 {
@@ -318,11 +331,11 @@ Test(proxy, breaker_opens_after_three_failures_and_the_next_request_skips_the_up
         up1, (fake_reply_t){.status = 500, .headers = "content-type: application/json\r\n", .body = down});
     fake_set_default(up2, sse_reply("anthropic-ok.sse"));
     for (int i = 0; i < 3; i++) {
-        cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, anthropic_body, &res));
+        cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, fresh_body(i), &res));
         cr_assert_eq(res.status, 200);
     }
     cr_assert_eq(fake_count(up1), 3);
-    cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, anthropic_body, &res));
+    cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, fresh_body(3), &res));
     cr_assert_eq(res.status, 200);
     cr_assert_eq(fake_count(up1), 3, "the cooling upstream is skipped");
     cr_assert_eq(fake_count(up2), 4);
@@ -338,11 +351,11 @@ Test(proxy, all_cooling_fails_open)
     fake_set_default(
         up2, (fake_reply_t){.status = 502, .headers = "content-type: application/json\r\n", .body = down});
     for (int i = 0; i < 3; i++)
-        cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, anthropic_body, &res));
+        cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, fresh_body(i), &res));
     cr_assert_eq(fake_count(up1), 3);
     cr_assert_eq(fake_count(up2), 3);
     fake_set_default(up1, sse_reply("anthropic-ok.sse"));
-    cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, anthropic_body, &res));
+    cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, fresh_body(3), &res));
     cr_assert_eq(res.status, 200, "both cooling: both are tried, and the first one now serves");
     cr_assert_eq(fake_count(up1), 4);
 }
@@ -353,7 +366,7 @@ Test(proxy, load_balance_spreads_by_weight)
     fake_set_default(up1, sse_reply("anthropic-ok.sse"));
     fake_set_default(up2, sse_reply("anthropic-ok.sse"));
     for (int i = 0; i < 8; i++) {
-        cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, anthropic_body, &res));
+        cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, fresh_body(i), &res));
         cr_assert_eq(res.status, 200);
     }
     cr_assert_eq(fake_count(up1), 2);
@@ -376,4 +389,61 @@ Test(proxy, http2_clients_are_served)
     pclose(p);
     cr_assert(strstr(out, fixture("anthropic-ok.sse", NULL)) != NULL, "%s", out);
     cr_assert(strstr(out, "\n2 200") != NULL, "%s", out);
+}
+
+Test(proxy, a_conversation_sticks_to_the_upstream_that_served_it)
+{
+    start_gateway("anthropic", NULL);
+    const char *down = "{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"down\"}}";
+    fake_push(up1,
+              (fake_reply_t){.status = 503, .headers = "content-type: application/json\r\n", .body = down});
+    fake_set_default(up1, sse_reply("anthropic-ok.sse"));
+    fake_set_default(up2, sse_reply("anthropic-ok.sse"));
+    const char *session = ANTHROPIC_HEADERS "x-claude-code-session-id: conv-42\r\n";
+    cr_assert(http_request_h(port, "POST", "/v1/messages", session, anthropic_body, &res));
+    cr_assert_eq(fake_count(up2), 1, "the first turn failed over to up2");
+    cr_assert(http_request_h(port, "POST", "/v1/messages", session, anthropic_body, &res));
+    cr_assert_eq(res.status, 200);
+    cr_assert_eq(fake_count(up2), 2, "the conversation stays on up2");
+    cr_assert_eq(fake_count(up1), 1);
+    cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS "x-sluice-session: other\r\n",
+                             anthropic_body, &res));
+    cr_assert_eq(fake_count(up1), 2, "another conversation starts on the first candidate");
+}
+
+static int
+count_rows(sqlite3 *db, const char *sql)
+{
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(db));
+    int n = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
+    sqlite3_finalize(st);
+    return n;
+}
+
+Test(proxy, every_request_leaves_one_row_with_its_attempts)
+{
+    start_gateway("anthropic", NULL);
+    fake_push(up1, (fake_reply_t){.status = 503,
+                                  .body = "{\"type\":\"error\",\"error\":{\"type\":\"api_error\"}}"});
+    fake_push(up2, sse_reply("anthropic-ok.sse"));
+    cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, anthropic_body, &res));
+    cr_assert(http_request_h(port, "POST", "/v1/messages", "x-api-key: nope\r\n", anthropic_body, &res));
+    cr_assert_eq(res.status, 401);
+    kill(proc.pid, SIGTERM);
+    cr_assert_eq(proc_wait_exit(&proc, 5000), 0, "%s", proc.log);
+
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open_v2(temp_file_path(1), &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(count_rows(db, "SELECT count(*) FROM requests"), 2);
+    cr_assert_eq(count_rows(db, "SELECT count(*) FROM requests WHERE outcome = 'served' AND status = 200 "
+                                "AND provider = 'up2' AND ttft_ms IS NOT NULL"),
+                 1);
+    cr_assert_eq(count_rows(db, "SELECT count(*) FROM requests WHERE status = 401 AND outcome = 'failed'"),
+                 1);
+    cr_assert_eq(count_rows(db, "SELECT count(*) FROM attempts"), 2);
+    cr_assert_eq(count_rows(db, "SELECT count(*) FROM attempts WHERE provider = 'up1' AND status = 503"), 1);
+    cr_assert_eq(count_rows(db, "SELECT count(*) FROM requests WHERE usage_output = 5"), 1,
+                 "usage from the stream is recorded");
+    sqlite3_close(db);
 }

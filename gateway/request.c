@@ -107,6 +107,7 @@ typedef struct {
 } request_t;
 
 static void next_hop(request_t *r);
+static void answer_token_estimate(request_t *r);
 static void process(request_t *r);
 static void flush_to_client(request_t *r);
 
@@ -221,7 +222,7 @@ record(request_t *r, sl_row_outcome_t outcome, int status, bool has_error, sl_co
     if (u->input || u->output || u->cache_read || u->cache_write) {
         row->has_usage = true;
         row->usage = (sl_row_usage_t){(uint64_t)u->input, (uint64_t)u->output, (uint64_t)u->cache_read,
-                                      (uint64_t)u->cache_write, false};
+                                      (uint64_t)u->cache_write, outcome == SL_ROW_ANSWERED_LOCALLY};
     }
     row->cost_micros = SL_ROW_ABSENT;
     for (size_t i = 0; i < r->n_attempts; i++) {
@@ -550,6 +551,16 @@ pass_through(request_t *r)
 static void
 judge_error_answer(request_t *r)
 {
+    /* An upstream without a count-tokens endpoint: the gateway estimates. */
+    if (r->in.endpoint.op == SL_OP_COUNT_TOKENS && (r->up_status == 404 || r->up_status == 405)) {
+        close_attempt(r, SL_ROW_HOP_STATUS, SL_CODE_GW_UPSTREAM_STATUS, "no count-tokens endpoint");
+        release_upstream(r);
+        attempt_t *a = new_attempt(r, r->cur);
+        if (a != NULL)
+            a->outcome = SL_ROW_HOP_ESTIMATED;
+        answer_token_estimate(r);
+        return;
+    }
     sl_failure_t f = {.source = SL_FAILURE_STATUS,
                       .dialect = r->in.endpoint.dialect,
                       .status = r->up_status,
@@ -1144,6 +1155,41 @@ answer_models(h2o_req_t *req, const sl_config_t *c)
     free(bytes);
 }
 
+/*
+ * Count-tokens answered here when no upstream can: an estimate of about one
+ * token per 4 bytes of body, marked as such in a header and in the DB row.
+ */
+static void
+answer_token_estimate(request_t *r)
+{
+    end_hop(r);
+    int64_t tokens = (int64_t)(r->in.body_len + 3) / 4;
+    sl_strbuf_t body = {0};
+    if (r->in.endpoint.dialect == SL_DIALECT_OPENAI_RESPONSES)
+        sl_strbuf_appendf(&body, "{\"object\":\"response.input_tokens\",\"input_tokens\":%lld}",
+                          (long long)tokens);
+    else
+        sl_strbuf_appendf(&body, "{\"input_tokens\":%lld}", (long long)tokens);
+    r->stream.usage.input = tokens;
+    finish(r, SL_ROW_ANSWERED_LOCALLY, 200, false, SL_CODE_GW_NOT_FOUND, NULL);
+    h2o_req_t *req = r->req;
+    if (req == NULL) {
+        free(sl_strbuf_finish(&body));
+        return;
+    }
+    req->res.status = 200;
+    req->res.reason = "OK";
+    req->res.content_length = body.len;
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
+                   H2O_STRLIT("application/json"));
+    h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-sluice-estimated"), 0, NULL,
+                          H2O_STRLIT("true"));
+    size_t len = body.len;
+    char *bytes = sl_strbuf_finish(&body);
+    h2o_send_inline(req, bytes, len);
+    free(bytes);
+}
+
 int
 sl_request_serve(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapshot_t *snapshot)
 {
@@ -1207,6 +1253,10 @@ sl_request_serve(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapsh
         return 0;
     }
     if (!choose_candidates(r)) {
+        if (r->in.endpoint.op == SL_OP_COUNT_TOKENS) {
+            answer_token_estimate(r);
+            return 0;
+        }
         r->last.any = true;
         r->last.code = SL_CODE_GW_ROUTE_NO_MATCH;
         answer_with_failure(r);

@@ -45,6 +45,7 @@ struct fake_upstream {
     fake_reply_t default_reply;
     fake_request_t requests[MAX_REQUESTS];
     size_t n_requests;
+    _Atomic size_t bytes_sent;
 };
 
 static void
@@ -79,6 +80,7 @@ conn_write(conn_t *c, const char *buf, size_t n)
         }
         buf += w;
         n -= (size_t)w;
+        c->fake->bytes_sent += (size_t)w;
     }
     return true;
 }
@@ -321,6 +323,12 @@ fake_set_default(fake_upstream_t *f, fake_reply_t reply)
     pthread_mutex_lock(&f->lock);
     f->default_reply = reply;
     pthread_mutex_unlock(&f->lock);
+}
+
+size_t
+fake_bytes_sent(fake_upstream_t *f)
+{
+    return f->bytes_sent;
 }
 
 size_t

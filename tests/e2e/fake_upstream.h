@@ -46,6 +46,8 @@ uint16_t fake_port(const fake_upstream_t *f);
 void fake_push(fake_upstream_t *f, fake_reply_t reply);
 /* The reply used once the queue is empty (by default 200 with an empty body). */
 void fake_set_default(fake_upstream_t *f, fake_reply_t reply);
+/* Bytes written to clients so far (heads and bodies). */
+size_t fake_bytes_sent(fake_upstream_t *f);
 /* How many requests arrived so far. */
 size_t fake_count(fake_upstream_t *f);
 /* Copies request i (0-based) into out; false when there is none. out->body stays owned by the fake. */

@@ -1,3 +1,4 @@
+#define _GNU_SOURCE /* memmem */
 /*
  * The data plane end to end: the real sluice between a client on 127.0.0.1
  * and scriptable fake upstreams. Asserts the bytes the client got and what
@@ -8,6 +9,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <sqlite3.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "fake_upstream.h"
@@ -446,4 +450,85 @@ Test(proxy, every_request_leaves_one_row_with_its_attempts)
     cr_assert_eq(count_rows(db, "SELECT count(*) FROM requests WHERE usage_output = 5"), 1,
                  "usage from the stream is recorded");
     sqlite3_close(db);
+}
+
+Test(proxy, a_slow_client_holds_back_the_upstream_and_loses_nothing)
+{
+    start_gateway("anthropic", NULL);
+    /* 64 MiB of stream: far more than the gateway may buffer for one client. */
+    const char *start =
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{}}}\n\n";
+    const char *stop = "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+    char delta[1024];
+    int n = snprintf(delta, sizeof(delta),
+                     "event: content_block_delta\ndata: "
+                     "{\"type\":\"content_block_delta\",\"delta\":{\"text\":\"%0900d\"}}\n\n",
+                     7);
+    size_t events = (64u << 20) / (size_t)n, total = strlen(start) + events * (size_t)n + strlen(stop);
+    char *body = malloc(total + 1), *w = body;
+    w += sprintf(w, "%s", start);
+    for (size_t i = 0; i < events; i++) {
+        memcpy(w, delta, (size_t)n);
+        w += n;
+    }
+    sprintf(w, "%s", stop);
+    fake_reply_t r = sse_reply("anthropic-ok.sse");
+    r.body = body;
+    r.body_len = total;
+    fake_push(up1, r);
+
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port)};
+    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+    char req[1024];
+    int len = snprintf(req, sizeof(req),
+                       "POST /v1/messages HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" ANTHROPIC_HEADERS
+                       "content-length: %zu\r\n\r\n%s",
+                       strlen(anthropic_body), anthropic_body);
+    cr_assert_eq(write(fd, req, (size_t)len), len);
+    /* Read nothing for a while: the upstream must be held back, not drained into memory. */
+    usleep(1500 * 1000);
+    size_t sent = fake_bytes_sent(up1);
+    cr_assert_lt(sent, total / 2, "the upstream sent %zu of %zu bytes to a client that reads nothing", sent,
+                 total);
+
+    size_t got = 0;
+    char buf[1 << 16];
+    ssize_t k;
+    bool saw_stop = false;
+    while ((k = read(fd, buf, sizeof(buf))) > 0) {
+        got += (size_t)k;
+        saw_stop = memmem(buf, (size_t)k, "message_stop", 12) != NULL || saw_stop;
+    }
+    close(fd);
+    cr_assert_gt(got, total, "every byte arrives in the end (%zu of %zu, plus framing)", got, total);
+    cr_assert(saw_stop);
+    free(body);
+}
+
+Test(proxy, count_tokens_is_forwarded_or_estimated)
+{
+    start_gateway("anthropic", NULL);
+    const char *body = "{\"model\":\"claude-x\",\"messages\":[{\"role\":\"user\",\"content\":\"count me\"}]}";
+    fake_push(up1, (fake_reply_t){.status = 200,
+                                  .headers = "content-type: application/json\r\n",
+                                  .body = "{\"input_tokens\":12}"});
+    cr_assert(http_request_h(port, "POST", "/v1/messages/count_tokens", ANTHROPIC_HEADERS, body, &res));
+    cr_assert_eq(res.status, 200);
+    cr_assert_str_eq(res.body, "{\"input_tokens\":12}");
+    fake_request_t r;
+    cr_assert(fake_request(up1, 0, &r));
+    cr_assert_str_eq(r.path, "/prefix/v1/messages/count_tokens");
+
+    /* An upstream without the endpoint: the gateway estimates, about a token per 4 bytes. */
+    fake_push(up1, (fake_reply_t){.status = 404, .body = "not here"});
+    cr_assert(http_request_h(port, "POST", "/v1/messages/count_tokens", ANTHROPIC_HEADERS, body, &res));
+    cr_assert_eq(res.status, 200);
+    char v[16];
+    cr_assert(http_header(&res, "x-sluice-estimated", v, sizeof(v)));
+    char expected[64];
+    snprintf(expected, sizeof(expected), "{\"input_tokens\":%zu}", (strlen(body) + 3) / 4);
+    cr_assert_str_eq(res.body, expected);
+    cr_assert_eq(fake_count(up2), 0, "count-tokens is estimated, not failed over on 404");
 }

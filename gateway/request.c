@@ -146,6 +146,37 @@ headers_of(const h2o_req_t *req)
     return (sl_headers_t){.at = header_at, .ctx = &req->headers};
 }
 
+static const char *
+reason_phrase(int status)
+{
+    static const struct {
+        int status;
+        const char *text;
+    } phrases[] = {
+        {200, "OK"},
+        {400, "Bad Request"},
+        {401, "Unauthorized"},
+        {402, "Payment Required"},
+        {403, "Forbidden"},
+        {404, "Not Found"},
+        {405, "Method Not Allowed"},
+        {413, "Payload Too Large"},
+        {422, "Unprocessable Entity"},
+        {429, "Too Many Requests"},
+        {500, "Internal Server Error"},
+        {501, "Not Implemented"},
+        {502, "Bad Gateway"},
+        {503, "Service Unavailable"},
+        {504, "Gateway Timeout"},
+        {529, "Overloaded"},
+    };
+    for (size_t i = 0; i < sizeof(phrases) / sizeof(phrases[0]); i++) {
+        if (phrases[i].status == status)
+            return phrases[i].text;
+    }
+    return status < 300 ? "OK" : "Error";
+}
+
 static attempt_t *
 new_attempt(request_t *r, size_t cand)
 {
@@ -318,7 +349,7 @@ send_gateway_error(h2o_req_t *req, sl_dialect_t dialect, int status, sl_code_t c
     sl_dialect_render_error(dialect < SL_DIALECT_COUNT ? dialect : SL_DIALECT_OPENAI_CHAT, status,
                             sl_code_slug(code), text, &body, &head);
     req->res.status = status;
-    req->res.reason = "sluice";
+    req->res.reason = reason_phrase(status);
     req->res.content_length = body.len;
     h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, head.content_type,
                    strlen(head.content_type));
@@ -400,7 +431,7 @@ start_response(request_t *r)
     r->response_started = true;
     h2o_req_t *req = r->req;
     req->res.status = r->up_status;
-    req->res.reason = "OK";
+    req->res.reason = reason_phrase(r->up_status);
     for (size_t i = 0; i < r->up_headers.size; i++) {
         h2o_header_t *h = &r->up_headers.entries[i];
         h2o_add_header_by_str(&req->pool, &req->res.headers, h->name->base, h->name->len, 1, NULL,

@@ -254,9 +254,13 @@ temp_file_path(int slot)
 void
 remove_temp_files(void)
 {
+    static const char *const suffixes[] = {"", "-wal", "-shm", "-journal"};
     for (int i = 0; i < 4; i++) {
-        if (paths[i][0] != '\0')
-            unlink(paths[i]);
+        for (size_t k = 0; paths[i][0] != '\0' && k < sizeof(suffixes) / sizeof(suffixes[0]); k++) {
+            char path[320];
+            snprintf(path, sizeof(path), "%s%s", paths[i], suffixes[k]);
+            unlink(path);
+        }
         paths[i][0] = '\0';
     }
 }

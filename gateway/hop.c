@@ -213,7 +213,9 @@ sl_hop_start(sl_worker_io_t *io, const sl_hop_params_t *params, const sl_hop_cal
     int64_t now = sl_now_ms();
     sl_timer_arm(&io->timers, &hop->connect_timer, now + params->connect_ms, on_connect_timeout);
     sl_timer_arm(&io->timers, &hop->total_timer, now + params->total_ms, on_total_timeout);
-    h2o_http1client_connect_with_pool(&hop->client, hop, &io->client_ctx, params->pool, on_connect);
+    h2o_http1client_connect_with_pool(&hop->client, hop,
+                                      params->by_address ? &io->client_ctx_by_address : &io->client_ctx,
+                                      params->pool, on_connect);
     /* A connect error may already have ended it: then finish() deferred the report. */
     hop->starting = false;
     return hop;

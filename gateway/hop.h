@@ -38,6 +38,7 @@ typedef struct {
 
 typedef struct {
     h2o_socketpool_t *pool;
+    bool by_address;  /* the upstream is named by an IP address: the TLS 1.3-only client context */
     h2o_iovec_t head; /* request line and headers; must stay valid until on_end or sl_hop_cancel */
     h2o_iovec_t body;
     uint32_t connect_ms, idle_ms, total_ms;

@@ -986,6 +986,7 @@ start_hop(request_t *r, size_t cand)
     const sl_failover_t *fo = &r->config->failover;
     sl_hop_params_t params = {
         .pool = sl_upstream_pool(up, r->io->loop),
+        .by_address = up->by_address,
         .head = h2o_iovec_init(r->head, strlen(r->head)),
         .body = r->body,
         .connect_ms = fo->connect_timeout_secs * 1000,

@@ -40,6 +40,7 @@ struct sl_server {
     sl_gateway_t *gateway;
     SSL_CTX *ssl_ctx;          /* the gateway listener's, when it serves TLS */
     SSL_CTX *upstream_ssl_ctx; /* verifies upstream certificates and host names */
+    SSL_CTX *upstream_ssl_ctx_by_address;
     sl_cidr_t *allow_from;
     size_t n_allow_from;
     uint16_t port;
@@ -225,7 +226,8 @@ bound_port(int fd)
 
 /* Upstream connections: the hop runs its own timers, so h2o's single I/O timeout is only a backstop. */
 static void
-init_worker_io(sl_worker_io_t *io, h2o_loop_t *loop, h2o_multithread_queue_t *queue, SSL_CTX *upstream_ssl)
+init_worker_io(sl_worker_io_t *io, h2o_loop_t *loop, h2o_multithread_queue_t *queue, SSL_CTX *upstream_ssl,
+               SSL_CTX *upstream_ssl_by_address)
 {
     io->loop = loop;
     h2o_timeout_init(loop, &io->io_timeout, 24 * 3600 * 1000);
@@ -236,6 +238,8 @@ init_worker_io(sl_worker_io_t *io, h2o_loop_t *loop, h2o_multithread_queue_t *qu
         .io_timeout = &io->io_timeout,
         .ssl_ctx = upstream_ssl,
     };
+    io->client_ctx_by_address = io->client_ctx;
+    io->client_ctx_by_address.ssl_ctx = upstream_ssl_by_address;
 }
 
 static void
@@ -251,6 +255,7 @@ free_partial(sl_server_t *s)
     free(s->allow_from);
     SSL_CTX_free(s->ssl_ctx);
     SSL_CTX_free(s->upstream_ssl_ctx);
+    SSL_CTX_free(s->upstream_ssl_ctx_by_address);
     sem_destroy(&s->parked);
     h2o_config_dispose(&s->globalconf);
     free(s);
@@ -285,7 +290,8 @@ sl_server_start(const sl_listen_t *listen, unsigned threads, sl_snapshot_holder_
         free_partial(s);
         return NULL;
     }
-    if ((s->upstream_ssl_ctx = sl_tls_upstream_ctx(err, err_size)) == NULL) {
+    if ((s->upstream_ssl_ctx = sl_tls_upstream_ctx(err, err_size)) == NULL ||
+        (s->upstream_ssl_ctx_by_address = sl_tls_upstream_ctx_for_address(err, err_size)) == NULL) {
         free_partial(s);
         return NULL;
     }
@@ -313,7 +319,7 @@ sl_server_start(const sl_listen_t *listen, unsigned threads, sl_snapshot_holder_
         w->accept_ctx.ssl_ctx = s->ssl_ctx;
         w->queue = h2o_multithread_create_queue(w->ctx.loop);
         h2o_multithread_register_receiver(w->queue, &w->wake, on_wake);
-        init_worker_io(&w->io, w->ctx.loop, w->queue, s->upstream_ssl_ctx);
+        init_worker_io(&w->io, w->ctx.loop, w->queue, s->upstream_ssl_ctx, s->upstream_ssl_ctx_by_address);
         w->listener = h2o_evloop_socket_create(w->ctx.loop, w->listen_fd, H2O_SOCKET_FLAG_DONT_READ);
         w->listener->data = w;
         h2o_socket_read_start(w->listener, on_accept);

@@ -73,3 +73,12 @@ sl_tls_upstream_ctx(char *err, size_t err_size)
     SSL_CTX_set_verify(ctx, SSL_VERIFY_PEER, verify_host_name);
     return ctx;
 }
+
+SSL_CTX *
+sl_tls_upstream_ctx_for_address(char *err, size_t err_size)
+{
+    SSL_CTX *ctx = sl_tls_upstream_ctx(err, err_size);
+    if (ctx != NULL)
+        SSL_CTX_set_min_proto_version(ctx, TLS1_3_VERSION);
+    return ctx;
+}

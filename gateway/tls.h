@@ -18,4 +18,11 @@ SSL_CTX *sl_tls_server_ctx(const char *cert_file, const char *key_file, char *er
  */
 SSL_CTX *sl_tls_upstream_ctx(char *err, size_t err_size);
 
+/*
+ * The same, for upstreams named by an IP address, with TLS 1.3 at least:
+ * on TLS 1.2 h2o runs its own name check, which knows only DNS names, so a
+ * valid certificate for an address would be refused.
+ */
+SSL_CTX *sl_tls_upstream_ctx_for_address(char *err, size_t err_size);
+
 #endif

@@ -27,7 +27,7 @@ sl_upstreams_new(void)
 }
 
 static h2o_socketpool_t *
-make_pool(const sl_base_url_t *url)
+make_pool(const sl_base_url_t *url, bool *by_address)
 {
     h2o_socketpool_t *pool = sl_xcalloc(1, sizeof(*pool));
     char host[256];
@@ -41,7 +41,8 @@ make_pool(const sl_base_url_t *url)
     int family;
     uint8_t addr[16];
     /* An address literal needs no resolver thread; a name goes through h2o's getaddrinfo. */
-    if (sl_ip_parse(bare, &family, addr)) {
+    *by_address = sl_ip_parse(bare, &family, addr);
+    if (*by_address) {
         struct sockaddr_storage ss = {0};
         socklen_t len;
         if (family == AF_INET) {
@@ -85,7 +86,7 @@ find_or_create(sl_upstreams_t *reg, const sl_provider_t *p, const sl_base_url_t 
         if (strcmp(u->origin, origin) != 0) {
             reg->retired = sl_xrealloc(reg->retired, (reg->n_retired + 1) * sizeof(*reg->retired));
             reg->retired[reg->n_retired++] = u->pool;
-            u->pool = make_pool(url);
+            u->pool = make_pool(url, &u->by_address);
             u->pool_ready = false;
             free(u->origin);
             u->origin = origin;
@@ -97,7 +98,7 @@ find_or_create(sl_upstreams_t *reg, const sl_provider_t *p, const sl_base_url_t 
     sl_upstream_t *u = sl_xcalloc(1, sizeof(*u));
     u->name = sl_xstrdup(p->name);
     u->origin = origin;
-    u->pool = make_pool(url);
+    u->pool = make_pool(url, &u->by_address);
     pthread_mutex_init(&u->lock, NULL);
     if (reg->n == reg->cap) {
         reg->cap = reg->cap ? reg->cap * 2 : 8;

@@ -21,6 +21,7 @@ typedef struct {
     h2o_socketpool_t
         *pool;       /* shared by all threads (h2o locks it); replaced when the base URL's origin changes */
     bool pool_ready; /* h2o_socketpool_set_timeout has run (on the loop of the first hop) */
+    bool by_address; /* the base URL names an IP address, not a host */
     char *origin;    /* "https://host:port" of the pool */
     pthread_mutex_t lock; /* guards what follows */
     sl_breaker_t breaker;

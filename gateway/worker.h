@@ -16,6 +16,7 @@ typedef struct {
     h2o_loop_t *loop;
     sl_timerheap_t timers;
     h2o_http1client_ctx_t client_ctx;
+    h2o_http1client_ctx_t client_ctx_by_address; /* upstreams named by an IP address (TLS 1.3 only) */
     h2o_timeout_t io_timeout; /* a backstop: the hop arms its own connect / idle / total timers */
     h2o_multithread_receiver_t getaddr_receiver;
 } sl_worker_io_t;

@@ -1,0 +1,108 @@
+// Starts the real sluice binary on an ephemeral 127.0.0.1 port with a config
+// written to a temp dir, and stops it with SIGTERM. Fixture and binary paths come
+// from the environment meson sets, with the local defaults below.
+import { spawn } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+
+export const GATEWAY_KEY = "gw-sdk-test-key-0001";
+export const SDK_TIMEOUT_MS = 10_000;
+// Bounds each test: a hung stream fails the test instead of the run.
+export const TEST_TIMEOUT_MS = 20_000;
+
+const bin = process.env.SLUICE_BIN || "/work/main/build/gateway/sluice";
+const fixtures = process.env.SLUICE_FIXTURES || "/work/shared/fixtures/streams";
+
+// The bytes of one stream fixture.
+export function fixture(name) {
+  return fs.readFileSync(path.join(fixtures, name));
+}
+
+// `providers` are {name, protocol, port, path?}; they are tried in the order
+// given. Breaker pauses are kept out of the way (failures_to_pause) so that one
+// test's upstream failures do not change which upstream the next test reaches.
+function configYaml(providers, storePath) {
+  const lines = [
+    "listen:",
+    "  gateway: {bind: 127.0.0.1, port: 0}",
+    "clients:",
+    `  - {name: sdk, key: "${GATEWAY_KEY}"}`,
+    "providers:",
+    ...providers.map(
+      (p) =>
+        `  - {name: ${p.name}, protocol: ${p.protocol}, ` +
+        `base_url: "http://127.0.0.1:${p.port}${p.path ?? ""}", key: upstream-key-${p.name}}`,
+    ),
+    "failover: {wait_secs: 0, failures_to_pause: 1000, idle_timeout_secs: 10, connect_timeout_secs: 2}",
+    `store: {path: "${storePath}"}`,
+    "shutdown_grace_secs: 1",
+  ];
+  return lines.join("\n") + "\n";
+}
+
+// Starts sluice and waits for its "serving on" line. Returns {port, log(),
+// stop()}; throws with the log when it does not come up within 5 s. stop()
+// resolves to sluice's exit code (null when it had to be killed) and may be
+// called again once it has exited.
+export async function startGateway(providers) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "sluice-sdk-"));
+  const config = path.join(dir, "sluice.yaml");
+  fs.writeFileSync(config, configYaml(providers, path.join(dir, "sluice.db")));
+  const args = ["--config", config, "--threads", "2"];
+  if (process.env.SLUICE_LOG_LEVEL) args.push("--log-level", process.env.SLUICE_LOG_LEVEL);
+  const child = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"] });
+  let log = "";
+  child.stdout.on("data", (d) => (log += d));
+  child.stderr.on("data", (d) => (log += d));
+  const exited = new Promise((resolve) => child.once("exit", (code) => resolve(code)));
+
+  const port = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => {
+      child.kill("SIGKILL");
+      finish(reject, new Error(`sluice did not start in 5 s:\n${log}`));
+    }, 5000);
+    const onData = () => {
+      const m = /serving on http:\/\/127\.0\.0\.1:(\d+)/.exec(log);
+      if (m) finish(resolve, Number(m[1]));
+    };
+    const onExit = (code) => finish(reject, new Error(`sluice exited (${code}) at start:\n${log}`));
+    function finish(settle, value) {
+      clearTimeout(timer);
+      child.stdout.off("data", onData);
+      child.stderr.off("data", onData);
+      child.off("exit", onExit);
+      settle(value);
+    }
+    child.stdout.on("data", onData);
+    child.stderr.on("data", onData);
+    child.once("exit", onExit);
+    child.once("error", (e) => finish(reject, e));
+  }).catch((e) => {
+    fs.rmSync(dir, { recursive: true, force: true });
+    throw e;
+  });
+
+  return {
+    port,
+    log: () => log,
+    async stop() {
+      if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM");
+      const killer = setTimeout(() => child.kill("SIGKILL"), 5000);
+      const code = await exited;
+      clearTimeout(killer);
+      fs.rmSync(dir, { recursive: true, force: true });
+      return code;
+    },
+  };
+}
+
+// The text of one fixture's content, from its SSE data lines.
+export function fixtureText(name, pick) {
+  let text = "";
+  for (const line of fixture(name).toString("utf8").split("\n")) {
+    if (!line.startsWith("data: ") || line === "data: [DONE]") continue;
+    text += pick(JSON.parse(line.slice(6))) ?? "";
+  }
+  return text;
+}

@@ -14,6 +14,7 @@
 #include <h2o/version.h>
 
 #include "config.h"
+#include "eventlog.h"
 #include "recorder.h"
 #include "request.h"
 #include "upstream.h"
@@ -275,6 +276,8 @@ main(int argc, char **argv)
     upstreams = sl_upstreams_new();
     sl_snapshot_holder_init(&running, config, sl_upstreams_bind(upstreams, config), safe_mode);
     sl_gateway_init(&gateway, open_recorder(config));
+    /* Until the control endpoint consumes events, the debug log shows them. */
+    sl_eventlog_t *eventlog = sl_log_enabled(SL_LOG_DEBUG) ? sl_eventlog_start(gateway.bus) : NULL;
 
     unsigned threads = opt.threads;
     if (threads == 0) {
@@ -312,6 +315,8 @@ main(int argc, char **argv)
         sl_snapshot_release(s);
         sl_log_info("%s received", sig == SIGTERM ? "SIGTERM" : "SIGINT");
         shut_down(server, &signals, grace);
+        if (eventlog != NULL)
+            sl_eventlog_stop(eventlog);
         return 0;
     }
 }

@@ -99,7 +99,10 @@ typedef struct {
 
     last_failure_t last;
     uint64_t conversation; /* the affinity key; 0 = none */
-    bool sealed_history;   /* the body carries history bound to one upstream account */
+    uint64_t bytes_out;    /* body bytes handed to the client */
+    bool first_token_seen;
+    bool gateway_error;  /* the gateway wrote the error the client got */
+    bool sealed_history; /* the body carries history bound to one upstream account */
     int64_t ttfb_ms, ttft_ms;
     attempt_t attempts[MAX_ATTEMPTS];
     size_t n_attempts;
@@ -107,6 +110,7 @@ typedef struct {
 } request_t;
 
 static void next_hop(request_t *r);
+static void emit_attempt(request_t *r, const attempt_t *a);
 static void answer_token_estimate(request_t *r);
 static void process(request_t *r);
 static void flush_to_client(request_t *r);
@@ -210,6 +214,171 @@ close_attempt(request_t *r, sl_row_hop_outcome_t outcome, sl_code_t code, const 
         a->error_code = code;
         snprintf(a->error_detail, sizeof(a->error_detail), "%s", detail != NULL ? detail : "");
     }
+    emit_attempt(r, a);
+}
+
+/* ---- events ------------------------------------------------------------------------------- */
+
+static bool
+events_on(const request_t *r)
+{
+    return r->gw->bus != NULL && sl_bus_is_active(r->gw->bus);
+}
+
+static void
+emit(request_t *r, sl_proto_event_t *ev)
+{
+    sl_bus_emit(&r->io->events, ev);
+}
+
+/* The conversation's session header, the first of x-sluice-session, x-claude-code-session-id, session-id. */
+static bool
+session_header(const request_t *r, const h2o_iovec_t **value)
+{
+    const h2o_headers_t *h = &r->req->headers;
+    int best_rank = -1;
+    for (size_t i = 0; i < h->size; i++) {
+        int rank = sl_affinity_session_header_rank(h->entries[i].name->base, h->entries[i].name->len);
+        if (rank >= 0 && (best_rank < 0 || rank < best_rank)) {
+            best_rank = rank;
+            *value = &h->entries[i].value;
+        }
+    }
+    return best_rank >= 0;
+}
+
+static void
+emit_started(request_t *r)
+{
+    if (!events_on(r) || r->req == NULL)
+        return;
+    const h2o_iovec_t *session = NULL;
+    char session_text[256] = "";
+    if (session_header(r, &session))
+        snprintf(session_text, sizeof(session_text), "%.*s", (int)session->len, session->base);
+    sl_bus_started_t st = {
+        .id = r->id,
+        .client = r->in.client != NULL ? r->in.client->name : "local",
+        .dialect =
+            r->in.endpoint.dialect < SL_DIALECT_COUNT ? r->in.endpoint.dialect : SL_DIALECT_OPENAI_CHAT,
+        .model = r->in.model,
+        .stream = r->in.stream,
+        .path = r->path.base,
+        .path_len = r->path.len,
+        .session = session != NULL ? session_text : NULL,
+    };
+    sl_proto_event_t ev;
+    emit(r, sl_bus_request_started(&ev, r->started_wall_ms, &st));
+}
+
+static void
+emit_routed(request_t *r, size_t route, sl_affinity_effect_t effect)
+{
+    if (!events_on(r))
+        return;
+    const char *names[r->n_cands + 1];
+    for (size_t i = 0; i < r->n_cands; i++)
+        names[i] = provider_of(r, i)->name;
+    const char *route_name = route == SL_ROUTE_BY_MODELS ? "models" : r->config->routes[route].match;
+    sl_proto_affinity_t affinity =
+        effect == SL_AFFINITY_SEALED ? SL_PROTO_AFFINITY_SEALED : SL_PROTO_AFFINITY_STICKY;
+    bool has_affinity = effect == SL_AFFINITY_STICKY || effect == SL_AFFINITY_SEALED;
+    sl_proto_event_t ev;
+    emit(r, sl_bus_request_routed(&ev, wall_ms(), r->id, route_name, names, r->n_cands,
+                                  has_affinity ? &affinity : NULL));
+}
+
+static void
+emit_attempt(request_t *r, const attempt_t *a)
+{
+    if (!events_on(r))
+        return;
+    sl_msg_t msg = {0};
+    if (a->has_error)
+        msg = sl_msg_make(a->error_code, "provider", r->config->providers[a->provider].name, "reason",
+                          a->error_detail, "code", a->error_detail, NULL);
+    bool skipped = a->skipped != SL_ROW_SKIP_NONE;
+    sl_bus_attempt_t view = {
+        .provider = r->config->providers[a->provider].name,
+        .model = a->model,
+        /* The row enums list the protocol's values in the same order (ServeSkip without "none"). */
+        .outcome = skipped ? SL_PROTO_OUTCOME_SKIPPED : (sl_proto_outcome_t)a->outcome,
+        .status = a->status,
+        .error = a->has_error ? &msg : NULL,
+        .ms = a->ms,
+        .pause_ms = SL_BUS_ABSENT,
+        .retry = SL_BUS_ABSENT,
+        .backoff_ms = SL_BUS_ABSENT,
+        .skip = skipped ? (sl_proto_serve_skip_t)(a->skipped - 1) : SL_PROTO_SERVE_SKIP_DISABLED,
+    };
+    sl_proto_event_t ev;
+    emit(r, sl_bus_attempt(&ev, wall_ms(), r->id, &view));
+    if (a->has_error)
+        sl_msg_free(&msg);
+}
+
+/* The first content reached the client (or, for a whole answer, its head did). */
+static void
+first_token(request_t *r)
+{
+    if (r->first_token_seen)
+        return;
+    r->first_token_seen = true;
+    r->ttft_ms = sl_now_ms() - r->started_ms;
+    if (events_on(r)) {
+        sl_proto_event_t ev;
+        emit(r, sl_bus_request_first_token(&ev, wall_ms(), r->id, r->ttft_ms));
+    }
+}
+
+static void
+emit_end(request_t *r, sl_row_outcome_t outcome, int status, sl_code_t code, const char *text)
+{
+    if (!events_on(r))
+        return;
+    sl_proto_event_t ev;
+    int64_t duration = sl_now_ms() - r->started_ms;
+    if (outcome == SL_ROW_CANCELLED) {
+        emit(r, sl_bus_request_cancelled(&ev, wall_ms(), r->id, duration));
+    } else if (r->gateway_error) {
+        sl_msg_t msg = sl_msg_make(code, NULL);
+        if (text != NULL) {
+            free(msg.text);
+            msg.text = sl_xstrdup(text);
+        }
+        emit(r, sl_bus_request_failed(&ev, wall_ms(), r->id, sl_bus_failure_source(code), &msg, duration));
+        sl_msg_free(&msg);
+    } else {
+        const sl_usage_t *u = &r->stream.usage;
+        sl_proto_usage_t usage = {(uint64_t)u->input, (uint64_t)u->output, (uint64_t)u->cache_read,
+                                  (uint64_t)u->cache_write, outcome == SL_ROW_ANSWERED_LOCALLY};
+        bool has_usage = u->input || u->output || u->cache_read || u->cache_write;
+        emit(r, sl_bus_request_finished(&ev, wall_ms(), r->id, status, r->bytes_out, duration,
+                                        has_usage ? &usage : NULL, SL_BUS_ABSENT));
+    }
+}
+
+/* HealthChanged for a breaker transition; state copied under the upstream's lock by the caller. */
+static void
+emit_health(request_t *r, const char *provider, sl_breaker_t b)
+{
+    sl_log_info("upstream %s: breaker %s (%s)", provider, sl_breaker_state_slug(b.state),
+                sl_breaker_reason_slug(&b));
+    if (!events_on(r))
+        return;
+    int64_t until = SL_BUS_ABSENT;
+    if (b.state != SL_BREAKER_CLOSED && b.until_ms != SL_BREAKER_UNTIL_CLEARED)
+        until = wall_ms() + (b.until_ms - sl_now_ms());
+    sl_code_t code = SL_CODE_GW_BREAKER_RECOVERED;
+    const char *slug = sl_breaker_reason_slug(&b);
+    if (slug != NULL)
+        sl_code_from_slug(slug, &code);
+    char count[16];
+    snprintf(count, sizeof(count), "%u", b.failures);
+    sl_msg_t reason = sl_msg_make(code, "provider", provider, "count", count, NULL);
+    sl_proto_event_t ev;
+    emit(r, sl_bus_health_changed(&ev, wall_ms(), provider, b.state, until, &reason));
+    sl_msg_free(&reason);
 }
 
 /* ---- the request DB row ----------------------------------------------------------------- */
@@ -270,8 +439,13 @@ record(request_t *r, sl_row_outcome_t outcome, int status, bool has_error, sl_co
         ar->backoff_ms = SL_ROW_ABSENT;
         ar->skipped = a->skipped;
     }
-    if (!sl_recorder_submit(r->gw->recorder, row))
+    if (!sl_recorder_submit(r->gw->recorder, row)) {
         sl_log_debug("request %llu: the request DB queue is full, row dropped", (unsigned long long)r->id);
+        if (events_on(r)) {
+            sl_proto_event_t ev;
+            emit(r, sl_bus_rows_dropped(&ev, wall_ms(), 1));
+        }
+    }
 }
 
 /* ---- upstream bookkeeping ----------------------------------------------------------------- */
@@ -290,13 +464,6 @@ release_upstream(request_t *r)
     r->is_probe = false;
 }
 
-static void
-log_health_change(const sl_upstream_t *up)
-{
-    sl_log_info("upstream %s: breaker %s (%s)", up->name, sl_breaker_state_slug(up->breaker.state),
-                sl_breaker_reason_slug(&up->breaker));
-}
-
 /* What the hop's outcome tells the breaker (behaviour.md §8). */
 static void
 breaker_account(request_t *r, const sl_failure_class_info_t *info)
@@ -313,9 +480,10 @@ breaker_account(request_t *r, const sl_failure_class_info_t *info)
     if (info != NULL && info->breaker_cause == SL_BREAKER_CAUSE_NONE && !info->breaker_answer && r->is_probe)
         sl_breaker_release_probe(&r->up->breaker);
     r->is_probe = false;
-    if (changed)
-        log_health_change(r->up);
+    sl_breaker_t now_state = r->up->breaker;
     pthread_mutex_unlock(&r->up->lock);
+    if (changed)
+        emit_health(r, r->up->name, now_state);
 }
 
 static void
@@ -337,6 +505,8 @@ finish(request_t *r, sl_row_outcome_t outcome, int status, bool has_error, sl_co
 {
     end_hop(r);
     r->state = REQ_DONE;
+    if (!r->recorded)
+        emit_end(r, outcome, status, code, detail);
     record(r, outcome, status, has_error, code, detail);
 }
 
@@ -380,6 +550,7 @@ answer_with_failure(request_t *r)
                                r->last.detail, "secs", secs, "model", r->in.model, "dialect",
                                sl_dialect_slug(r->in.endpoint.dialect), NULL);
     int http_status = sl_code_status(code) != 0 ? sl_code_status(code) : 502;
+    r->gateway_error = true;
     if (r->req != NULL)
         send_gateway_error(r->req, r->in.endpoint.dialect, http_status, code, msg.text);
     finish(r, SL_ROW_FAILED, http_status, true, code, msg.text);
@@ -442,8 +613,13 @@ start_response(request_t *r)
         req->res.content_length = (size_t)r->up_content_length;
     r->generator = (h2o_generator_t){on_generator_proceed, on_generator_stop};
     h2o_start_response(req, &r->generator);
-    if (r->ttft_ms < 0)
-        r->ttft_ms = sl_now_ms() - r->started_ms;
+    if (events_on(r)) {
+        sl_proto_event_t ev;
+        emit(r, sl_bus_request_headers(&ev, wall_ms(), r->id, r->up_status, r->ttfb_ms));
+    }
+    /* A whole answer's head is its first token; a stream's is its first content event. */
+    if (!r->sse || r->stream.phase == SL_STREAM_FLOWING)
+        first_token(r);
 }
 
 /*
@@ -475,6 +651,7 @@ flush_to_client(request_t *r)
     r->tx = out;
     r->parsed = 0;
     r->sending = true;
+    r->bytes_out += r->tx->size;
     h2o_iovec_t buf = h2o_iovec_init(r->tx->bytes, r->tx->size);
     h2o_req_t *req = r->req;
     if (last) {
@@ -504,6 +681,7 @@ queue_final(request_t *r, h2o_send_state_t state)
 static void
 append_stream_error(request_t *r, sl_code_t code, const char *text)
 {
+    r->gateway_error = true;
     r->rx->size = r->parsed;
     sl_strbuf_t ev = {0};
     sl_dialect_render_stream_error(r->in.endpoint.dialect, sl_code_status(code), sl_code_slug(code), text,
@@ -711,6 +889,8 @@ scan_events(request_t *r)
         r->parsed += ev.len;
         if (r->state == REQ_HELD && r->stream.phase == SL_STREAM_FLOWING)
             release_hold(r);
+        else if (r->stream.phase == SL_STREAM_FLOWING && !r->first_token_seen && r->response_started)
+            first_token(r);
     }
 }
 
@@ -871,6 +1051,7 @@ on_hop_end(void *data, sl_hop_end_t how, const char *detail)
         sl_code_t code = SL_CODE_GW_UPSTREAM_BROKEN_AFTER_CONTENT;
         sl_msg_t msg = sl_msg_make(code, "provider", provider_of(r, r->cur)->name, NULL);
         close_attempt(r, SL_ROW_HOP_ERROR, code, detail);
+        r->gateway_error = r->sse;
         finish(r, SL_ROW_FAILED, r->up_status, true, code, msg.text);
         if (r->sse)
             append_stream_error(r, code, msg.text);
@@ -929,9 +1110,10 @@ claim_upstream(request_t *r, sl_upstream_t *up)
         up->in_flight++;
         r->is_probe = is_probe;
     }
-    if (changed)
-        log_health_change(up);
+    sl_breaker_t now_state = up->breaker;
     pthread_mutex_unlock(&up->lock);
+    if (changed)
+        emit_health(r, up->name, now_state);
     return ok;
 }
 
@@ -948,6 +1130,7 @@ start_hop(request_t *r, size_t cand)
     }
     if (!claim_upstream(r, up)) {
         a->skipped = SL_ROW_SKIP_COOLING;
+        emit_attempt(r, a);
         r->skips[cand] = SL_ROW_SKIP_COOLING;
         r->next = cand + 1;
         next_hop(r);
@@ -1029,32 +1212,22 @@ conversation_key(request_t *r)
 {
     const sl_hash_key_t *key = &r->gw->affinity_key;
     const char *client = r->in.client != NULL ? r->in.client->name : "";
-    const h2o_headers_t *h = &r->req->headers;
-    int best_rank = -1;
-    size_t best = 0;
-    for (size_t i = 0; i < h->size; i++) {
-        int rank = sl_affinity_session_header_rank(h->entries[i].name->base, h->entries[i].name->len);
-        if (rank >= 0 && (best_rank < 0 || rank < best_rank)) {
-            best_rank = rank;
-            best = i;
-        }
-    }
-    if (best_rank >= 0)
-        return sl_affinity_key_session(key, client, strlen(client), h->entries[best].value.base,
-                                       h->entries[best].value.len);
+    const h2o_iovec_t *session = NULL;
+    if (session_header(r, &session))
+        return sl_affinity_key_session(key, client, strlen(client), session->base, session->len);
     if (r->in.fields.first_user.len > 0)
         return sl_affinity_key_message(key, client, strlen(client), r->in.body, r->in.fields.first_user);
     return 0;
 }
 
-static void
+static sl_affinity_effect_t
 apply_affinity(request_t *r)
 {
     r->sealed_history = r->in.fields.encrypted_content || r->in.fields.thinking_signature ||
                         r->in.fields.previous_response_id.len > 0;
     r->conversation = conversation_key(r);
     if (r->conversation == 0)
-        return;
+        return SL_AFFINITY_NONE;
     sl_affinity_pin_t pin;
     pthread_mutex_lock(&r->gw->affinity_lock);
     bool found = sl_affinity_get(r->gw->affinity, r->conversation, sl_now_ms(), &pin);
@@ -1064,6 +1237,7 @@ apply_affinity(request_t *r)
     if (effect != SL_AFFINITY_NONE)
         sl_log_debug("request %llu: affinity %s", (unsigned long long)r->id,
                      effect == SL_AFFINITY_RELEASED ? "released" : sl_affinity_effect_slug(effect));
+    return effect;
 }
 
 /* The candidate list with this moment's skips (behaviour.md §2); false when nothing matches. */
@@ -1077,7 +1251,7 @@ choose_candidates(request_t *r)
     uint64_t counter = atomic_fetch_add(&r->gw->balance_counter, 1);
     if (!sl_route_select(c, r->in.endpoint.dialect, r->in.model, counter, r->cands, &r->n_cands, &route))
         return false;
-    apply_affinity(r);
+    emit_routed(r, route, apply_affinity(r));
     bool cooling[r->n_cands + 1];
     size_t offered = 0;
     int64_t now = sl_now_ms();
@@ -1110,8 +1284,10 @@ choose_candidates(request_t *r)
     for (size_t i = 0; i < r->n_cands; i++) {
         if (r->skips[i] != SL_ROW_SKIP_NONE) {
             attempt_t *a = new_attempt(r, i);
-            if (a != NULL)
+            if (a != NULL) {
                 a->skipped = r->skips[i];
+                emit_attempt(r, a);
+            }
         }
     }
     return offered > 0;
@@ -1248,6 +1424,8 @@ sl_request_serve(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapsh
                                &r->in.endpoint))
             r->in.endpoint.dialect = SL_DIALECT_COUNT;
         sl_msg_t msg = sl_msg_make(refused, NULL);
+        emit_started(r);
+        r->gateway_error = true;
         send_gateway_error(req, r->in.endpoint.dialect, sl_code_status(refused), refused, msg.text);
         finish(r, SL_ROW_FAILED, sl_code_status(refused), true, refused, msg.text);
         sl_msg_free(&msg);
@@ -1266,7 +1444,11 @@ sl_request_serve(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapsh
         .peer_is_loopback = peer_is_loopback(req),
     };
     sl_intake_refusal_t refusal;
-    if (!sl_intake(r->config, &input, &r->in, &refusal)) {
+    bool accepted = sl_intake(r->config, &input, &r->in, &refusal);
+    if (r->in.endpoint.op != SL_OP_LIST_MODELS)
+        emit_started(r);
+    if (!accepted) {
+        r->gateway_error = true;
         char path[256];
         snprintf(path, sizeof(path), "%.*s", (int)req->path_normalized.len, req->path_normalized.base);
         char max[24];
@@ -1303,6 +1485,7 @@ void
 sl_gateway_init(sl_gateway_t *gw, sl_recorder_t *recorder)
 {
     gw->recorder = recorder;
+    gw->bus = sl_bus_new(SL_BUS_DEFAULT_CAP);
     pthread_mutex_init(&gw->affinity_lock, NULL);
     gw->affinity = sl_affinity_new(SL_AFFINITY_DEFAULT_CAPACITY, SL_AFFINITY_DEFAULT_IDLE_MS);
     /* The hash key only has to be unknown to clients. */

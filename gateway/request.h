@@ -14,12 +14,14 @@
 #include <h2o.h>
 
 #include "core/affinity.h"
+#include "bus.h"
 #include "recorder.h"
 #include "snapshot.h"
 #include "worker.h"
 
 /* What every request of the process shares. */
 typedef struct {
+    sl_bus_t *bus;           /* request and state events; built only while the bus is active */
     sl_recorder_t *recorder; /* NULL: rows are counted as dropped */
     atomic_uint_fast64_t next_id;
     atomic_uint_fast64_t balance_counter; /* load_balance start positions */
@@ -31,7 +33,7 @@ typedef struct {
     sl_hash_key_t affinity_key; /* secret, drawn at start: clients cannot aim at one hash bucket */
 } sl_gateway_t;
 
-/* Sets up what requests share; recorder may be NULL. */
+/* Sets up what requests share; recorder may be NULL. The bus starts inactive. */
 void sl_gateway_init(sl_gateway_t *gw, sl_recorder_t *recorder);
 
 /*

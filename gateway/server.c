@@ -163,6 +163,9 @@ worker_main(void *arg)
             errno != EINTR)
             break;
         sl_timerheap_run(&w->io.timers, sl_now_ms());
+        /* One handoff per loop iteration, whatever happened in it. */
+        if (w->io.events.len > 0)
+            sl_bus_flush(w->server->gateway->bus, &w->io.events);
     }
     /*
      * Park instead of returning: h2o keeps per-thread caches of buffers with no

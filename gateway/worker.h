@@ -10,6 +10,7 @@
 #include <h2o.h>
 #include <h2o/http1client.h>
 
+#include "bus.h"
 #include "core/timerheap.h"
 
 typedef struct {
@@ -19,6 +20,7 @@ typedef struct {
     h2o_http1client_ctx_t client_ctx_by_address; /* upstreams named by an IP address (TLS 1.3 only) */
     h2o_timeout_t io_timeout; /* a backstop: the hop arms its own connect / idle / total timers */
     h2o_multithread_receiver_t getaddr_receiver;
+    sl_bus_batch_t events; /* this loop iteration's events, flushed to the bus once per iteration */
 } sl_worker_io_t;
 
 /* Monotonic milliseconds: the clock of every timer and deadline. */

@@ -65,7 +65,8 @@ start_gateway_with(const char *protocol, const char *up1_fields, const char *ext
         protocol, fake_port(up1), up1_fields, protocol, fake_port(up2), write_temp_file(1, ""),
         extra ? extra : "");
     const char *path = write_temp_file(0, yaml);
-    const char *args[] = {"--config", path, "--threads", "2", NULL};
+    /* At debug level sluice logs every event of its bus: the tests read them there. */
+    const char *args[] = {"--config", path, "--threads", "2", "--log-level", "debug", NULL};
     proc_start(&proc, args);
     port = proc_wait_port(&proc, 5000);
     cr_assert_neq(port, 0, "sluice did not start:\n%s", proc.log);
@@ -176,6 +177,11 @@ Test(proxy, fails_over_on_503)
     cr_assert_str_eq(res.body, fixture("anthropic-ok.sse", NULL));
     cr_assert_eq(fake_count(up1), 1);
     cr_assert_eq(fake_count(up2), 1);
+    cr_assert(proc_wait_log(&proc, "event request_finished id=1 status=200", 2000), "%s", proc.log);
+    cr_assert(strstr(proc.log, "event attempt id=1 provider=up1 outcome=status status=503") != NULL, "%s",
+              proc.log);
+    cr_assert(strstr(proc.log, "event attempt id=1 provider=up2 outcome=served status=200") != NULL, "%s",
+              proc.log);
 }
 
 Test(proxy, fails_over_when_the_connection_is_refused)
@@ -270,6 +276,8 @@ Test(proxy, a_stream_cut_after_content_ends_with_an_in_stream_error)
     cr_assert(strstr(res.body, "gw.upstream.broken_after_content") != NULL, "%s", res.body);
     cr_assert(res.complete, "the gateway ends its own stream properly");
     cr_assert_eq(fake_count(up2), 0, "nothing after content is failed over");
+    cr_assert(proc_wait_log(&proc, "event request_failed id=1 code=gw.upstream.broken_after_content", 2000),
+              "%s", proc.log);
 }
 
 Test(proxy, bad_key_malformed_json_and_oversize_bodies_get_errors_in_the_clients_format)

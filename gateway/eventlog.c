@@ -1,0 +1,113 @@
+#include "eventlog.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdlib.h>
+
+#include "core/xalloc.h"
+#include "log.h"
+
+struct sl_eventlog {
+    sl_bus_t *bus;
+    pthread_t tid;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    bool pending, stopping;
+};
+
+static void
+on_wake(void *ctx)
+{
+    sl_eventlog_t *log = ctx;
+    pthread_mutex_lock(&log->lock);
+    log->pending = true;
+    pthread_cond_signal(&log->wake);
+    pthread_mutex_unlock(&log->lock);
+}
+
+static void
+log_event(void *ctx, sl_proto_event_t *ev)
+{
+    (void)ctx;
+    const char *kind = sl_proto_event_kind_slug(ev->kind);
+    switch (ev->kind) {
+    case SL_PROTO_EVENT_REQUEST_STARTED:
+        sl_log_debug("event %s id=%llu client=%s model=%s stream=%d", kind,
+                     (unsigned long long)ev->request_started.id, ev->request_started.client,
+                     ev->request_started.model, ev->request_started.stream);
+        break;
+    case SL_PROTO_EVENT_ATTEMPT: {
+        const sl_proto_attempt_view_t *v = &ev->attempt.view;
+        sl_log_debug("event %s id=%llu provider=%s outcome=%s status=%u%s%s", kind,
+                     (unsigned long long)ev->attempt.id, v->provider, sl_proto_outcome_slug(v->outcome),
+                     v->has_status ? v->status : 0, v->error != NULL ? " error=" : "",
+                     v->error != NULL ? v->error->code : "");
+        break;
+    }
+    case SL_PROTO_EVENT_REQUEST_FINISHED:
+        sl_log_debug("event %s id=%llu status=%u bytes=%llu", kind,
+                     (unsigned long long)ev->request_finished.id, ev->request_finished.status,
+                     (unsigned long long)ev->request_finished.bytes);
+        break;
+    case SL_PROTO_EVENT_REQUEST_FAILED:
+        sl_log_debug("event %s id=%llu code=%s", kind, (unsigned long long)ev->request_failed.id,
+                     ev->request_failed.message.code);
+        break;
+    case SL_PROTO_EVENT_HEALTH_CHANGED:
+        sl_log_debug("event %s provider=%s state=%s", kind, ev->health_changed.provider,
+                     sl_proto_health_state_slug(ev->health_changed.state));
+        break;
+    default:
+        sl_log_debug("event %s", kind);
+        break;
+    }
+    sl_proto_event_free(ev);
+}
+
+static void *
+eventlog_main(void *arg)
+{
+    sl_eventlog_t *log = arg;
+    for (;;) {
+        pthread_mutex_lock(&log->lock);
+        while (!log->pending && !log->stopping)
+            pthread_cond_wait(&log->wake, &log->lock);
+        bool stopping = log->stopping;
+        log->pending = false;
+        pthread_mutex_unlock(&log->lock);
+        uint64_t dropped = 0;
+        sl_bus_drain(log->bus, log_event, log, &dropped);
+        if (dropped > 0)
+            sl_log_warn("event log: %llu event(s) dropped", (unsigned long long)dropped);
+        if (stopping)
+            return NULL;
+    }
+}
+
+sl_eventlog_t *
+sl_eventlog_start(sl_bus_t *bus)
+{
+    sl_eventlog_t *log = sl_xcalloc(1, sizeof(*log));
+    log->bus = bus;
+    pthread_mutex_init(&log->lock, NULL);
+    pthread_cond_init(&log->wake, NULL);
+    sl_bus_set_wake(bus, on_wake, log);
+    sl_bus_set_active(bus, true);
+    pthread_create(&log->tid, NULL, eventlog_main, log);
+    return log;
+}
+
+void
+sl_eventlog_stop(sl_eventlog_t *log)
+{
+    pthread_mutex_lock(&log->lock);
+    log->stopping = true;
+    pthread_cond_signal(&log->wake);
+    pthread_mutex_unlock(&log->lock);
+    pthread_join(log->tid, NULL);
+    sl_bus_set_wake(log->bus, NULL, NULL);
+    sl_bus_set_active(log->bus, false);
+    pthread_cond_destroy(&log->wake);
+    pthread_mutex_destroy(&log->lock);
+    free(log);
+}

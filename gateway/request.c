@@ -545,10 +545,12 @@ answer_with_failure(request_t *r)
     char status[16];
     snprintf(status, sizeof(status), "%d", r->last.status);
     char secs[16];
-    snprintf(secs, sizeof(secs), "%u", r->config->failover.idle_timeout_secs);
+    snprintf(secs, sizeof(secs), "%u",
+             code == SL_CODE_GW_UPSTREAM_TOTAL_TIMEOUT ? r->config->failover.total_timeout_secs
+                                                       : r->config->failover.idle_timeout_secs);
     sl_msg_t msg = sl_msg_make(code, "provider", provider, "reason", r->last.detail, "status", status, "code",
                                r->last.detail, "secs", secs, "model", r->in.model, "dialect",
-                               sl_dialect_slug(r->in.endpoint.dialect), NULL);
+                               sl_dialect_slug(r->in.endpoint.dialect), "max", r->last.detail, NULL);
     int http_status = sl_code_status(code) != 0 ? sl_code_status(code) : 502;
     r->gateway_error = true;
     if (r->req != NULL)
@@ -1096,11 +1098,19 @@ body_for_model(request_t *r, const char *model)
     return h2o_iovec_init(body, len);
 }
 
-/* Takes the upstream for a hop unless its breaker keeps it cooling; false = skip it. */
-static bool
-claim_upstream(request_t *r, sl_upstream_t *up)
+/*
+ * Takes the upstream for a hop: a slot under its max_concurrent and, unless
+ * the breaker is bypassed, its permission (or its half-open probe). Returns
+ * SL_ROW_SKIP_NONE when taken, else why it is skipped now.
+ */
+static sl_row_skip_t
+claim_upstream(request_t *r, sl_upstream_t *up, uint32_t max_concurrent)
 {
     pthread_mutex_lock(&up->lock);
+    if (max_concurrent > 0 && up->in_flight >= max_concurrent) {
+        pthread_mutex_unlock(&up->lock);
+        return SL_ROW_SKIP_BUSY;
+    }
     bool is_probe = false, changed = false;
     sl_breaker_state_t state = sl_breaker_check(&up->breaker, sl_now_ms(), &is_probe, &changed);
     /* A single candidate bypasses the breaker; so does a request whose candidates are all cooling. */
@@ -1114,7 +1124,7 @@ claim_upstream(request_t *r, sl_upstream_t *up)
     pthread_mutex_unlock(&up->lock);
     if (changed)
         emit_health(r, up->name, now_state);
-    return ok;
+    return ok ? SL_ROW_SKIP_NONE : SL_ROW_SKIP_COOLING;
 }
 
 static void
@@ -1128,10 +1138,17 @@ start_hop(request_t *r, size_t cand)
         answer_with_failure(r);
         return;
     }
-    if (!claim_upstream(r, up)) {
-        a->skipped = SL_ROW_SKIP_COOLING;
+    sl_row_skip_t skip = claim_upstream(r, up, p->max_concurrent);
+    if (skip != SL_ROW_SKIP_NONE) {
+        a->skipped = skip;
         emit_attempt(r, a);
-        r->skips[cand] = SL_ROW_SKIP_COOLING;
+        r->skips[cand] = skip;
+        if (skip == SL_ROW_SKIP_BUSY && !r->last.any) {
+            r->last.any = true;
+            r->last.code = SL_CODE_GW_UPSTREAM_BUSY;
+            r->last.status = 0;
+            snprintf(r->last.detail, sizeof(r->last.detail), "%u", p->max_concurrent);
+        }
         r->next = cand + 1;
         next_hop(r);
         return;

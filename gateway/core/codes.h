@@ -119,6 +119,8 @@
       "sluice: no configured upstream serves model '{model}' in the {dialect} format")                       \
     X(SL_CODE_GW_DIALECT_NOT_SERVED, "gw.dialect.not_served", 501,                                           \
       "sluice: {what} is not served by this version of sluice")                                              \
+    X(SL_CODE_GW_UPSTREAM_BUSY, "gw.upstream.busy", 503,                                                     \
+      "sluice: {provider} already has {max} requests in flight (max_concurrent)")                            \
     X(SL_CODE_GW_UPSTREAM_UNUSABLE, "gw.upstream.unusable", 502,                                             \
       "sluice: the request could not be built for {provider}: {reason}")                                     \
     X(SL_CODE_GW_SAFE_MODE, "gw.safe_mode", 503,                                                             \

@@ -5,6 +5,7 @@
  * the upstreams received.
  */
 #include <criterion/criterion.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -47,7 +48,8 @@ TestSuite(proxy, .init = setup, .fini = teardown, .timeout = 60);
 
 /* Starts sluice with two upstreams of one protocol, in failover order unless routes say otherwise. */
 static void
-start_gateway_with(const char *protocol, const char *up1_fields, const char *extra)
+start_gateway_full(const char *protocol, const char *up1_fields, const char *failover_fields,
+                   const char *extra)
 {
     char yaml[4096];
     snprintf(
@@ -59,11 +61,11 @@ start_gateway_with(const char *protocol, const char *up1_fields, const char *ext
         "providers:\n"
         "  - {name: up1, protocol: %s, base_url: \"http://127.0.0.1:%u/prefix\", key: upstream-key-one%s}\n"
         "  - {name: up2, protocol: %s, base_url: \"http://127.0.0.1:%u\", key: upstream-key-two}\n"
-        "failover: {wait_secs: 0}\n"
+        "failover: {wait_secs: 0%s}\n"
         "store: {path: %s}\n"
         "%s",
-        protocol, fake_port(up1), up1_fields, protocol, fake_port(up2), write_temp_file(1, ""),
-        extra ? extra : "");
+        protocol, fake_port(up1), up1_fields, protocol, fake_port(up2), failover_fields,
+        write_temp_file(1, ""), extra ? extra : "");
     const char *path = write_temp_file(0, yaml);
     /* At debug level sluice logs every event of its bus: the tests read them there. */
     const char *args[] = {"--config", path, "--threads", "2", "--log-level", "debug", NULL};
@@ -73,9 +75,15 @@ start_gateway_with(const char *protocol, const char *up1_fields, const char *ext
 }
 
 static void
+start_gateway_with(const char *protocol, const char *up1_fields, const char *extra)
+{
+    start_gateway_full(protocol, up1_fields, "", extra);
+}
+
+static void
 start_gateway(const char *protocol, const char *extra)
 {
-    start_gateway_with(protocol, "", extra);
+    start_gateway_full(protocol, "", "", extra);
 }
 
 static fake_reply_t
@@ -540,4 +548,51 @@ Test(proxy, count_tokens_is_forwarded_or_estimated)
     snprintf(expected, sizeof(expected), "{\"input_tokens\":%zu}", (strlen(body) + 3) / 4);
     cr_assert_str_eq(res.body, expected);
     cr_assert_eq(fake_count(up2), 0, "count-tokens is estimated, not failed over on 404");
+}
+
+typedef struct {
+    uint16_t port;
+    const char *body;
+    http_response_t res;
+} background_request_t;
+
+static void *
+send_in_background(void *arg)
+{
+    background_request_t *b = arg;
+    http_request_h(b->port, "POST", "/v1/messages", ANTHROPIC_HEADERS, b->body, &b->res);
+    return NULL;
+}
+
+Test(proxy, max_concurrent_sends_the_overflow_to_the_next_candidate)
+{
+    start_gateway_with("anthropic", ", max_concurrent: 1", NULL);
+    fake_reply_t slow = sse_reply("anthropic-ok.sse");
+    slow.delay_ms = 1000;
+    fake_push(up1, slow);
+    fake_set_default(up2, sse_reply("anthropic-ok.sse"));
+    background_request_t first = {.port = port, .body = fresh_body(1)};
+    pthread_t tid;
+    pthread_create(&tid, NULL, send_in_background, &first);
+    cr_assert(fake_wait_count(up1, 1, 3000));
+    cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, fresh_body(2), &res));
+    cr_assert_eq(res.status, 200);
+    cr_assert_eq(fake_count(up2), 1, "up1's only slot is taken: the second request goes to up2");
+    pthread_join(tid, NULL);
+    cr_assert_eq(first.res.status, 200);
+    cr_assert_str_eq(first.res.body, fixture("anthropic-ok.sse", NULL));
+    http_response_free(&first.res);
+    cr_assert_eq(fake_count(up1), 1);
+}
+
+Test(proxy, an_upstream_that_goes_silent_is_left_after_the_idle_timeout)
+{
+    start_gateway_full("anthropic", "", ", idle_timeout_secs: 1", NULL);
+    fake_push(up1, (fake_reply_t){.action = FAKE_HANG});
+    fake_push(up2, sse_reply("anthropic-ok.sse"));
+    cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, anthropic_body, &res));
+    cr_assert_eq(res.status, 200);
+    cr_assert_str_eq(res.body, fixture("anthropic-ok.sse", NULL));
+    cr_assert(proc_wait_log(&proc, "outcome=error status=0 error=gw.upstream.idle_timeout", 2000), "%s",
+              proc.log);
 }

@@ -457,3 +457,30 @@ Test(tls, tls12_upstream_named_by_address_is_refused_because_address_names_need_
     request();
     assert_refused_as_connect_failure();
 }
+
+Test(tls, the_gateway_listener_serves_https_and_http2)
+{
+    char yaml[1024];
+    snprintf(store_path, sizeof(store_path), "%s", write_temp_file(1, ""));
+    snprintf(yaml, sizeof(yaml),
+             "listen: {gateway: {bind: 127.0.0.1, port: 0, tls: {cert: \"%s\", key: \"%s\"}}}\n"
+             "clients: [{name: tester, key: \"" GATEWAY_KEY "\"}]\n"
+             "store: {path: %s}\n",
+             good_leaf.cert_file, good_leaf.key_file, store_path);
+    const char *args[] = {"--config", write_temp_file(0, yaml), NULL};
+    proc_start(&proc, args);
+    cr_assert(proc_wait_log(&proc, "serving on https://127.0.0.1:", 5000), "%s", proc.log);
+    const char *at = strstr(proc.log, "https://127.0.0.1:") + strlen("https://127.0.0.1:");
+    port = (uint16_t)atoi(at);
+    char cmd[1024];
+    snprintf(cmd, sizeof(cmd),
+             "curl -s --max-time 10 --http2 --cacert '%s' -o - -w ' %%{http_version}' "
+             "https://127.0.0.1:%u/healthz",
+             ca_cert_file(trusted_ca), port);
+    FILE *p = popen(cmd, "r");
+    char out[256] = "";
+    size_t n = fread(out, 1, sizeof(out) - 1, p);
+    out[n] = '\0';
+    pclose(p);
+    cr_assert_str_eq(out, "{\"status\":\"ok\"} 2", "ALPN picks HTTP/2 over TLS");
+}

@@ -471,8 +471,8 @@ Test(proxy, every_request_leaves_one_row_with_its_attempts)
 Test(proxy, a_slow_client_holds_back_the_upstream_and_loses_nothing)
 {
     start_gateway("anthropic", NULL);
-    /* 40 MiB of stream: far more than the gateway may buffer for one client (4 MiB, plus the kernel's socket
-     * buffers on both sides). */
+    /* 64 MiB of stream: far more than the gateway may buffer for one client (4 MiB, plus up to ~20 MiB in the
+     * kernel's socket buffers on both sides). */
     const char *start =
         "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{}}}\n\n";
     const char *stop = "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
@@ -481,7 +481,7 @@ Test(proxy, a_slow_client_holds_back_the_upstream_and_loses_nothing)
                      "event: content_block_delta\ndata: "
                      "{\"type\":\"content_block_delta\",\"delta\":{\"text\":\"%0900d\"}}\n\n",
                      7);
-    size_t events = (40u << 20) / (size_t)n, total = strlen(start) + events * (size_t)n + strlen(stop);
+    size_t events = (64u << 20) / (size_t)n, total = strlen(start) + events * (size_t)n + strlen(stop);
     char *body = malloc(total + 1), *w = body;
     w += sprintf(w, "%s", start);
     for (size_t i = 0; i < events; i++) {
@@ -495,6 +495,8 @@ Test(proxy, a_slow_client_holds_back_the_upstream_and_loses_nothing)
     fake_push(up1, r);
 
     int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int small = 64 << 10;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
     struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port)};
     inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
     cr_assert_eq(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);

@@ -1,3 +1,4 @@
+#define _GNU_SOURCE /* memmem */
 #include "request.h"
 
 #include <stdio.h>
@@ -99,6 +100,7 @@ typedef struct {
 
     last_failure_t last;
     uint64_t conversation; /* the affinity key; 0 = none */
+    char response_id[128]; /* Responses: the id of the answer being served, "" until seen */
     uint64_t bytes_out;    /* body bytes handed to the client */
     bool first_token_seen;
     bool gateway_error;  /* the gateway wrote the error the client got */
@@ -847,6 +849,44 @@ remember_conversation(request_t *r)
     pthread_mutex_unlock(&r->gw->affinity_lock);
 }
 
+/*
+ * Responses: the answer's id, from the first `"id":"…"` of a response.created
+ * event or of a whole answer (OpenAI writes the response's own id first). A
+ * later turn names it as previous_response_id, and must go to this upstream.
+ */
+static void
+capture_response_id(request_t *r, const char *data, size_t len)
+{
+    if (r->in.endpoint.dialect != SL_DIALECT_OPENAI_RESPONSES || r->response_id[0] != '\0')
+        return;
+    static const char needle[] = "\"id\":\"";
+    const char *at = memmem(data, len, needle, sizeof(needle) - 1);
+    if (at == NULL)
+        return;
+    at += sizeof(needle) - 1;
+    const char *end = memchr(at, '"', len - (size_t)(at - data));
+    if (end != NULL && (size_t)(end - at) < sizeof(r->response_id))
+        snprintf(r->response_id, sizeof(r->response_id), "%.*s", (int)(end - at), at);
+}
+
+/* A served Responses answer seals its id to the upstream that holds it. */
+static void
+remember_response(request_t *r)
+{
+    if (r->response_id[0] == '\0')
+        return;
+    const char *client = r->in.client != NULL ? r->in.client->name : "";
+    uint64_t key = sl_affinity_key_response(&r->gw->affinity_key, client, strlen(client), r->response_id,
+                                            strlen(r->response_id));
+    sl_affinity_pin_t pin = {
+        .upstream = sl_affinity_upstream_id(&r->gw->affinity_key, provider_of(r, r->cur)->name),
+        .sealed = true,
+    };
+    pthread_mutex_lock(&r->gw->affinity_lock);
+    sl_affinity_put(r->gw->affinity, key, pin, sl_now_ms());
+    pthread_mutex_unlock(&r->gw->affinity_lock);
+}
+
 /* Content arrived (or the hold is over): from here the answer streams to the client. */
 static void
 release_hold(request_t *r)
@@ -878,6 +918,8 @@ scan_events(request_t *r)
             }
             return false;
         }
+        if (ev.data != NULL && sl_sse_event_is(&ev, "response.created"))
+            capture_response_id(r, ev.data, ev.data_len);
         sl_stream_verdict_t v;
         sl_stream_feed(&r->stream, &ev, &v);
         if (r->state == REQ_HELD && v.kind == SL_STREAM_ERROR) {
@@ -899,6 +941,9 @@ scan_events(request_t *r)
 static void
 process(request_t *r)
 {
+    /* A whole Responses answer names its own id first: it is in the first bytes. */
+    if (!r->sse && (r->state == REQ_HELD || r->state == REQ_STREAMING) && r->up_status < 300)
+        capture_response_id(r, r->rx->bytes, r->rx->size);
     switch (r->state) {
     case REQ_HELD:
         if (r->sse) {
@@ -1025,6 +1070,7 @@ on_hop_end(void *data, sl_hop_end_t how, const char *detail)
         if (how == SL_HOP_END_EOS && !r->sse) {
             release_hold(r);
             r->parsed = r->rx->size;
+            remember_response(r);
             close_attempt(r, SL_ROW_HOP_SERVED, SL_CODE_GW_UPSTREAM_STATUS, NULL);
             finish(r, SL_ROW_SERVED, r->up_status, false, SL_CODE_GW_UPSTREAM_STATUS, NULL);
             queue_final(r, H2O_SEND_STATE_FINAL);
@@ -1042,8 +1088,10 @@ on_hop_end(void *data, sl_hop_end_t how, const char *detail)
         release_upstream(r);
         if (whole) {
             bool served = r->up_status < 300 && !r->handing_over;
-            if (served)
+            if (served) {
+                remember_response(r);
                 close_attempt(r, SL_ROW_HOP_SERVED, SL_CODE_GW_UPSTREAM_STATUS, NULL);
+            }
             finish(r, served ? SL_ROW_SERVED : SL_ROW_FAILED, r->up_status, !served, r->last.code,
                    r->last.detail);
             queue_final(r, H2O_SEND_STATE_FINAL);
@@ -1229,6 +1277,12 @@ conversation_key(request_t *r)
 {
     const sl_hash_key_t *key = &r->gw->affinity_key;
     const char *client = r->in.client != NULL ? r->in.client->name : "";
+    char previous[128];
+    size_t previous_len;
+    if (r->in.fields.previous_response_id.len > 0 &&
+        sl_jscan_string(r->in.body, r->in.fields.previous_response_id, previous, sizeof(previous),
+                        &previous_len))
+        return sl_affinity_key_response(key, client, strlen(client), previous, previous_len);
     const h2o_iovec_t *session = NULL;
     if (session_header(r, &session))
         return sl_affinity_key_session(key, client, strlen(client), session->base, session->len);

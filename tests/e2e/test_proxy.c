@@ -598,3 +598,25 @@ Test(proxy, an_upstream_that_goes_silent_is_left_after_the_idle_timeout)
     cr_assert(proc_wait_log(&proc, "outcome=error status=0 error=gw.upstream.idle_timeout", 2000), "%s",
               proc.log);
 }
+
+Test(proxy, a_responses_turn_with_previous_response_id_goes_only_to_the_upstream_that_holds_it)
+{
+    start_gateway("openai-responses", NULL);
+    /* The first turn fails over to up2, which creates resp_fake7. */
+    fake_push(up1, (fake_reply_t){.status = 503,
+                                  .body = "{\"error\":{\"type\":\"server_error\",\"message\":\"x\"}}"});
+    fake_push(up2, sse_reply("responses-ok.sse"));
+    cr_assert(http_request_h(port, "POST", "/v1/responses", BEARER_HEADERS,
+                             "{\"model\":\"gpt-x\",\"stream\":true,\"input\":\"first\"}", &res));
+    cr_assert_eq(res.status, 200);
+    /* The next turn names it: sealed history, so up1 is not even tried, though it is first and healthy. */
+    fake_set_default(up1, sse_reply("responses-ok.sse"));
+    fake_push(up2, sse_reply("responses-ok.sse"));
+    cr_assert(http_request_h(port, "POST", "/v1/responses", BEARER_HEADERS,
+                             "{\"model\":\"gpt-x\",\"stream\":true,\"previous_response_id\":\"resp_fake7\","
+                             "\"input\":\"second\"}",
+                             &res));
+    cr_assert_eq(res.status, 200);
+    cr_assert_eq(fake_count(up1), 1);
+    cr_assert_eq(fake_count(up2), 2);
+}

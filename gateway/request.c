@@ -219,6 +219,15 @@ close_attempt(request_t *r, sl_row_hop_outcome_t outcome, sl_code_t code, const 
     emit_attempt(r, a);
 }
 
+/* Who sent the request: the client's name, "local" when no keys are configured, "unknown" when refused. */
+static const char *
+client_name(const request_t *r)
+{
+    if (r->in.client != NULL)
+        return r->in.client->name;
+    return r->config->n_clients == 0 ? "local" : "unknown";
+}
+
 /* ---- events ------------------------------------------------------------------------------- */
 
 static bool
@@ -260,7 +269,7 @@ emit_started(request_t *r)
         snprintf(session_text, sizeof(session_text), "%.*s", (int)session->len, session->base);
     sl_bus_started_t st = {
         .id = r->id,
-        .client = r->in.client != NULL ? r->in.client->name : "local",
+        .client = client_name(r),
         .dialect =
             r->in.endpoint.dialect < SL_DIALECT_COUNT ? r->in.endpoint.dialect : SL_DIALECT_OPENAI_CHAT,
         .model = r->in.model,
@@ -406,7 +415,7 @@ record(request_t *r, sl_row_outcome_t outcome, int status, bool has_error, sl_co
     sl_request_row_t *row = sl_request_row_new(r->n_attempts);
     row->id = r->id;
     row->started_at_ms = r->started_wall_ms;
-    row->client = sl_xstrdup(r->in.client != NULL ? r->in.client->name : "local");
+    row->client = sl_xstrdup(client_name(r));
     row->dialect =
         r->in.endpoint.dialect < SL_DIALECT_COUNT ? r->in.endpoint.dialect : SL_DIALECT_OPENAI_CHAT;
     row->model = sl_xstrdup(r->in.model);

@@ -1,5 +1,7 @@
 #include "bus.h"
 
+#include "core/text.h"
+
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -244,34 +246,6 @@ sl_bus_dropped(const sl_bus_t *bus)
 
 /* ---- building events ------------------------------------------------------------------------- */
 
-/* The length of the UTF-8 sequence at s[0..n) (overlongs and surrogates refused), 0 when invalid. */
-static size_t
-utf8_seq(const unsigned char *s, size_t n)
-{
-    static const struct {
-        unsigned char lead_min, lead_max, len, second_min, second_max;
-    } seqs[] = {
-        {0x01, 0x7f, 1, 0, 0},       {0xc2, 0xdf, 2, 0x80, 0xbf}, {0xe0, 0xe0, 3, 0xa0, 0xbf},
-        {0xe1, 0xec, 3, 0x80, 0xbf}, {0xed, 0xed, 3, 0x80, 0x9f}, {0xee, 0xef, 3, 0x80, 0xbf},
-        {0xf0, 0xf0, 4, 0x90, 0xbf}, {0xf1, 0xf3, 4, 0x80, 0xbf}, {0xf4, 0xf4, 4, 0x80, 0x8f},
-    };
-    for (size_t k = 0; k < sizeof(seqs) / sizeof(seqs[0]); k++) {
-        if (s[0] < seqs[k].lead_min || s[0] > seqs[k].lead_max)
-            continue;
-        size_t len = seqs[k].len;
-        if (len > n)
-            return 0;
-        if (len > 1 && (s[1] < seqs[k].second_min || s[1] > seqs[k].second_max))
-            return 0;
-        for (size_t i = 2; i < len; i++) {
-            if (s[i] < 0x80 || s[i] > 0xbf)
-                return 0;
-        }
-        return len;
-    }
-    return 0;
-}
-
 /* A NUL-terminated copy of s[0..n) that the protocol accepts: valid UTF-8, no NUL. */
 static char *
 text_dup(const char *s, size_t n)
@@ -279,8 +253,8 @@ text_dup(const char *s, size_t n)
     char *out = sl_xmalloc(n + 1);
     const unsigned char *p = (const unsigned char *)s;
     for (size_t i = 0; i < n;) {
-        size_t len = utf8_seq(p + i, n - i);
-        if (len == 0) {
+        size_t len = p[i] == 0 ? 0 : sl_utf8_len(p + i, n - i);
+        if (len == 0 || len == SL_UTF8_CUT) {
             out[i++] = '?';
             continue;
         }

@@ -521,6 +521,21 @@ finish(request_t *r, sl_row_outcome_t outcome, int status, bool has_error, sl_co
     record(r, outcome, status, has_error, code, detail);
 }
 
+/* Sends a whole answer the gateway made itself; takes the body. Other headers are added before. */
+static void
+send_made_answer(h2o_req_t *req, int status, const char *content_type, sl_strbuf_t *body)
+{
+    req->res.status = status;
+    req->res.reason = reason_phrase(status);
+    req->res.content_length = body->len;
+    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, content_type,
+                   strlen(content_type));
+    size_t len = body->len;
+    char *bytes = sl_strbuf_finish(body);
+    h2o_send_inline(req, bytes, len); /* h2o copies it into the request pool */
+    free(bytes);
+}
+
 /* An error made by the gateway, in the client's dialect, as the whole answer. */
 static void
 send_gateway_error(h2o_req_t *req, sl_dialect_t dialect, int status, sl_code_t code, const char *text)
@@ -529,21 +544,13 @@ send_gateway_error(h2o_req_t *req, sl_dialect_t dialect, int status, sl_code_t c
     sl_error_head_t head;
     sl_dialect_render_error(dialect < SL_DIALECT_COUNT ? dialect : SL_DIALECT_OPENAI_CHAT, status,
                             sl_code_slug(code), text, &body, &head);
-    req->res.status = status;
-    req->res.reason = reason_phrase(status);
-    req->res.content_length = body.len;
-    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, head.content_type,
-                   strlen(head.content_type));
     const char *slug = sl_code_slug(code);
     h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT(SL_ERROR_CODE_HEADER), 0, NULL, slug,
                           strlen(slug));
     if (head.type_header != NULL)
         h2o_add_header_by_str(&req->pool, &req->res.headers, head.type_header, strlen(head.type_header), 0,
                               NULL, head.type_value, strlen(head.type_value));
-    size_t len = body.len;
-    char *bytes = sl_strbuf_finish(&body);
-    h2o_send_inline(req, bytes, len); /* h2o copies it into the request pool */
-    free(bytes);
+    send_made_answer(req, status, head.content_type, &body);
 }
 
 /* The final answer when no candidate could serve: the gateway's own error. */
@@ -1432,15 +1439,7 @@ answer_models(h2o_req_t *req, const sl_config_t *c)
         }
     }
     sl_strbuf_appendf(&body, anthropic ? "],\"has_more\":false}" : "]}");
-    req->res.status = 200;
-    req->res.reason = "OK";
-    req->res.content_length = body.len;
-    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
-                   H2O_STRLIT("application/json"));
-    size_t len = body.len;
-    char *bytes = sl_strbuf_finish(&body);
-    h2o_send_inline(req, bytes, len); /* h2o copies it into the request pool */
-    free(bytes);
+    send_made_answer(req, 200, "application/json", &body);
 }
 
 /*
@@ -1465,17 +1464,9 @@ answer_token_estimate(request_t *r)
         free(sl_strbuf_finish(&body));
         return;
     }
-    req->res.status = 200;
-    req->res.reason = "OK";
-    req->res.content_length = body.len;
-    h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
-                   H2O_STRLIT("application/json"));
     h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-sluice-estimated"), 0, NULL,
                           H2O_STRLIT("true"));
-    size_t len = body.len;
-    char *bytes = sl_strbuf_finish(&body);
-    h2o_send_inline(req, bytes, len);
-    free(bytes);
+    send_made_answer(req, 200, "application/json", &body);
 }
 
 int

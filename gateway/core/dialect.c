@@ -4,6 +4,7 @@
  * the shapes differ, and the dispatch table.
  */
 #include "core/dialect.h"
+#include "core/text.h"
 
 #include <assert.h>
 #include <inttypes.h>
@@ -74,15 +75,6 @@ find_bytes(const char *hay, size_t hay_len, const char *needle)
     return NULL;
 }
 
-static int
-hex_value(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    c = lower(c);
-    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
-}
-
 /*
  * Decodes the %-escape or plain byte at s[*i] (i < n) and advances *i.
  * Returns the byte, or -1 for a broken escape.
@@ -94,7 +86,7 @@ decode_byte(const char *s, size_t n, size_t *i)
         return (unsigned char)s[(*i)++];
     if (n - *i < 3)
         return -1;
-    int hi = hex_value(s[*i + 1]), lo = hex_value(s[*i + 2]);
+    int hi = sl_hex_digit(s[*i + 1]), lo = sl_hex_digit(s[*i + 2]);
     if (hi < 0 || lo < 0)
         return -1;
     *i += 3;
@@ -343,7 +335,7 @@ is_host_char(char c)
 static bool
 is_ipv6_char(char c)
 {
-    return hex_value(c) >= 0 || c == ':' || c == '.';
+    return sl_hex_digit(c) >= 0 || c == ':' || c == '.';
 }
 
 /*
@@ -682,35 +674,6 @@ kind_of_status(int status)
     return status >= 400 && status < 500 ? SL_ERROR_KIND_BAD_REQUEST : SL_ERROR_KIND_INTERNAL;
 }
 
-/*
- * The length of the well-formed UTF-8 sequence at s (RFC 3629 table 3-7:
- * no overlongs, no surrogates, nothing past U+10FFFF), or 0.
- */
-static size_t
-utf8_len(const unsigned char *s, size_t n)
-{
-    static const struct {
-        unsigned char lead_lo, lead_hi, second_lo, second_hi, len;
-    } forms[] = {
-        {0xc2, 0xdf, 0x80, 0xbf, 2}, {0xe0, 0xe0, 0xa0, 0xbf, 3}, {0xe1, 0xec, 0x80, 0xbf, 3},
-        {0xed, 0xed, 0x80, 0x9f, 3}, {0xee, 0xef, 0x80, 0xbf, 3}, {0xf0, 0xf0, 0x90, 0xbf, 4},
-        {0xf1, 0xf3, 0x80, 0xbf, 4}, {0xf4, 0xf4, 0x80, 0x8f, 4},
-    };
-    for (size_t f = 0; f < sizeof(forms) / sizeof(forms[0]); f++) {
-        if (s[0] < forms[f].lead_lo || s[0] > forms[f].lead_hi)
-            continue;
-        size_t len = forms[f].len;
-        if (n < len || s[1] < forms[f].second_lo || s[1] > forms[f].second_hi)
-            return 0;
-        for (size_t i = 2; i < len; i++) {
-            if ((s[i] & 0xc0) != 0x80)
-                return 0;
-        }
-        return len;
-    }
-    return 0;
-}
-
 /* Appends s as the inside of a JSON string; invalid UTF-8 bytes become U+FFFD. */
 static void
 append_json_escaped(sl_strbuf_t *out, const char *s)
@@ -726,8 +689,8 @@ append_json_escaped(sl_strbuf_t *out, const char *s)
         char esc[6];
         size_t esc_len = 0;
         if (c >= 0x80) {
-            len = utf8_len(u + i, n - i);
-            if (len == 0) {
+            len = sl_utf8_len(u + i, n - i);
+            if (len == 0 || len == SL_UTF8_CUT) {
                 memcpy(esc, "\\ufffd", 6);
                 esc_len = 6;
                 len = 1;

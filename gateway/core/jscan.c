@@ -1,6 +1,8 @@
 /* Single-pass JSON validation and top-level field extraction (see jscan.h). */
 #include "jscan.h"
 
+#include "text.h"
+
 #include <string.h>
 
 #define STR_(x) #x
@@ -30,18 +32,6 @@ sl_jscan_reason(sl_jscan_err_t err)
 
 /* ---- string units ---------------------------------------------------------- */
 
-static int
-hexval(unsigned char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* The code unit of "\uXXXX" at p[i], or -1 when p[i..] is not one. */
 static long
 u_escape(const unsigned char *p, size_t n, size_t i)
@@ -50,7 +40,7 @@ u_escape(const unsigned char *p, size_t n, size_t i)
         return -1;
     long v = 0;
     for (size_t k = 2; k < 6; k++) {
-        int h = hexval(p[i + k]);
+        int h = sl_hex_digit(p[i + k]);
         if (h < 0)
             return -1;
         v = v * 16 + h;
@@ -301,36 +291,6 @@ skip_ws(scan_t *s)
         s->pos++;
 }
 
-/* Length of the UTF-8 sequence at b[i] (a byte >= 0x80), 0 when invalid, SIZE_MAX when cut off by the end. */
-static size_t
-utf8_seq(const unsigned char *b, size_t len, size_t i)
-{
-    unsigned char c = b[i], lo = 0x80, hi = 0xBF;
-    size_t n;
-    if (c >= 0xC2 && c <= 0xDF) {
-        n = 2;
-    } else if (c >= 0xE0 && c <= 0xEF) {
-        n = 3;
-        lo = c == 0xE0 ? 0xA0 : 0x80;
-        hi = c == 0xED ? 0x9F : 0xBF;
-    } else if (c >= 0xF0 && c <= 0xF4) {
-        n = 4;
-        lo = c == 0xF0 ? 0x90 : 0x80;
-        hi = c == 0xF4 ? 0x8F : 0xBF;
-    } else {
-        return 0;
-    }
-    for (size_t k = 1; k < n; k++) {
-        if (i + k >= len)
-            return SIZE_MAX;
-        unsigned char cc = b[i + k];
-        /* Only the second byte has a narrowed range (overlongs, surrogates, > U+10FFFF). */
-        if (cc < (k == 1 ? lo : 0x80) || cc > (k == 1 ? hi : 0xBF))
-            return 0;
-    }
-    return n;
-}
-
 /* Scans the string at pos (a '"'); leaves pos after the closing quote. */
 static bool
 scan_string(scan_t *s, bool *escaped)
@@ -364,7 +324,7 @@ scan_string(scan_t *s, bool *escaped)
             for (size_t k = 2; k < 6; k++) {
                 if (i + k >= len)
                     return fail(s, SL_JSCAN_E_TRUNCATED, len);
-                if (hexval(b[i + k]) < 0)
+                if (sl_hex_digit(b[i + k]) < 0)
                     return fail(s, SL_JSCAN_E_BAD_ESCAPE, i);
             }
             i += 6;
@@ -372,8 +332,8 @@ scan_string(scan_t *s, bool *escaped)
         }
         if (c < 0x20)
             return fail(s, SL_JSCAN_E_CONTROL_CHAR, i);
-        size_t n = utf8_seq(b, len, i);
-        if (n == SIZE_MAX)
+        size_t n = sl_utf8_len(b + i, len - i);
+        if (n == SL_UTF8_CUT)
             return fail(s, SL_JSCAN_E_TRUNCATED, len);
         if (n == 0)
             return fail(s, SL_JSCAN_E_BAD_UTF8, i);

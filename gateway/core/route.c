@@ -1,6 +1,8 @@
 /* Globs, endpoint recognition and candidate lists (see route.h). */
 #include "route.h"
 
+#include "text.h"
+
 #include <string.h>
 
 /* ---- globs ---------------------------------------------------------------- */
@@ -68,18 +70,6 @@ static const struct {
     {"POST", "/model/", SHAPE_MODEL_ACTION, '/', "converse-stream", SL_DIALECT_BEDROCK, SL_OP_GENERATE, true},
 };
 
-static int
-hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /*
  * Percent-decodes a path segment into out (NUL-terminated). False for an
  * empty result, a raw '/', a malformed escape, a control byte after
@@ -94,7 +84,7 @@ decode_segment(const char *p, size_t n, char out[SL_ENDPOINT_MODEL_MAX])
         if (c == '/')
             return false;
         if (c == '%') {
-            int hi = i + 2 < n ? hexval(p[i + 1]) : -1, lo = i + 2 < n ? hexval(p[i + 2]) : -1;
+            int hi = i + 2 < n ? sl_hex_digit(p[i + 1]) : -1, lo = i + 2 < n ? sl_hex_digit(p[i + 2]) : -1;
             if (hi < 0 || lo < 0)
                 return false;
             c = (unsigned char)(hi * 16 + lo);

@@ -1,0 +1,41 @@
+#include "text.h"
+
+int
+sl_hex_digit(int c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+size_t
+sl_utf8_len(const unsigned char *s, size_t n)
+{
+    /* Lead byte ranges, their length, and the narrowed range of the second byte (table 3-7). */
+    static const struct {
+        unsigned char lead_lo, lead_hi, second_lo, second_hi, len;
+    } forms[] = {
+        {0xc2, 0xdf, 0x80, 0xbf, 2}, {0xe0, 0xe0, 0xa0, 0xbf, 3}, {0xe1, 0xec, 0x80, 0xbf, 3},
+        {0xed, 0xed, 0x80, 0x9f, 3}, {0xee, 0xef, 0x80, 0xbf, 3}, {0xf0, 0xf0, 0x90, 0xbf, 4},
+        {0xf1, 0xf3, 0x80, 0xbf, 4}, {0xf4, 0xf4, 0x80, 0x8f, 4},
+    };
+    if (s[0] < 0x80)
+        return 1;
+    for (size_t f = 0; f < sizeof(forms) / sizeof(forms[0]); f++) {
+        if (s[0] < forms[f].lead_lo || s[0] > forms[f].lead_hi)
+            continue;
+        for (size_t k = 1; k < forms[f].len; k++) {
+            if (k >= n)
+                return SL_UTF8_CUT;
+            unsigned char lo = k == 1 ? forms[f].second_lo : 0x80, hi = k == 1 ? forms[f].second_hi : 0xbf;
+            if (s[k] < lo || s[k] > hi)
+                return 0;
+        }
+        return forms[f].len;
+    }
+    return 0;
+}

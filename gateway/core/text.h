@@ -1,0 +1,22 @@
+/* Byte-level text helpers shared by the parsers: hex digits and UTF-8 sequences. */
+#ifndef SL_TEXT_H
+#define SL_TEXT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* The value of a hex digit (0-9, a-f, A-F), or -1. */
+int sl_hex_digit(int c);
+
+/* sl_utf8_len's answer for a sequence that is valid as far as it goes but runs past the end. */
+#define SL_UTF8_CUT SIZE_MAX
+
+/*
+ * The length of the well-formed UTF-8 sequence at s[0..n) (RFC 3629: no
+ * overlongs, no surrogates, nothing past U+10FFFF): 1 for ASCII (NUL
+ * included), 2 to 4 otherwise; 0 when it is not one; SL_UTF8_CUT when n
+ * ends it early. n must be at least 1.
+ */
+size_t sl_utf8_len(const unsigned char *s, size_t n);
+
+#endif

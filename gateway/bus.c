@@ -533,6 +533,38 @@ sl_bus_health_changed(sl_proto_event_t *out, int64_t at_ms, const char *provider
 }
 
 sl_proto_event_t *
+sl_bus_request_retrying(sl_proto_event_t *out, int64_t at_ms, uint64_t id, const char *const *upstreams,
+                        size_t n_upstreams, uint32_t attempt, int64_t retry_at_ms, int64_t until_ms,
+                        bool by_hint, const sl_msg_t *last_error)
+{
+    sl_proto_event_init(out, SL_PROTO_EVENT_REQUEST_RETRYING);
+    sl_proto_request_retrying_t *e = &out->request_retrying;
+    e->at_ms = u64_of(at_ms);
+    e->id = id;
+    e->upstreams = n_upstreams > 0 ? sl_xcalloc(n_upstreams, sizeof(*e->upstreams)) : NULL;
+    for (size_t i = 0; i < n_upstreams; i++)
+        e->upstreams[i] = str_dup(upstreams[i]);
+    e->upstreams_len = n_upstreams;
+    e->attempt = attempt;
+    e->retry_at_ms = u64_of(retry_at_ms);
+    e->until_ms = u64_of(until_ms);
+    e->cause = by_hint ? SL_PROTO_RETRY_CAUSE_HINT : SL_PROTO_RETRY_CAUSE_SCHEDULE;
+    e->last_error = sl_bus_msg_from(last_error);
+    return out;
+}
+
+sl_proto_event_t *
+sl_bus_request_dequeued(sl_proto_event_t *out, int64_t at_ms, uint64_t id, const char *upstream)
+{
+    sl_proto_event_init(out, SL_PROTO_EVENT_REQUEST_DEQUEUED);
+    sl_proto_request_dequeued_t *e = &out->request_dequeued;
+    e->at_ms = u64_of(at_ms);
+    e->id = id;
+    e->upstream = upstream != NULL ? str_dup(upstream) : NULL;
+    return out;
+}
+
+sl_proto_event_t *
 sl_bus_rows_dropped(sl_proto_event_t *out, int64_t at_ms, uint64_t count)
 {
     sl_proto_event_init(out, SL_PROTO_EVENT_ROWS_DROPPED);

@@ -203,6 +203,20 @@ sl_proto_event_t *sl_bus_request_cancelled(sl_proto_event_t *out, int64_t at_ms,
 sl_proto_event_t *sl_bus_health_changed(sl_proto_event_t *out, int64_t at_ms, const char *provider,
                                         sl_breaker_state_t state, int64_t until_ms, const sl_msg_t *reason);
 
+/*
+ * A retry round is scheduled (behaviour.md §5): the upstreams to be retried,
+ * the 1-based round, when the pause ends and the request's deadline (wall
+ * clock), whether a hint lengthened the pause, and the error that caused it.
+ */
+sl_proto_event_t *sl_bus_request_retrying(sl_proto_event_t *out, int64_t at_ms, uint64_t id,
+                                          const char *const *upstreams, size_t n_upstreams, uint32_t attempt,
+                                          int64_t retry_at_ms, int64_t until_ms, bool by_hint,
+                                          const sl_msg_t *last_error);
+
+/* The pause (or a queue) is over; upstream NULL = not yet known. */
+sl_proto_event_t *sl_bus_request_dequeued(sl_proto_event_t *out, int64_t at_ms, uint64_t id,
+                                          const char *upstream);
+
 sl_proto_event_t *sl_bus_rows_dropped(sl_proto_event_t *out, int64_t at_ms, uint64_t count);
 
 /* ---- the in-flight log (pure; the consumer's) -------------------------------------------------- */

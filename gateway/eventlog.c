@@ -38,12 +38,26 @@ log_event(void *ctx, sl_proto_event_t *ev)
         break;
     case SL_PROTO_EVENT_ATTEMPT: {
         const sl_proto_attempt_view_t *v = &ev->attempt.view;
-        sl_log_debug("event %s id=%llu provider=%s outcome=%s status=%u%s%s", kind,
+        sl_log_debug("event %s id=%llu provider=%s outcome=%s status=%u retry=%u backoff_ms=%lld%s%s", kind,
                      (unsigned long long)ev->attempt.id, v->provider, sl_proto_outcome_slug(v->outcome),
-                     v->has_status ? v->status : 0, v->error != NULL ? " error=" : "",
+                     v->has_status ? v->status : 0, v->has_retry ? v->retry : 0,
+                     v->has_backoff_ms ? (long long)v->backoff_ms : -1LL, v->error != NULL ? " error=" : "",
                      v->error != NULL ? v->error->code : "");
         break;
     }
+    case SL_PROTO_EVENT_REQUEST_RETRYING:
+        sl_log_debug("event %s id=%llu attempt=%u upstreams=%zu cause=%s last_error=%s", kind,
+                     (unsigned long long)ev->request_retrying.id, ev->request_retrying.attempt,
+                     ev->request_retrying.upstreams_len,
+                     sl_proto_retry_cause_slug(ev->request_retrying.cause),
+                     ev->request_retrying.last_error.code);
+        break;
+    case SL_PROTO_EVENT_REQUEST_DEQUEUED:
+        sl_log_debug("event %s id=%llu", kind, (unsigned long long)ev->request_dequeued.id);
+        break;
+    case SL_PROTO_EVENT_REQUEST_CANCELLED:
+        sl_log_debug("event %s id=%llu", kind, (unsigned long long)ev->request_cancelled.id);
+        break;
     case SL_PROTO_EVENT_REQUEST_FINISHED:
         sl_log_debug("event %s id=%llu status=%u bytes=%llu", kind,
                      (unsigned long long)ev->request_finished.id, ev->request_finished.status,

@@ -16,6 +16,8 @@
 #include "core/classify.h"
 #include "core/dialect.h"
 #include "core/jscan.h"
+#include "core/hints.h"
+#include "core/retry.h"
 #include "core/route.h"
 #include "core/sse.h"
 #include "core/stream_class.h"
@@ -31,6 +33,7 @@
 
 typedef enum {
     REQ_ROUTING,       /* choosing the next candidate */
+    REQ_BACKOFF,       /* every candidate of the round failed; a retry round starts when the pause ends */
     REQ_WAITING_HEAD,  /* a hop is out, nothing has come back */
     REQ_HELD,          /* a 2xx head came; its bytes are held until content */
     REQ_READING_ERROR, /* a non-2xx head came; its body is read to judge it */
@@ -48,6 +51,8 @@ typedef struct {
     char error_detail[128];
     int64_t started_ms, ms;
     sl_row_skip_t skipped;
+    uint32_t retry;     /* the retry round of this hop; 0 = the first round */
+    int64_t backoff_ms; /* the pause before its round, on the round's first hop only; -1 = none */
 } attempt_t;
 
 /* Why the last hop failed, kept for the final answer when no candidate is left. */
@@ -93,18 +98,34 @@ typedef struct {
     sl_sse_scanner_t scanner;
     char scratch[4096];
     sl_stream_t stream;
-    bool response_started, sending, final_queued, reads_paused;
+    bool response_started; /* h2o has the head (the answer's, or the keep-alive one) */
+    bool answer_started;   /* the answer itself began going out */
+    bool sending, final_queued, reads_paused;
     bool handing_over; /* the answer going out is a failure handed over as the upstream sent it */
+    bool told_error;   /* the upstream's stream already told the client of an error after content */
     h2o_send_state_t final_state;
     h2o_generator_t generator;
 
     last_failure_t last;
     uint64_t conversation; /* the affinity key; 0 = none */
-    char response_id[128]; /* Responses: the id of the answer being served, "" until seen */
-    uint64_t bytes_out;    /* body bytes handed to the client */
+    /* Retrying (behaviour.md §5) and the 15 s rule (§4). */
+    int64_t deadline_ms;    /* arrival + failover.wait_secs: nothing waits or retries past it */
+    uint32_t round;         /* 0 = the first round, then the retry round */
+    bool *in_round;         /* candidates taking part in this round */
+    bool *failed_temporary; /* candidates whose failure in this round was temporary */
+    int64_t hint_ms;        /* the longest retry hint an upstream gave in this round; -1 = none */
+    int64_t round_backoff_ms;
+    bool waited; /* sluice retried or waited: a handed-over error says x-should-retry: false */
+    sl_timer_t backoff_timer, keepalive_timer;
+    bool keepalive_started; /* a 200 SSE head and keep-alives went out while nothing else could */
+    int64_t last_sent_ms;   /* when the client last got bytes (or the request arrived) */
+    sl_watch_entry_t watch; /* the HTTP/1.1 client socket while nothing has been sent */
+    char response_id[128];  /* Responses: the id of the answer being served, "" until seen */
+    uint64_t bytes_out;     /* body bytes handed to the client */
     bool first_token_seen;
     bool gateway_error;  /* the gateway wrote the error the client got */
     bool sealed_history; /* the body carries history bound to one upstream account */
+    sl_affinity_effect_t affinity_effect;
     int64_t ttfb_ms, ttft_ms;
     attempt_t attempts[MAX_ATTEMPTS];
     size_t n_attempts;
@@ -112,6 +133,14 @@ typedef struct {
 } request_t;
 
 static void next_hop(request_t *r);
+static bool schedule_retry(request_t *r);
+static size_t pinned_candidate(const request_t *r);
+static bool may_wait(const request_t *r);
+static void queue_final(request_t *r, h2o_send_state_t state);
+static void append_stream_error(request_t *r, sl_code_t code, const char *text);
+static int64_t failure_hint(const request_t *r, const sl_headers_t *headers, const char *body, size_t len);
+static void watch_client(request_t *r);
+static void unwatch_client(request_t *r);
 static void emit_attempt(request_t *r, const attempt_t *a);
 static void answer_token_estimate(request_t *r);
 static void process(request_t *r);
@@ -192,7 +221,9 @@ new_attempt(request_t *r, size_t cand)
     *a = (attempt_t){.provider = r->cands[cand].provider,
                      .model = r->cands[cand].model,
                      .started_ms = sl_now_ms(),
-                     .skipped = SL_ROW_SKIP_NONE};
+                     .skipped = SL_ROW_SKIP_NONE,
+                     .retry = r->round,
+                     .backoff_ms = -1};
     return a;
 }
 
@@ -318,8 +349,8 @@ emit_attempt(request_t *r, const attempt_t *a)
         .error = a->has_error ? &msg : NULL,
         .ms = a->ms,
         .pause_ms = SL_BUS_ABSENT,
-        .retry = SL_BUS_ABSENT,
-        .backoff_ms = SL_BUS_ABSENT,
+        .retry = a->retry > 0 ? (int64_t)a->retry : SL_BUS_ABSENT,
+        .backoff_ms = a->backoff_ms >= 0 ? a->backoff_ms : SL_BUS_ABSENT,
         .skip = skipped ? (sl_proto_serve_skip_t)(a->skipped - 1) : SL_PROTO_SERVE_SKIP_DISABLED,
     };
     sl_proto_event_t ev;
@@ -447,7 +478,8 @@ record(request_t *r, sl_row_outcome_t outcome, int status, bool has_error, sl_co
             fill_row_msg(&ar->error, a->error_code, ar->provider, a->error_detail);
         ar->ms = a->ms;
         ar->pause_ms = SL_ROW_ABSENT;
-        ar->backoff_ms = SL_ROW_ABSENT;
+        ar->retry = a->retry;
+        ar->backoff_ms = a->backoff_ms >= 0 ? a->backoff_ms : SL_ROW_ABSENT;
         ar->skipped = a->skipped;
     }
     if (!sl_recorder_submit(r->gw->recorder, row)) {
@@ -516,6 +548,9 @@ finish(request_t *r, sl_row_outcome_t outcome, int status, bool has_error, sl_co
 {
     end_hop(r);
     r->state = REQ_DONE;
+    sl_timer_cancel(&r->io->timers, &r->backoff_timer);
+    sl_timer_cancel(&r->io->timers, &r->keepalive_timer);
+    unwatch_client(r);
     if (!r->recorded)
         emit_end(r, outcome, status, code, detail);
     record(r, outcome, status, has_error, code, detail);
@@ -553,6 +588,15 @@ send_gateway_error(h2o_req_t *req, sl_dialect_t dialect, int status, sl_code_t c
     send_made_answer(req, status, head.content_type, &body);
 }
 
+/* After sluice retried or waited, a handed-over error tells the SDK not to multiply the wait. */
+static void
+add_should_retry(request_t *r)
+{
+    if (r->waited && r->req != NULL && !r->response_started)
+        h2o_add_header_by_str(&r->req->pool, &r->req->res.headers, H2O_STRLIT("x-should-retry"), 0, NULL,
+                              H2O_STRLIT("false"));
+}
+
 /* The final answer when no candidate could serve: the gateway's own error. */
 static void
 answer_with_failure(request_t *r)
@@ -571,8 +615,18 @@ answer_with_failure(request_t *r)
                                sl_dialect_slug(r->in.endpoint.dialect), "max", r->last.detail, NULL);
     int http_status = sl_code_status(code) != 0 ? sl_code_status(code) : 502;
     r->gateway_error = true;
-    if (r->req != NULL)
+    if (r->keepalive_started) {
+        /* The 200 head is out: the failure is told inside the stream (behaviour.md §4). */
+        append_stream_error(r, code, msg.text);
+        finish(r, SL_ROW_FAILED, http_status, true, code, msg.text);
+        sl_msg_free(&msg);
+        queue_final(r, H2O_SEND_STATE_FINAL);
+        return;
+    }
+    if (r->req != NULL) {
+        add_should_retry(r);
         send_gateway_error(r->req, r->in.endpoint.dialect, http_status, code, msg.text);
+    }
     finish(r, SL_ROW_FAILED, http_status, true, code, msg.text);
     sl_msg_free(&msg);
 }
@@ -613,26 +667,33 @@ is_hop_by_hop(const h2o_iovec_t *name)
     return name->len >= 6 && strncasecmp(name->base, "proxy-", 6) == 0;
 }
 
-/* Starts the client's answer with the upstream's status and headers. */
+/* Starts the client's answer with the upstream's status and headers (unless keep-alives already sent a head).
+ */
 static void
 start_response(request_t *r)
 {
-    if (r->response_started || r->req == NULL)
+    if (r->answer_started || r->req == NULL)
         return;
-    r->response_started = true;
-    h2o_req_t *req = r->req;
-    req->res.status = r->up_status;
-    req->res.reason = reason_phrase(r->up_status);
-    for (size_t i = 0; i < r->up_headers.size; i++) {
-        h2o_header_t *h = &r->up_headers.entries[i];
-        h2o_add_header_by_str(&req->pool, &req->res.headers, h->name->base, h->name->len, 1, NULL,
-                              h->value.base, h->value.len);
+    r->answer_started = true;
+    unwatch_client(r);
+    sl_timer_cancel(&r->io->timers, &r->keepalive_timer);
+    if (!r->response_started) {
+        r->response_started = true;
+        h2o_req_t *req = r->req;
+        req->res.status = r->up_status;
+        req->res.reason = reason_phrase(r->up_status);
+        for (size_t i = 0; i < r->up_headers.size; i++) {
+            h2o_header_t *h = &r->up_headers.entries[i];
+            h2o_add_header_by_str(&req->pool, &req->res.headers, h->name->base, h->name->len, 1, NULL,
+                                  h->value.base, h->value.len);
+        }
+        /* A whole answer keeps its length; a stream (or one the gateway may extend with an error) is chunked.
+         */
+        if (!r->sse && r->up_content_length >= 0)
+            req->res.content_length = (size_t)r->up_content_length;
+        r->generator = (h2o_generator_t){on_generator_proceed, on_generator_stop};
+        h2o_start_response(req, &r->generator);
     }
-    /* A whole answer keeps its length; a stream (or one the gateway may extend with an error) is chunked. */
-    if (!r->sse && r->up_content_length >= 0)
-        req->res.content_length = (size_t)r->up_content_length;
-    r->generator = (h2o_generator_t){on_generator_proceed, on_generator_stop};
-    h2o_start_response(req, &r->generator);
     if (events_on(r)) {
         sl_proto_event_t ev;
         emit(r, sl_bus_request_headers(&ev, wall_ms(), r->id, r->up_status, r->ttfb_ms));
@@ -649,7 +710,8 @@ start_response(request_t *r)
 static void
 flush_to_client(request_t *r)
 {
-    if (r->sending || r->req == NULL || !r->response_started)
+    /* While a hold goes on behind keep-alives, held bytes stay held. */
+    if (r->sending || r->req == NULL || !r->response_started || (!r->answer_started && !r->final_queued))
         return;
     bool last = r->final_queued && r->parsed == r->rx->size;
     if (r->parsed == 0 && !last) {
@@ -672,6 +734,7 @@ flush_to_client(request_t *r)
     r->parsed = 0;
     r->sending = true;
     r->bytes_out += r->tx->size;
+    r->last_sent_ms = sl_now_ms();
     h2o_iovec_t buf = h2o_iovec_init(r->tx->bytes, r->tx->size);
     h2o_req_t *req = r->req;
     if (last) {
@@ -720,7 +783,7 @@ static bool
 has_next_candidate(const request_t *r)
 {
     for (size_t i = r->cur + 1; i < r->n_cands; i++) {
-        if (r->skips[i] == SL_ROW_SKIP_NONE)
+        if (r->in_round[i] && r->skips[i] == SL_ROW_SKIP_NONE)
             return true;
     }
     return false;
@@ -742,7 +805,7 @@ remember_failure(request_t *r, sl_code_t code, const char *detail)
  * or, when there is none, answers with the gateway's error.
  */
 static bool
-fail_over(request_t *r, const sl_failure_t *f, const char *detail)
+fail_over(request_t *r, const sl_failure_t *f, const char *detail, int64_t hint_ms)
 {
     sl_failure_class_t cls = sl_classify_failure(f);
     const sl_failure_class_info_t *info = sl_failure_class_info(cls);
@@ -750,24 +813,54 @@ fail_over(request_t *r, const sl_failure_t *f, const char *detail)
     breaker_account(r, info);
     close_attempt(r, f->source == SL_FAILURE_STATUS ? SL_ROW_HOP_STATUS : SL_ROW_HOP_ERROR, code, detail);
     remember_failure(r, code, detail);
+    r->failed_temporary[r->cur] = info->retried;
+    if (hint_ms > r->hint_ms)
+        r->hint_ms = hint_ms;
     sl_log_debug("request %llu: %s failed (%s: %s)", (unsigned long long)r->id, provider_of(r, r->cur)->name,
                  info->name, detail != NULL ? detail : "");
-    if (!info->fails_over || !has_next_candidate(r))
+    /* A request error is the client's: handed back at once, no failover, no retry. */
+    if (!info->fails_over)
         return false;
-    end_hop(r);
-    r->next = r->cur + 1;
-    next_hop(r);
-    return true;
+    /* A conversation's own upstream is waited for while it can still serve before the deadline (§1.5). */
+    if (info->retried && r->cur == pinned_candidate(r) && schedule_retry(r)) {
+        end_hop(r);
+        return true;
+    }
+    if (has_next_candidate(r)) {
+        end_hop(r);
+        r->next = r->cur + 1;
+        next_hop(r);
+        return true;
+    }
+    if (schedule_retry(r)) {
+        end_hop(r);
+        return true;
+    }
+    return false;
 }
 
 /* The upstream's own answer goes to the client unchanged: status, headers, body. */
 static void
 pass_through(request_t *r)
 {
+    if (r->keepalive_started) {
+        /* The 200 head is out: the upstream's status can only be told inside the stream. */
+        end_hop(r);
+        char status[16];
+        snprintf(status, sizeof(status), "%d", r->up_status);
+        sl_msg_t msg = sl_msg_make(SL_CODE_GW_UPSTREAM_STATUS, "provider", provider_of(r, r->cur)->name,
+                                   "status", status, NULL);
+        append_stream_error(r, SL_CODE_GW_UPSTREAM_STATUS, msg.text);
+        finish(r, SL_ROW_FAILED, r->up_status, true, r->last.code, msg.text);
+        sl_msg_free(&msg);
+        queue_final(r, H2O_SEND_STATE_FINAL);
+        return;
+    }
     r->handing_over = true;
     r->state = REQ_STREAMING;
     r->sse = false;
     r->parsed = r->rx->size;
+    add_should_retry(r);
     start_response(r);
     if (r->hop == NULL) {
         finish(r, SL_ROW_FAILED, r->up_status, true, r->last.code, r->last.detail);
@@ -804,7 +897,8 @@ judge_error_answer(request_t *r)
     }
     char detail[32];
     snprintf(detail, sizeof(detail), "%d", r->up_status);
-    if (fail_over(r, &f, detail))
+    sl_headers_t up_headers = {.at = header_at, .ctx = &r->up_headers};
+    if (fail_over(r, &f, detail, failure_hint(r, &up_headers, r->rx->bytes, r->rx->size)))
         return;
     release_upstream(r);
     pass_through(r);
@@ -816,11 +910,13 @@ hop_failed_before_content(request_t *r, sl_failure_source_t source, const sl_str
                           const char *detail)
 {
     sl_failure_t f = {.source = source, .dialect = r->in.endpoint.dialect, .status = r->up_status};
+    int64_t hint = -1;
     if (v != NULL) {
         f.status = v->status;
         f.code = v->code;
+        hint = failure_hint(r, NULL, v->message, strlen(v->message));
     }
-    if (fail_over(r, &f, detail))
+    if (fail_over(r, &f, detail, hint))
         return;
     attempt_t *a = current_attempt(r);
     if (r->up_status == 0 || a == NULL) {
@@ -833,6 +929,7 @@ hop_failed_before_content(request_t *r, sl_failure_source_t source, const sl_str
     release_upstream(r);
     r->handing_over = true;
     r->state = REQ_STREAMING;
+    add_should_retry(r);
     start_response(r);
     if (r->hop == NULL) {
         if (r->sse && !sl_stream_complete(&r->stream)) {
@@ -846,6 +943,202 @@ hop_failed_before_content(request_t *r, sl_failure_source_t source, const sl_str
         r->parsed = r->rx->size;
         flush_to_client(r);
     }
+}
+
+/* ---- retry rounds, the 15 s rule, clients that leave ---------------------------------------- */
+
+/* A draw from [0, 1) for the pause's jitter; nothing depends on its quality. */
+static double
+jitter_unit(void)
+{
+    static _Thread_local uint64_t state;
+    if (state == 0)
+        state = (uint64_t)wall_ms() * 0x9E3779B97F4A7C15ull | 1;
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return (double)(state >> 11) / (double)(1ull << 53);
+}
+
+/* The pause before retry round `round`: the schedule, lengthened by the round's hint (behaviour.md §5). */
+static int64_t
+retry_pause(const request_t *r, uint32_t round, int64_t hint_ms, bool *by_hint)
+{
+    int64_t pause = sl_retry_pause_ms(round, jitter_unit(), &r->gw->retry_params);
+    return sl_retry_hint_floor(pause, hint_ms, &r->gw->retry_params, by_hint);
+}
+
+/* The retry hint of a failure: the upstream's headers (when it answered) and its error text. */
+static int64_t
+failure_hint(const request_t *r, const sl_headers_t *headers, const char *body, size_t len)
+{
+    (void)r;
+    return sl_hint_find(headers, body, len, wall_ms()).ms;
+}
+
+/* Whether this request may still wait or retry at all (behaviour.md §5): wait_secs 0 never does. */
+static bool
+may_wait(const request_t *r)
+{
+    return sl_retry_may_wait(r->config->failover.wait_secs, r->in.endpoint.op == SL_OP_COUNT_TOKENS) &&
+           sl_now_ms() < r->deadline_ms;
+}
+
+static void
+on_backoff_done(sl_timer_t *t)
+{
+    request_t *r = H2O_STRUCT_FROM_MEMBER(request_t, backoff_timer, t);
+    if (events_on(r)) {
+        sl_proto_event_t ev;
+        emit(r, sl_bus_request_dequeued(&ev, wall_ms(), r->id, NULL));
+    }
+    r->next = 0;
+    next_hop(r);
+}
+
+/* The candidate a conversation stays on (affinity moved it first), or SL_RETRY_UNPINNED. */
+static size_t
+pinned_candidate(const request_t *r)
+{
+    if (r->affinity_effect != SL_AFFINITY_STICKY && r->affinity_effect != SL_AFFINITY_SEALED)
+        return SL_RETRY_UNPINNED;
+    for (size_t i = 0; i < r->n_cands; i++) {
+        if (r->skips[i] == SL_ROW_SKIP_NONE)
+            return i;
+    }
+    return SL_RETRY_UNPINNED;
+}
+
+/*
+ * Every candidate of the round has failed. When some failed temporarily and
+ * the next pause ends before the deadline, starts the pause before a retry
+ * round of exactly those (behaviour.md §5) and returns true; else false and
+ * the caller hands the last failure over.
+ */
+static bool
+schedule_retry(request_t *r)
+{
+    if (!may_wait(r))
+        return false;
+    size_t n = r->n_cands;
+    bool cooling[n + 1], next[n + 1];
+    int64_t now = sl_now_ms();
+    for (size_t i = 0; i < n; i++) {
+        sl_upstream_t *up = r->snapshot->upstreams[r->cands[i].provider];
+        pthread_mutex_lock(&up->lock);
+        cooling[i] = sl_breaker_is_cooling(&up->breaker, now);
+        pthread_mutex_unlock(&up->lock);
+    }
+    /* A conversation that stays on an upstream (moved first by affinity) retries only that upstream. */
+    size_t pinned = pinned_candidate(r);
+    bool temporary[n + 1];
+    for (size_t i = 0; i < n; i++)
+        temporary[i] = r->in_round[i] && r->failed_temporary[i];
+    if (sl_retry_select(temporary, cooling, n, pinned, next) == 0)
+        return false;
+    bool by_hint = false;
+    int64_t pause = retry_pause(r, r->round + 1, r->hint_ms, &by_hint);
+    if (!sl_retry_fits(now, pause, r->deadline_ms))
+        return false;
+
+    r->round++;
+    r->round_backoff_ms = pause;
+    r->hint_ms = -1;
+    r->waited = true;
+    for (size_t i = 0; i < n; i++) {
+        r->in_round[i] = next[i];
+        r->failed_temporary[i] = false;
+    }
+    r->state = REQ_BACKOFF;
+    sl_timer_arm(&r->io->timers, &r->backoff_timer, now + pause, on_backoff_done);
+    sl_log_debug("request %llu: retry round %u in %lld ms", (unsigned long long)r->id, r->round,
+                 (long long)pause);
+    if (events_on(r)) {
+        const char *names[n + 1];
+        size_t k = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (next[i])
+                names[k++] = provider_of(r, i)->name;
+        }
+        sl_msg_t last = sl_msg_make(r->last.code, "provider", provider_of(r, r->cur)->name, "reason",
+                                    r->last.detail, "code", r->last.detail, "status", r->last.detail, NULL);
+        int64_t wall = wall_ms();
+        sl_proto_event_t ev;
+        emit(r, sl_bus_request_retrying(&ev, wall, r->id, names, k, r->round, wall + pause,
+                                        wall + (r->deadline_ms - now), by_hint, &last));
+        sl_msg_free(&last);
+    }
+    return true;
+}
+
+/*
+ * The 15 s rule (behaviour.md §4): a streamed request that has sent nothing
+ * for 15 s gets a 200 SSE head and a keep-alive now, and another every 15 s
+ * until its answer starts.
+ */
+static void
+on_keepalive(sl_timer_t *t)
+{
+    request_t *r = H2O_STRUCT_FROM_MEMBER(request_t, keepalive_timer, t);
+    if (r->req == NULL || r->answer_started || r->state == REQ_DONE)
+        return;
+    int64_t now = sl_now_ms();
+    int64_t due = sl_keepalive_due_ms(true, now, now, &r->gw->retry_params);
+    if (!r->response_started) {
+        h2o_req_t *req = r->req;
+        unwatch_client(r); /* with a head out, h2o notices a client that leaves */
+        req->res.status = 200;
+        req->res.reason = "OK";
+        const char *type = sl_dialect_stream_content_type(r->in.endpoint.dialect);
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, type, strlen(type));
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CACHE_CONTROL, NULL, H2O_STRLIT("no-cache"));
+        r->generator = (h2o_generator_t){on_generator_proceed, on_generator_stop};
+        h2o_start_response(req, &r->generator);
+        r->response_started = true;
+        r->keepalive_started = true;
+    }
+    if (!r->sending) {
+        size_t len;
+        const char *bytes = sl_dialect_keep_alive(r->in.endpoint.dialect, &len);
+        h2o_iovec_t buf = h2o_iovec_init(bytes, len);
+        r->sending = true;
+        r->last_sent_ms = now;
+        h2o_send(r->req, &buf, len > 0 ? 1 : 0, H2O_SEND_STATE_IN_PROGRESS);
+    }
+    sl_timer_arm(&r->io->timers, &r->keepalive_timer, due, on_keepalive);
+}
+
+/* An HTTP/1.1 client left before its answer started: no further hop, and the request ends cancelled. */
+static void
+on_client_gone(void *data)
+{
+    request_t *r = data;
+    if (r->state == REQ_DONE)
+        return;
+    sl_log_debug("request %llu: the client went away", (unsigned long long)r->id);
+    close_attempt(r, SL_ROW_HOP_CANCELLED, SL_CODE_GW_UPSTREAM_STATUS, "client went away");
+    finish(r, SL_ROW_CANCELLED, 0, false, SL_CODE_GW_UPSTREAM_STATUS, NULL);
+    /* h2o learns of it when it writes: answer, so the connection closes and the request is disposed. */
+    if (r->req != NULL && !r->response_started) {
+        sl_strbuf_t body = {0};
+        send_made_answer(r->req, 499, "text/plain", &body);
+    }
+}
+
+static void
+watch_client(request_t *r)
+{
+    if (r->req == NULL || r->req->version >= 0x200 || r->response_started || r->watch.active)
+        return;
+    h2o_socket_t *sock = r->req->conn->callbacks->get_socket(r->req->conn);
+    if (sock != NULL)
+        sl_watch_add(r->io->watch, &r->watch, h2o_socket_get_fd(sock), on_client_gone, r);
+}
+
+static void
+unwatch_client(request_t *r)
+{
+    sl_watch_remove(r->io->watch, &r->watch);
 }
 
 /* ---- reading the upstream's answer ---------------------------------------------------------- */
@@ -938,6 +1231,8 @@ scan_events(request_t *r)
             capture_response_id(r, ev.data, ev.data_len);
         sl_stream_verdict_t v;
         sl_stream_feed(&r->stream, &ev, &v);
+        if (v.kind == SL_STREAM_ERROR && r->state == REQ_STREAMING)
+            r->told_error = true;
         if (r->state == REQ_HELD && v.kind == SL_STREAM_ERROR) {
             char detail[128];
             snprintf(detail, sizeof(detail), "%s", v.code[0] ? v.code : "in-stream error");
@@ -1030,8 +1325,11 @@ on_hop_head(void *data, int status, const h2o_header_t *headers, size_t n)
         r->state = REQ_READING_ERROR;
         return;
     }
-    /* A hop to a non-last candidate is held until its first content, so an early failure can fail over. */
-    if (has_next_candidate(r)) {
+    /*
+     * Held until its first content, so an early failure can fail over or be retried invisibly: a hop to a
+     * non-last candidate always; the last one when the client streams and the request may still wait.
+     */
+    if (has_next_candidate(r) || (r->sse && r->in.stream && may_wait(r))) {
         r->state = REQ_HELD;
     } else {
         r->state = REQ_STREAMING;
@@ -1100,7 +1398,9 @@ on_hop_end(void *data, sl_hop_end_t how, const char *detail)
         break;
     case REQ_STREAMING: {
         /* An answer handed over after a failure is forwarded as the upstream ends it. */
-        bool whole = how == SL_HOP_END_EOS && (!r->sse || r->handing_over || sl_stream_complete(&r->stream));
+        /* A stream that told its own error after content needs no second one from the gateway. */
+        bool whole = how == SL_HOP_END_EOS &&
+                     (!r->sse || r->handing_over || r->told_error || sl_stream_complete(&r->stream));
         release_upstream(r);
         if (whole) {
             bool served = r->up_status < 300 && !r->handing_over;
@@ -1202,6 +1502,8 @@ start_hop(request_t *r, size_t cand)
         answer_with_failure(r);
         return;
     }
+    a->backoff_ms = r->round_backoff_ms;
+    r->round_backoff_ms = -1;
     sl_row_skip_t skip = claim_upstream(r, up, p->max_concurrent);
     if (skip != SL_ROW_SKIP_NONE) {
         a->skipped = skip;
@@ -1234,7 +1536,7 @@ start_hop(request_t *r, size_t cand)
         free(sl_strbuf_finish(&head));
         sl_failure_t f = {.source = SL_FAILURE_CONNECT_FAILED, .dialect = r->in.endpoint.dialect};
         r->up_status = 0;
-        if (!fail_over(r, &f, "the upstream request could not be built")) {
+        if (!fail_over(r, &f, "the upstream request could not be built", -1)) {
             end_hop(r);
             r->last.code = SL_CODE_GW_UPSTREAM_UNUSABLE;
             answer_with_failure(r);
@@ -1265,7 +1567,7 @@ next_hop(request_t *r)
 {
     r->state = REQ_ROUTING;
     for (size_t i = r->next; i < r->n_cands; i++) {
-        if (r->skips[i] == SL_ROW_SKIP_NONE) {
+        if (r->in_round[i] && r->skips[i] == SL_ROW_SKIP_NONE) {
             start_hop(r, i);
             return;
         }
@@ -1334,11 +1636,19 @@ choose_candidates(request_t *r)
     const sl_config_t *c = r->config;
     r->cands = h2o_mem_alloc_pool(&r->req->pool, sizeof(*r->cands) * (c->n_providers + 1));
     r->skips = h2o_mem_alloc_pool(&r->req->pool, sizeof(*r->skips) * (c->n_providers + 1));
+    r->in_round = h2o_mem_alloc_pool(&r->req->pool, sizeof(*r->in_round) * (c->n_providers + 1));
+    r->failed_temporary =
+        h2o_mem_alloc_pool(&r->req->pool, sizeof(*r->failed_temporary) * (c->n_providers + 1));
+    for (size_t i = 0; i <= c->n_providers; i++) {
+        r->in_round[i] = true;
+        r->failed_temporary[i] = false;
+    }
     size_t route;
     uint64_t counter = atomic_fetch_add(&r->gw->balance_counter, 1);
     if (!sl_route_select(c, r->in.endpoint.dialect, r->in.model, counter, r->cands, &r->n_cands, &route))
         return false;
-    emit_routed(r, route, apply_affinity(r));
+    r->affinity_effect = apply_affinity(r);
+    emit_routed(r, route, r->affinity_effect);
     bool cooling[r->n_cands + 1];
     size_t offered = 0;
     int64_t now = sl_now_ms();
@@ -1386,6 +1696,9 @@ static void
 on_request_disposed(void *p)
 {
     request_t *r = p;
+    unwatch_client(r);
+    sl_timer_cancel(&r->io->timers, &r->backoff_timer);
+    sl_timer_cancel(&r->io->timers, &r->keepalive_timer);
     r->req = NULL;
     if (r->state != REQ_DONE) {
         close_attempt(r, SL_ROW_HOP_CANCELLED, SL_CODE_GW_UPSTREAM_STATUS, "client went away");
@@ -1485,6 +1798,10 @@ sl_request_serve(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapsh
     r->started_wall_ms = wall_ms();
     r->ttfb_ms = r->ttft_ms = SL_ROW_ABSENT;
     r->path = req->path;
+    r->hint_ms = -1;
+    r->round_backoff_ms = -1;
+    r->last_sent_ms = r->started_ms;
+    r->deadline_ms = sl_retry_deadline_ms(r->started_ms, r->config->failover.wait_secs, &gw->retry_params);
     h2o_buffer_init(&r->rx, &h2o_socket_buffer_prototype);
     h2o_buffer_init(&r->tx, &h2o_socket_buffer_prototype);
 
@@ -1547,6 +1864,11 @@ sl_request_serve(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapsh
         answer_with_failure(r);
         return 0;
     }
+    watch_client(r);
+    if (r->in.stream)
+        sl_timer_arm(&r->io->timers, &r->keepalive_timer,
+                     sl_keepalive_due_ms(true, r->started_ms, r->started_ms, &r->gw->retry_params),
+                     on_keepalive);
     r->next = 0;
     next_hop(r);
     return 0;
@@ -1557,6 +1879,19 @@ sl_gateway_init(sl_gateway_t *gw, sl_recorder_t *recorder)
 {
     gw->recorder = recorder;
     gw->bus = sl_bus_new(SL_BUS_DEFAULT_CAP);
+    gw->retry_params = (sl_retry_params_t){.time_scale = 1};
+    const char *scale = getenv("SLUICE_TEST_TIME_SCALE");
+    if (scale != NULL) {
+        char *end;
+        double v = strtod(scale, &end);
+        if (*end == '\0' && v > 0 && v <= 1) {
+            gw->retry_params = (sl_retry_params_t){.time_scale = v, .no_jitter = true};
+            sl_log_warn(
+                "SLUICE_TEST_TIME_SCALE=%g: retry pauses, hints and keep-alives are scaled, without jitter "
+                "(tests only)",
+                v);
+        }
+    }
     pthread_mutex_init(&gw->affinity_lock, NULL);
     gw->affinity = sl_affinity_new(SL_AFFINITY_DEFAULT_CAPACITY, SL_AFFINITY_DEFAULT_IDLE_MS);
     /* The hash key only has to be unknown to clients. */

@@ -14,6 +14,7 @@
 #include <h2o.h>
 
 #include "core/affinity.h"
+#include "core/retry.h"
 #include "bus.h"
 #include "recorder.h"
 #include "snapshot.h"
@@ -31,6 +32,12 @@ typedef struct {
     pthread_mutex_t affinity_lock;
     sl_affinity_t *affinity;
     sl_hash_key_t affinity_key; /* secret, drawn at start: clients cannot aim at one hash bucket */
+    /*
+     * Unscaled, with jitter, in production. Tests set SLUICE_TEST_TIME_SCALE
+     * (e.g. 0.01) to shrink the retry pauses, upstream hints and the 15 s
+     * keep-alive, and to turn jitter off, so the suite stays fast.
+     */
+    sl_retry_params_t retry_params;
 } sl_gateway_t;
 
 /* Sets up what requests share; recorder may be NULL. The bus starts inactive. */

@@ -156,13 +156,19 @@ static void *
 worker_main(void *arg)
 {
     worker_t *w = arg;
+    size_t fired = 0;
     while (!atomic_load(&w->server->exiting)) {
-        int64_t wait = sl_timerheap_wait_ms(&w->io.timers, sl_now_ms());
+        /*
+         * Work a timer started outside h2o's run (a connect, a write) completes
+         * through h2o's pending list, which runs only after its next poll: so
+         * after timers fired, poll without sleeping.
+         */
+        int64_t wait = fired > 0 ? 0 : sl_timerheap_wait_ms(&w->io.timers, sl_now_ms());
         /* -1 with EINTR happens when a debugger attaches: not a reason to stop serving. */
         if (h2o_evloop_run(w->ctx.loop, wait < 0 || wait > INT32_MAX ? INT32_MAX : (int32_t)wait) != 0 &&
             errno != EINTR)
             break;
-        sl_timerheap_run(&w->io.timers, sl_now_ms());
+        fired = sl_timerheap_run(&w->io.timers, sl_now_ms());
         /* One handoff per loop iteration, whatever happened in it. */
         if (w->io.events.len > 0)
             sl_bus_flush(w->server->gateway->bus, &w->io.events);
@@ -242,6 +248,7 @@ init_worker_io(sl_worker_io_t *io, h2o_loop_t *loop, h2o_multithread_queue_t *qu
         .ssl_ctx = upstream_ssl,
     };
     io->client_ctx_by_address = io->client_ctx;
+    io->watch = sl_watch_new(loop);
     io->client_ctx_by_address.ssl_ctx = upstream_ssl_by_address;
 }
 

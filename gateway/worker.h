@@ -12,6 +12,7 @@
 
 #include "bus.h"
 #include "core/timerheap.h"
+#include "watch.h"
 
 typedef struct {
     h2o_loop_t *loop;
@@ -21,6 +22,7 @@ typedef struct {
     h2o_timeout_t io_timeout; /* a backstop: the hop arms its own connect / idle / total timers */
     h2o_multithread_receiver_t getaddr_receiver;
     sl_bus_batch_t events; /* this loop iteration's events, flushed to the bus once per iteration */
+    sl_watch_t *watch;     /* HTTP/1.1 clients that leave before their response starts */
 } sl_worker_io_t;
 
 /* Monotonic milliseconds: the clock of every timer and deadline. */

@@ -114,6 +114,9 @@ record(fake_upstream_t *f, const char *head, size_t head_len, const char *body, 
     pthread_mutex_lock(&f->lock);
     if (f->n_requests < MAX_REQUESTS) {
         fake_request_t *r = &f->requests[f->n_requests];
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        r->at_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
         sscanf(head, "%15s %511s", r->method, r->path);
         const char *lines = strstr(head, "\r\n");
         snprintf(r->headers, sizeof(r->headers), "%.*s",
@@ -273,8 +276,8 @@ accept_main(void *arg)
     }
 }
 
-fake_upstream_t *
-fake_start(const char *cert_file, const char *key_file, bool tls13_only)
+static fake_upstream_t *
+start_fake(const char *cert_file, const char *key_file, bool tls13_only, uint16_t port)
 {
     fake_upstream_t *f = calloc(1, sizeof(*f));
     pthread_mutex_init(&f->lock, NULL);
@@ -293,15 +296,38 @@ fake_start(const char *cert_file, const char *key_file, bool tls13_only)
             fail("certificate");
     }
     f->listen_fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in sin = {.sin_family = AF_INET};
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port)};
     inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
     socklen_t len = sizeof(sin);
+    int one = 1;
+    setsockopt(f->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (bind(f->listen_fd, (struct sockaddr *)&sin, sizeof(sin)) != 0 || listen(f->listen_fd, 512) != 0 ||
-        getsockname(f->listen_fd, (struct sockaddr *)&sin, &len) != 0)
+        getsockname(f->listen_fd, (struct sockaddr *)&sin, &len) != 0) {
+        if (port != 0) {
+            close(f->listen_fd);
+            close(f->stop_pipe[0]);
+            close(f->stop_pipe[1]);
+            SSL_CTX_free(f->ssl_ctx);
+            free(f);
+            return NULL;
+        }
         fail("listen");
+    }
     f->port = ntohs(sin.sin_port);
     pthread_create(&f->accept_tid, NULL, accept_main, f);
     return f;
+}
+
+fake_upstream_t *
+fake_start(const char *cert_file, const char *key_file, bool tls13_only)
+{
+    return start_fake(cert_file, key_file, tls13_only, 0);
+}
+
+fake_upstream_t *
+fake_start_on_port(uint16_t port)
+{
+    return start_fake(NULL, NULL, false, port);
 }
 
 uint16_t

@@ -29,6 +29,7 @@ typedef struct {
 } fake_reply_t;
 
 typedef struct {
+    int64_t at_ms; /* monotonic arrival time */
     char method[16];
     char path[512];
     char headers[8192]; /* raw header lines */
@@ -41,6 +42,8 @@ typedef struct fake_upstream fake_upstream_t;
 /* Starts a fake on 127.0.0.1 with an ephemeral port. With cert/key (PEM files) it speaks TLS only;
  * tls13_only forces TLS 1.3. Aborts the test process on failure. */
 fake_upstream_t *fake_start(const char *cert_file, const char *key_file, bool tls13_only);
+/* A plaintext fake on a given port (e.g. one a test closed earlier); NULL when it cannot bind. */
+fake_upstream_t *fake_start_on_port(uint16_t port);
 uint16_t fake_port(const fake_upstream_t *f);
 /* Queues a reply for the next request without one. The strings must outlive the fake. */
 void fake_push(fake_upstream_t *f, fake_reply_t reply);

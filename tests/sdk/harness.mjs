@@ -22,7 +22,7 @@ export function fixture(name) {
 // `providers` are {name, protocol, port, path?}; they are tried in the order
 // given. Breaker pauses are kept out of the way (failures_to_pause) so that one
 // test's upstream failures do not change which upstream the next test reaches.
-function configYaml(providers, storePath) {
+function configYaml(providers, storePath, waitSecs) {
   const lines = [
     "listen:",
     "  gateway: {bind: 127.0.0.1, port: 0}",
@@ -34,7 +34,7 @@ function configYaml(providers, storePath) {
         `  - {name: ${p.name}, protocol: ${p.protocol}, ` +
         `base_url: "http://127.0.0.1:${p.port}${p.path ?? ""}", key: upstream-key-${p.name}}`,
     ),
-    "failover: {wait_secs: 0, failures_to_pause: 1000, idle_timeout_secs: 10, connect_timeout_secs: 2}",
+    `failover: {wait_secs: ${waitSecs}, failures_to_pause: 1000, idle_timeout_secs: 10, connect_timeout_secs: 2}`,
     `store: {path: "${storePath}"}`,
     "shutdown_grace_secs: 1",
   ];
@@ -45,10 +45,11 @@ function configYaml(providers, storePath) {
 // stop()}; throws with the log when it does not come up within 5 s. stop()
 // resolves to sluice's exit code (null when it had to be killed) and may be
 // called again once it has exited.
-export async function startGateway(providers) {
+// options.waitSecs sets failover.wait_secs (0 by default: no retries, failover only).
+export async function startGateway(providers, options = {}) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "sluice-sdk-"));
   const config = path.join(dir, "sluice.yaml");
-  fs.writeFileSync(config, configYaml(providers, path.join(dir, "sluice.db")));
+  fs.writeFileSync(config, configYaml(providers, path.join(dir, "sluice.db"), options.waitSecs ?? 0));
   const args = ["--config", config, "--threads", "2"];
   if (process.env.SLUICE_LOG_LEVEL) args.push("--log-level", process.env.SLUICE_LOG_LEVEL);
   const child = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"] });

@@ -156,6 +156,12 @@ static sl_snapshot_holder_t running;
 static sl_upstreams_t *upstreams;
 static sl_gateway_t gateway;
 
+static void
+log_auth_hold_cleared(const sl_upstream_t *up)
+{
+    sl_log_info("upstream %s: the config changed, its rejected credentials are tried again", up->name);
+}
+
 /* SIGHUP: a valid file replaces the running config; an invalid one changes nothing. */
 static void
 reload(const char *path, sl_snapshot_holder_t *holder, const sl_listen_t *running_listen)
@@ -182,6 +188,7 @@ reload(const char *path, sl_snapshot_holder_t *holder, const sl_listen_t *runnin
     res.config = NULL;
     sl_config_result_free(&res);
     sl_snapshot_publish(holder, config, sl_upstreams_bind(upstreams, config), false);
+    sl_upstreams_clear_auth_holds(upstreams, log_auth_hold_cleared);
     sl_msg_t m = sl_msg_make(SL_CODE_CONFIG_RELOADED, "path", path, NULL);
     sl_log_info("%s [%s]", m.text, sl_code_slug(m.code));
     sl_msg_free(&m);
@@ -228,8 +235,12 @@ shut_down(sl_server_t *server, const sigset_t *signals, uint32_t grace_secs)
             break;
         }
     }
-    if (sl_server_in_flight(server) > 0)
-        sl_log_warn("grace period over: dropping %u request(s)", sl_server_in_flight(server));
+    unsigned dropped = sl_server_in_flight(server);
+    if (dropped > 0) {
+        /* Every request has one row or one counted drop: these get the drop. */
+        atomic_fetch_add(&gateway.rows_dropped, dropped);
+        sl_log_warn("grace period over: dropping %u request(s); their rows are counted as dropped", dropped);
+    }
     sl_server_end_workers(server);
     if (gateway.recorder != NULL)
         sl_recorder_close(gateway.recorder);

@@ -51,6 +51,7 @@ typedef struct {
     char error_detail[128];
     int64_t started_ms, ms;
     sl_row_skip_t skipped;
+    bool closed;        /* its outcome is set: reported once */
     uint32_t retry;     /* the retry round of this hop; 0 = the first round */
     int64_t backoff_ms; /* the pause before its round, on the round's first hop only; -1 = none */
 } attempt_t;
@@ -86,7 +87,8 @@ typedef struct {
     sl_upstream_t *up; /* the upstream of the current hop; in_flight counted while set */
     bool is_probe;
     char *head;       /* the upstream request head (malloc) */
-    h2o_iovec_t body; /* the body sent upstream (the client's, or rewritten in the pool) */
+    h2o_iovec_t body; /* the body sent upstream: the client's, or body_copy */
+    char *body_copy;  /* the client's body with the upstream's model name (malloc), for this hop only */
     int up_status;
     h2o_headers_t up_headers; /* the upstream's answer headers, hop-by-hop ones dropped */
     int64_t up_content_length;
@@ -103,6 +105,7 @@ typedef struct {
     bool sending, final_queued, reads_paused;
     bool handing_over; /* the answer going out is a failure handed over as the upstream sent it */
     bool told_error;   /* the upstream's stream already told the client of an error after content */
+    bool resent_on_fresh_connection;
     h2o_send_state_t final_state;
     h2o_generator_t generator;
 
@@ -116,7 +119,7 @@ typedef struct {
     int64_t hint_ms;        /* the longest retry hint an upstream gave in this round; -1 = none */
     int64_t round_backoff_ms;
     bool waited; /* sluice retried or waited: a handed-over error says x-should-retry: false */
-    sl_timer_t backoff_timer, keepalive_timer;
+    sl_timer_t start_timer, backoff_timer, keepalive_timer;
     bool keepalive_started; /* a 200 SSE head and keep-alives went out while nothing else could */
     int64_t last_sent_ms;   /* when the client last got bytes (or the request arrived) */
     sl_watch_entry_t watch; /* the HTTP/1.1 client socket while nothing has been sent */
@@ -135,6 +138,8 @@ typedef struct {
 static void next_hop(request_t *r);
 static bool schedule_retry(request_t *r);
 static size_t pinned_candidate(const request_t *r);
+static void fail_streaming(request_t *r, sl_hop_end_t how, const char *detail);
+static void start_hop(request_t *r, size_t cand);
 static bool may_wait(const request_t *r);
 static void queue_final(request_t *r, h2o_send_state_t state);
 static void append_stream_error(request_t *r, sl_code_t code, const char *text);
@@ -237,8 +242,9 @@ static void
 close_attempt(request_t *r, sl_row_hop_outcome_t outcome, sl_code_t code, const char *detail)
 {
     attempt_t *a = current_attempt(r);
-    if (a == NULL || a->skipped != SL_ROW_SKIP_NONE)
+    if (a == NULL || a->skipped != SL_ROW_SKIP_NONE || a->closed)
         return;
+    a->closed = true;
     a->outcome = outcome;
     a->status = r->up_status;
     a->ms = sl_now_ms() - a->started_ms;
@@ -395,7 +401,8 @@ emit_end(request_t *r, sl_row_outcome_t outcome, int status, sl_code_t code, con
         sl_proto_usage_t usage = {(uint64_t)u->input, (uint64_t)u->output, (uint64_t)u->cache_read,
                                   (uint64_t)u->cache_write, outcome == SL_ROW_ANSWERED_LOCALLY};
         bool has_usage = u->input || u->output || u->cache_read || u->cache_write;
-        emit(r, sl_bus_request_finished(&ev, wall_ms(), r->id, status, r->bytes_out, duration,
+        /* What is still in rx goes out with the final send that follows. */
+        emit(r, sl_bus_request_finished(&ev, wall_ms(), r->id, status, r->bytes_out + r->rx->size, duration,
                                         has_usage ? &usage : NULL, SL_BUS_ABSENT));
     }
 }
@@ -539,6 +546,8 @@ end_hop(request_t *r)
     release_upstream(r);
     free(r->head);
     r->head = NULL;
+    free(r->body_copy);
+    r->body_copy = NULL;
 }
 
 /* ---- answering the client ----------------------------------------------------------------- */
@@ -548,10 +557,11 @@ finish(request_t *r, sl_row_outcome_t outcome, int status, bool has_error, sl_co
 {
     end_hop(r);
     r->state = REQ_DONE;
+    sl_timer_cancel(&r->io->timers, &r->start_timer);
     sl_timer_cancel(&r->io->timers, &r->backoff_timer);
     sl_timer_cancel(&r->io->timers, &r->keepalive_timer);
     unwatch_client(r);
-    if (!r->recorded)
+    if (!r->recorded && r->in.endpoint.op != SL_OP_LIST_MODELS)
         emit_end(r, outcome, status, code, detail);
     record(r, outcome, status, has_error, code, detail);
 }
@@ -657,9 +667,9 @@ on_generator_stop(h2o_generator_t *generator, h2o_req_t *req)
 static bool
 is_hop_by_hop(const h2o_iovec_t *name)
 {
-    static const char *const drop[] = {"connection", "keep-alive",      "transfer-encoding", "te",
-                                       "trailer",    "upgrade",         "content-length",    "date",
-                                       "server",     "content-encoding"};
+    static const char *const drop[] = {"connection", "keep-alive", "transfer-encoding", "te",
+                                       "trailer",    "upgrade",    "content-length",    "date",
+                                       "server"};
     for (size_t i = 0; i < sizeof(drop) / sizeof(drop[0]); i++) {
         if (h2o_memis(name->base, name->len, drop[i], strlen(drop[i])))
             return true;
@@ -765,7 +775,8 @@ static void
 append_stream_error(request_t *r, sl_code_t code, const char *text)
 {
     r->gateway_error = true;
-    r->rx->size = r->parsed;
+    if (r->rx->size > r->parsed)
+        r->rx->size = r->parsed;
     sl_strbuf_t ev = {0};
     sl_dialect_render_stream_error(r->in.endpoint.dialect, sl_code_status(code), sl_code_slug(code), text,
                                    &ev);
@@ -1141,6 +1152,33 @@ unwatch_client(request_t *r)
     sl_watch_remove(r->io->watch, &r->watch);
 }
 
+/*
+ * The answer going out could not be finished: never a clean end (behaviour.md
+ * §9). A stream gets the gateway's error in its own format, named for what
+ * happened — cut after content, or (the last candidate, not held) ended or
+ * broken before any; a whole answer is aborted.
+ */
+static void
+fail_streaming(request_t *r, sl_hop_end_t how, const char *detail)
+{
+    end_hop(r);
+    bool before_content = r->sse && r->stream.phase == SL_STREAM_HELD;
+    sl_code_t code = !before_content                  ? SL_CODE_GW_UPSTREAM_BROKEN_AFTER_CONTENT
+                     : how == SL_HOP_END_EOS          ? SL_CODE_GW_UPSTREAM_STREAM_ENDED_EARLY
+                     : how == SL_HOP_END_IDLE_TIMEOUT ? SL_CODE_GW_UPSTREAM_IDLE_TIMEOUT
+                                                      : SL_CODE_GW_UPSTREAM_BROKEN_BEFORE_CONTENT;
+    char secs[16];
+    snprintf(secs, sizeof(secs), "%u", r->config->failover.idle_timeout_secs);
+    sl_msg_t msg = sl_msg_make(code, "provider", provider_of(r, r->cur)->name, "secs", secs, NULL);
+    close_attempt(r, SL_ROW_HOP_ERROR, code, detail);
+    r->gateway_error = r->sse;
+    finish(r, SL_ROW_FAILED, r->up_status, true, code, msg.text);
+    if (r->sse)
+        append_stream_error(r, code, msg.text);
+    sl_msg_free(&msg);
+    queue_final(r, r->sse ? H2O_SEND_STATE_FINAL : H2O_SEND_STATE_ERROR);
+}
+
 /* ---- reading the upstream's answer ---------------------------------------------------------- */
 
 /* The conversation stays with the upstream that served it (sticky; sealed when its history is bound). */
@@ -1219,11 +1257,7 @@ scan_events(request_t *r)
             if (r->state == REQ_HELD) {
                 hop_failed_before_content(r, SL_FAILURE_BROKEN_BEFORE_CONTENT, NULL, "an event is too large");
             } else {
-                sl_hop_cancel(r->hop);
-                r->hop = NULL;
-                append_stream_error(r, SL_CODE_GW_UPSTREAM_BROKEN_AFTER_CONTENT, "an event is too large");
-                finish(r, SL_ROW_FAILED, r->up_status, true, SL_CODE_GW_UPSTREAM_BROKEN_AFTER_CONTENT, NULL);
-                queue_final(r, H2O_SEND_STATE_FINAL);
+                fail_streaming(r, SL_HOP_END_BROKEN, "an event is too large");
             }
             return false;
         }
@@ -1244,8 +1278,11 @@ scan_events(request_t *r)
         r->parsed += ev.len;
         if (r->state == REQ_HELD && r->stream.phase == SL_STREAM_FLOWING)
             release_hold(r);
-        else if (r->stream.phase == SL_STREAM_FLOWING && !r->first_token_seen && r->response_started)
+        else if (r->stream.phase == SL_STREAM_FLOWING && !r->first_token_seen && r->answer_started) {
+            breaker_account(r, NULL);
+            remember_conversation(r);
             first_token(r);
+        }
     }
 }
 
@@ -1333,8 +1370,11 @@ on_hop_head(void *data, int status, const h2o_header_t *headers, size_t n)
         r->state = REQ_HELD;
     } else {
         r->state = REQ_STREAMING;
-        breaker_account(r, NULL);
-        remember_conversation(r);
+        /* A whole answer is the upstream's success now; a stream's is its first content. */
+        if (!r->sse) {
+            breaker_account(r, NULL);
+            remember_conversation(r);
+        }
         start_response(r);
     }
 }
@@ -1378,6 +1418,17 @@ on_hop_end(void *data, sl_hop_end_t how, const char *detail)
     r->hop = NULL;
     switch (r->state) {
     case REQ_WAITING_HEAD:
+        /* A kept-alive connection the upstream had closed fails this way: resending is safe, nothing has
+         * gone anywhere (stack-notes.md). Once per request, so a truly broken upstream still fails. */
+        if (how == SL_HOP_END_BROKEN_BEFORE_HEAD && !r->resent_on_fresh_connection) {
+            r->resent_on_fresh_connection = true;
+            r->n_attempts--;
+            release_upstream(r);
+            free(r->head);
+            r->head = NULL;
+            start_hop(r, r->cur);
+            break;
+        }
         hop_failed_before_content(r, source_of_end(how, false), NULL, detail);
         break;
     case REQ_HELD:
@@ -1413,16 +1464,7 @@ on_hop_end(void *data, sl_hop_end_t how, const char *detail)
             queue_final(r, H2O_SEND_STATE_FINAL);
             break;
         }
-        /* Cut after content reached the client: never a clean end (behaviour.md §9). */
-        sl_code_t code = SL_CODE_GW_UPSTREAM_BROKEN_AFTER_CONTENT;
-        sl_msg_t msg = sl_msg_make(code, "provider", provider_of(r, r->cur)->name, NULL);
-        close_attempt(r, SL_ROW_HOP_ERROR, code, detail);
-        r->gateway_error = r->sse;
-        finish(r, SL_ROW_FAILED, r->up_status, true, code, msg.text);
-        if (r->sse)
-            append_stream_error(r, code, msg.text);
-        sl_msg_free(&msg);
-        queue_final(r, r->sse ? H2O_SEND_STATE_FINAL : H2O_SEND_STATE_ERROR);
+        fail_streaming(r, how, detail);
         break;
     }
     default:
@@ -1453,7 +1495,9 @@ body_for_model(request_t *r, const char *model)
     sl_strbuf_append(&quoted, "\"", 1);
     const sl_jspan_t span = r->in.fields.model;
     size_t len = r->in.body_len - span.len + quoted.len;
-    char *body = h2o_mem_alloc_pool(&r->req->pool, len);
+    char *body = sl_xmalloc(len);
+    free(r->body_copy);
+    r->body_copy = body;
     memcpy(body, r->in.body, span.off);
     memcpy(body + span.off, quoted.data, quoted.len);
     memcpy(body + span.off + quoted.len, r->in.body + span.off + span.len,
@@ -1532,15 +1576,18 @@ start_hop(request_t *r, size_t cand)
     };
     sl_strbuf_t head = {0};
     sl_upstream_head_t info;
-    if (sl_dialect_upstream_head(p, &ureq, &head, &info) != SL_HEAD_OK) {
+    sl_head_status_t built = sl_dialect_upstream_head(p, &ureq, &head, &info);
+    if (built != SL_HEAD_OK) {
+        /* The client's path (a byte no request line may carry) or the provider's config: nothing to retry. */
         free(sl_strbuf_finish(&head));
-        sl_failure_t f = {.source = SL_FAILURE_CONNECT_FAILED, .dialect = r->in.endpoint.dialect};
-        r->up_status = 0;
-        if (!fail_over(r, &f, "the upstream request could not be built", -1)) {
-            end_hop(r);
-            r->last.code = SL_CODE_GW_UPSTREAM_UNUSABLE;
-            answer_with_failure(r);
-        }
+        end_hop(r);
+        r->last.any = true;
+        r->last.code =
+            built == SL_HEAD_BAD_TARGET ? SL_CODE_GW_REQUEST_BAD_PATH : SL_CODE_GW_UPSTREAM_UNUSABLE;
+        snprintf(r->last.detail, sizeof(r->last.detail), "%s",
+                 built == SL_HEAD_BAD_TARGET ? "the path" : "its base URL or key");
+        close_attempt(r, SL_ROW_HOP_ERROR, r->last.code, r->last.detail);
+        answer_with_failure(r);
         return;
     }
     r->head = sl_strbuf_finish(&head);
@@ -1550,9 +1597,10 @@ start_hop(request_t *r, size_t cand)
     r->parsed = 0;
     memset(&r->stream, 0, sizeof(r->stream));
     const sl_failover_t *fo = &r->config->failover;
+    bool by_address = false;
     sl_hop_params_t params = {
-        .pool = sl_upstream_pool(up, r->io->loop),
-        .by_address = up->by_address,
+        .pool = sl_upstream_pool(up, r->io->loop, &by_address),
+        .by_address = by_address,
         .head = h2o_iovec_init(r->head, strlen(r->head)),
         .body = r->body,
         .connect_ms = fo->connect_timeout_secs * 1000,
@@ -1690,6 +1738,14 @@ choose_candidates(request_t *r)
     return offered > 0;
 }
 
+static void
+on_start(sl_timer_t *t)
+{
+    request_t *r = H2O_STRUCT_FROM_MEMBER(request_t, start_timer, t);
+    r->next = 0;
+    next_hop(r);
+}
+
 /* ---- intake and GET /v1/models -------------------------------------------------------------- */
 
 static void
@@ -1697,6 +1753,7 @@ on_request_disposed(void *p)
 {
     request_t *r = p;
     unwatch_client(r);
+    sl_timer_cancel(&r->io->timers, &r->start_timer);
     sl_timer_cancel(&r->io->timers, &r->backoff_timer);
     sl_timer_cancel(&r->io->timers, &r->keepalive_timer);
     r->req = NULL;
@@ -1865,12 +1922,16 @@ sl_request_serve(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapsh
         return 0;
     }
     watch_client(r);
+    /*
+     * The first hop starts on the next loop turn: an HTTP/2 stream opened and
+     * reset in one read is disposed before any upstream work (the rapid-reset
+     * measure of stack-notes.md).
+     */
+    sl_timer_arm(&r->io->timers, &r->start_timer, sl_now_ms(), on_start);
     if (r->in.stream)
         sl_timer_arm(&r->io->timers, &r->keepalive_timer,
                      sl_keepalive_due_ms(true, r->started_ms, r->started_ms, &r->gw->retry_params),
                      on_keepalive);
-    r->next = 0;
-    next_hop(r);
     return 0;
 }
 

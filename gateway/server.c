@@ -283,8 +283,9 @@ sl_server_start(const sl_listen_t *listen, unsigned threads, sl_snapshot_holder_
     h2o_config_init(&s->globalconf);
     s->globalconf.server_name = h2o_iovec_init(H2O_STRLIT("sluice"));
     /* Bodies a little over the limit still reach intake, which answers 413 in the client's dialect;
-     * far larger ones are refused by h2o before they are buffered. */
-    s->globalconf.max_request_entity_size = max_body_bytes * 2 + 65536;
+     * larger ones are refused by h2o before they are buffered (and before any key is checked). */
+    s->globalconf.max_request_entity_size = max_body_bytes + 65536;
+    s->globalconf.http2.max_concurrent_requests_per_connection = 32;
     h2o_hostconf_t *host =
         h2o_config_register_host(&s->globalconf, h2o_iovec_init(H2O_STRLIT("default")), 65535);
     h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);

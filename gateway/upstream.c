@@ -84,10 +84,16 @@ find_or_create(sl_upstreams_t *reg, const sl_provider_t *p, const sl_base_url_t 
         if (strcmp(u->name, p->name) != 0)
             continue;
         if (strcmp(u->origin, origin) != 0) {
+            bool by_address;
+            h2o_socketpool_t *pool = make_pool(url, &by_address);
             reg->retired = sl_xrealloc(reg->retired, (reg->n_retired + 1) * sizeof(*reg->retired));
+            /* Workers read these under the upstream's lock. */
+            pthread_mutex_lock(&u->lock);
             reg->retired[reg->n_retired++] = u->pool;
-            u->pool = make_pool(url, &u->by_address);
+            u->pool = pool;
+            u->by_address = by_address;
             u->pool_ready = false;
+            pthread_mutex_unlock(&u->lock);
             free(u->origin);
             u->origin = origin;
         } else {
@@ -127,14 +133,30 @@ sl_upstreams_bind(sl_upstreams_t *reg, const sl_config_t *config)
 }
 
 h2o_socketpool_t *
-sl_upstream_pool(sl_upstream_t *up, h2o_loop_t *loop)
+sl_upstream_pool(sl_upstream_t *up, h2o_loop_t *loop, bool *by_address)
 {
     pthread_mutex_lock(&up->lock);
     h2o_socketpool_t *pool = up->pool;
+    *by_address = up->by_address;
     if (!up->pool_ready) {
         h2o_socketpool_set_timeout(pool, loop, SL_UPSTREAM_IDLE_KEEPALIVE_MS);
         up->pool_ready = true;
     }
     pthread_mutex_unlock(&up->lock);
     return pool;
+}
+
+void
+sl_upstreams_clear_auth_holds(sl_upstreams_t *reg, void (*on_change)(const sl_upstream_t *up))
+{
+    pthread_mutex_lock(&reg->lock);
+    for (size_t i = 0; i < reg->n; i++) {
+        sl_upstream_t *u = reg->items[i];
+        pthread_mutex_lock(&u->lock);
+        bool changed = sl_breaker_clear_auth(&u->breaker);
+        pthread_mutex_unlock(&u->lock);
+        if (changed && on_change != NULL)
+            on_change(u);
+    }
+    pthread_mutex_unlock(&reg->lock);
 }

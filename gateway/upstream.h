@@ -41,11 +41,18 @@ sl_upstreams_t *sl_upstreams_new(void);
 sl_upstream_t **sl_upstreams_bind(sl_upstreams_t *reg, const sl_config_t *config);
 
 /*
- * The upstream's pool, ready for a connect from loop. h2o needs the pool's
- * idle-expiry timer set on some loop before the first connect, and a loop may
- * only be touched from its own thread: the first hop's worker sets it.
+ * The upstream's pool (and whether it is named by address), ready for a connect from loop. h2o needs the
+ * pool's idle-expiry timer set on some loop before the first connect, and a loop may only be touched from its
+ * own thread: the first hop's worker sets it.
  */
-h2o_socketpool_t *sl_upstream_pool(sl_upstream_t *up, h2o_loop_t *loop);
+h2o_socketpool_t *sl_upstream_pool(sl_upstream_t *up, h2o_loop_t *loop, bool *by_address);
+
+/*
+ * A reload changes the config: upstreams held because their credentials
+ * were rejected get another chance (behaviour.md §8). on_change is called
+ * for each one that was held (may be NULL).
+ */
+void sl_upstreams_clear_auth_holds(sl_upstreams_t *reg, void (*on_change)(const sl_upstream_t *up));
 
 /* Idle keep-alive connections to an upstream are closed after this long. */
 #define SL_UPSTREAM_IDLE_KEEPALIVE_MS 20000

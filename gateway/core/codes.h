@@ -114,6 +114,8 @@
       "sluice: the request body has {size} bytes; the limit is {max}")                                       \
     X(SL_CODE_GW_REQUEST_MALFORMED_JSON, "gw.request.malformed_json", 400,                                   \
       "sluice: the request body is not valid JSON: {detail}")                                                \
+    X(SL_CODE_GW_REQUEST_BAD_PATH, "gw.request.bad_path", 400,                                               \
+      "sluice: the request path holds bytes that cannot be sent upstream")                                   \
     X(SL_CODE_GW_REQUEST_NO_MODEL, "gw.request.no_model", 400, "sluice: the request names no model")         \
     X(SL_CODE_GW_ROUTE_NO_MATCH, "gw.route.no_match", 404,                                                   \
       "sluice: no configured upstream serves model '{model}' in the {dialect} format")                       \

@@ -619,3 +619,22 @@ Test(proxy, a_responses_turn_with_previous_response_id_goes_only_to_the_upstream
     cr_assert_eq(fake_count(up1), 1);
     cr_assert_eq(fake_count(up2), 2);
 }
+
+Test(proxy, rejected_credentials_hold_an_upstream_until_the_config_changes)
+{
+    start_gateway("anthropic", NULL);
+    const char *denied =
+        "{\"type\":\"error\",\"error\":{\"type\":\"authentication_error\",\"message\":\"bad key\"}}";
+    fake_push(up1,
+              (fake_reply_t){.status = 401, .headers = "content-type: application/json\r\n", .body = denied});
+    fake_set_default(up2, sse_reply("anthropic-ok.sse"));
+    fake_set_default(up1, sse_reply("anthropic-ok.sse"));
+    cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, fresh_body(1), &res));
+    cr_assert_eq(res.status, 200, "up2 served after up1's 401");
+    cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, fresh_body(2), &res));
+    cr_assert_eq(fake_count(up1), 1, "up1 is held: its credentials were rejected");
+    kill(proc.pid, SIGHUP);
+    cr_assert(proc_wait_log(&proc, "upstream up1: the config changed", 5000), "%s", proc.log);
+    cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, fresh_body(3), &res));
+    cr_assert_eq(fake_count(up1), 2, "after a reload up1 is tried again");
+}

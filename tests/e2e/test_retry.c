@@ -431,3 +431,13 @@ Test(retry, a_held_stream_past_15_s_ends_with_the_error_in_the_stream)
     cr_assert(strstr(res.body, "gw.upstream.status") != NULL, "%s", res.body);
     cr_assert_eq(fake_count(up1), 2);
 }
+
+Test(retry, with_no_wait_left_a_stream_that_ends_after_its_opening_says_so)
+{
+    start("anthropic", 1, "wait_secs: 0", NULL);
+    fake_push(up1, sse("anthropic-opening-only.sse"));
+    post_stream();
+    cr_assert_eq(res.status, 200);
+    cr_assert(strstr(res.body, "gw.upstream.stream_ended_early") != NULL, "%s", res.body);
+    cr_assert(strstr(res.body, "broke after content") == NULL, "no content ever came: %s", res.body);
+}

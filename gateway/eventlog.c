@@ -32,9 +32,9 @@ log_event(void *ctx, sl_proto_event_t *ev)
     const char *kind = sl_proto_event_kind_slug(ev->kind);
     switch (ev->kind) {
     case SL_PROTO_EVENT_REQUEST_STARTED:
-        sl_log_debug("event %s id=%llu client=%s model=%s stream=%d", kind,
+        sl_log_debug("event %s id=%llu client=%s model=%s stream=%d path=%s", kind,
                      (unsigned long long)ev->request_started.id, ev->request_started.client,
-                     ev->request_started.model, ev->request_started.stream);
+                     ev->request_started.model, ev->request_started.stream, ev->request_started.path);
         break;
     case SL_PROTO_EVENT_ATTEMPT: {
         const sl_proto_attempt_view_t *v = &ev->attempt.view;

@@ -120,6 +120,7 @@ typedef struct {
     int64_t round_backoff_ms;
     bool waited; /* sluice retried or waited: a handed-over error says x-should-retry: false */
     sl_timer_t start_timer, backoff_timer, keepalive_timer;
+    sl_timer_t stall_timer; /* armed while upstream reads wait for a slow client */
     bool keepalive_started; /* a 200 SSE head and keep-alives went out while nothing else could */
     int64_t last_sent_ms;   /* when the client last got bytes (or the request arrived) */
     sl_watch_entry_t watch; /* the HTTP/1.1 client socket while nothing has been sent */
@@ -560,6 +561,7 @@ finish(request_t *r, sl_row_outcome_t outcome, int status, bool has_error, sl_co
     sl_timer_cancel(&r->io->timers, &r->start_timer);
     sl_timer_cancel(&r->io->timers, &r->backoff_timer);
     sl_timer_cancel(&r->io->timers, &r->keepalive_timer);
+    sl_timer_cancel(&r->io->timers, &r->stall_timer);
     unwatch_client(r);
     if (!r->recorded && r->in.endpoint.op != SL_OP_LIST_MODELS)
         emit_end(r, outcome, status, code, detail);
@@ -714,6 +716,42 @@ start_response(request_t *r)
 }
 
 /*
+ * A client that stops reading must not hold its upstream (and a max_concurrent
+ * slot) for the whole total timeout: after idle_timeout_secs without taking
+ * anything, the upstream is let go and the answer is aborted.
+ */
+static void
+on_client_stalled(sl_timer_t *t)
+{
+    request_t *r = H2O_STRUCT_FROM_MEMBER(request_t, stall_timer, t);
+    sl_log_debug("request %llu: the client read nothing for %u s", (unsigned long long)r->id,
+                 r->config->failover.idle_timeout_secs);
+    close_attempt(r, SL_ROW_HOP_CANCELLED, SL_CODE_GW_CLIENT_STALLED, "the client stopped reading");
+    finish(r, SL_ROW_CANCELLED, r->up_status, true, SL_CODE_GW_CLIENT_STALLED, NULL);
+    /* The send in flight never completes; when it does, the answer ends as aborted. */
+    r->final_queued = true;
+    r->final_state = H2O_SEND_STATE_ERROR;
+    r->parsed = r->rx->size = 0;
+}
+
+static void
+pause_upstream_reads(request_t *r)
+{
+    r->reads_paused = true;
+    sl_hop_pause_reading(r->hop);
+    sl_timer_arm(&r->io->timers, &r->stall_timer,
+                 sl_now_ms() + (int64_t)r->config->failover.idle_timeout_secs * 1000, on_client_stalled);
+}
+
+static void
+resume_upstream_reads(request_t *r)
+{
+    r->reads_paused = false;
+    sl_timer_cancel(&r->io->timers, &r->stall_timer);
+    sl_hop_resume_reading(r->hop);
+}
+
+/*
  * Hands rx[0..parsed) to h2o when no send is in flight. The buffer is
  * swapped, not copied; a partial event at its tail moves to a fresh buffer.
  */
@@ -725,10 +763,8 @@ flush_to_client(request_t *r)
         return;
     bool last = r->final_queued && r->parsed == r->rx->size;
     if (r->parsed == 0 && !last) {
-        if (r->reads_paused && r->hop != NULL) {
-            r->reads_paused = false;
-            sl_hop_resume_reading(r->hop);
-        }
+        if (r->reads_paused && r->hop != NULL)
+            resume_upstream_reads(r);
         return;
     }
     h2o_buffer_t *out = r->rx;
@@ -753,10 +789,8 @@ flush_to_client(request_t *r)
         h2o_send(req, &buf, 1, r->final_state);
         return;
     }
-    if (r->reads_paused && r->hop != NULL && r->rx->size < CLIENT_BUFFER_CAP / 2) {
-        r->reads_paused = false;
-        sl_hop_resume_reading(r->hop);
-    }
+    if (r->reads_paused && r->hop != NULL && r->rx->size < CLIENT_BUFFER_CAP / 2)
+        resume_upstream_reads(r);
     h2o_send(req, &buf, 1, H2O_SEND_STATE_IN_PROGRESS);
 }
 
@@ -1314,10 +1348,8 @@ process(request_t *r)
             r->parsed = r->rx->size;
         }
         flush_to_client(r);
-        if (r->hop != NULL && !r->reads_paused && r->rx->size >= CLIENT_BUFFER_CAP) {
-            r->reads_paused = true;
-            sl_hop_pause_reading(r->hop);
-        }
+        if (r->hop != NULL && !r->reads_paused && r->rx->size >= CLIENT_BUFFER_CAP)
+            pause_upstream_reads(r);
         break;
     case REQ_READING_ERROR:
         if (r->rx->size >= ERROR_BODY_CAP)
@@ -1756,6 +1788,7 @@ on_request_disposed(void *p)
     sl_timer_cancel(&r->io->timers, &r->start_timer);
     sl_timer_cancel(&r->io->timers, &r->backoff_timer);
     sl_timer_cancel(&r->io->timers, &r->keepalive_timer);
+    sl_timer_cancel(&r->io->timers, &r->stall_timer);
     r->req = NULL;
     if (r->state != REQ_DONE) {
         close_attempt(r, SL_ROW_HOP_CANCELLED, SL_CODE_GW_UPSTREAM_STATUS, "client went away");

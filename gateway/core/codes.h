@@ -125,6 +125,8 @@
       "sluice: {provider} already has {max} requests in flight (max_concurrent)")                            \
     X(SL_CODE_GW_UPSTREAM_UNUSABLE, "gw.upstream.unusable", 502,                                             \
       "sluice: the request could not be built for {provider}: {reason}")                                     \
+    X(SL_CODE_GW_CLIENT_STALLED, "gw.client.stalled", 0,                                                     \
+      "the client took nothing for {secs} s; the answer was abandoned")                                      \
     X(SL_CODE_GW_SAFE_MODE, "gw.safe_mode", 503,                                                             \
       "sluice: the configuration is invalid, so sluice is in safe mode and serves no requests")              \
     X(SL_CODE_GW_NOT_FOUND, "gw.not_found", 404, "sluice: no such endpoint: {method} {path}")                \

@@ -638,3 +638,41 @@ Test(proxy, rejected_credentials_hold_an_upstream_until_the_config_changes)
     cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, fresh_body(3), &res));
     cr_assert_eq(fake_count(up1), 2, "after a reload up1 is tried again");
 }
+
+Test(proxy, a_client_that_stops_reading_lets_its_upstream_go_after_the_idle_timeout)
+{
+    start_gateway_full("anthropic", "", ", idle_timeout_secs: 1", NULL);
+    char delta[1024];
+    int n = snprintf(
+        delta, sizeof(delta),
+        "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"delta\":{\"text\":\"%0900d\"}}"
+        "\n\n",
+        7);
+    size_t events = (48u << 20) / (size_t)n, total = events * (size_t)n;
+    char *body = malloc(total + 1), *w = body;
+    for (size_t i = 0; i < events; i++) {
+        memcpy(w, delta, (size_t)n);
+        w += n;
+    }
+    *w = '\0';
+    fake_reply_t r = sse_reply("anthropic-ok.sse");
+    r.body = body;
+    r.body_len = total;
+    fake_push(up1, r);
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int small = 64 << 10;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port)};
+    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+    char req[1024];
+    int len = snprintf(req, sizeof(req),
+                       "POST /v1/messages HTTP/1.1\r\nHost: x\r\n" ANTHROPIC_HEADERS
+                       "content-length: %zu\r\n\r\n%s",
+                       strlen(anthropic_body), anthropic_body);
+    cr_assert_eq(write(fd, req, (size_t)len), len);
+    cr_assert(proc_wait_log(&proc, "the client read nothing for 1 s", 5000), "%s", proc.log);
+    cr_assert(proc_wait_log(&proc, "event request_cancelled id=1", 2000), "%s", proc.log);
+    close(fd);
+    free(body);
+}

@@ -127,6 +127,26 @@
       "sluice: the request could not be built for {provider}: {reason}")                                     \
     X(SL_CODE_GW_CLIENT_STALLED, "gw.client.stalled", 0,                                                     \
       "the client took nothing for {secs} s; the answer was abandoned")                                      \
+    X(SL_CODE_GW_UPSTREAM_PAUSED, "gw.upstream.paused", 0,                                                   \
+      "{provider} paused until {until} after {count} rate limits (429) in a row")                            \
+    X(SL_CODE_GW_UPSTREAM_PROBING, "gw.upstream.probing", 0,                                                 \
+      "{provider}: the rate-limit pause is over; one request probes it")                                     \
+    X(SL_CODE_GW_UPSTREAM_PAUSED_MANUALLY, "gw.upstream.paused_manually", 0,                                 \
+      "{provider} paused by an operator until {until}")                                                      \
+    X(SL_CODE_GW_WAIT_RATE_LIMITED, "gw.wait.rate_limited", 429,                                             \
+      "sluice: the upstreams for this model are rate limited and none can take the request before its "      \
+      "deadline")                                                                                            \
+    X(SL_CODE_GW_WAIT_WINDOW_FULL, "gw.wait.window_full", 429,                                               \
+      "sluice: the usage windows of the upstreams for this model are full until after the request's "        \
+      "deadline")                                                                                            \
+    X(SL_CODE_GW_WAIT_USED_UP, "gw.wait.used_up", 429,                                                       \
+      "sluice: the upstreams for this model have used up their usage period")                                \
+    X(SL_CODE_GW_WAIT_MIXED, "gw.wait.mixed", 429,                                                           \
+      "sluice: no upstream for this model can take the request before its deadline (rate limits, busy "      \
+      "slots "                                                                                               \
+      "or usage limits)")                                                                                    \
+    X(SL_CODE_GW_WAIT_OVERLOADED, "gw.wait.overloaded", 503,                                                 \
+      "sluice: too many requests are already waiting; try again shortly")                                    \
     X(SL_CODE_GW_SAFE_MODE, "gw.safe_mode", 503,                                                             \
       "sluice: the configuration is invalid, so sluice is in safe mode and serves no requests")              \
     X(SL_CODE_GW_NOT_FOUND, "gw.not_found", 404, "sluice: no such endpoint: {method} {path}")                \

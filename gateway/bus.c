@@ -565,6 +565,48 @@ sl_bus_request_dequeued(sl_proto_event_t *out, int64_t at_ms, uint64_t id, const
 }
 
 sl_proto_event_t *
+sl_bus_request_queued(sl_proto_event_t *out, int64_t at_ms, uint64_t id, const sl_bus_gate_t *gates, size_t n,
+                      int64_t until_ms)
+{
+    sl_proto_event_init(out, SL_PROTO_EVENT_REQUEST_QUEUED);
+    sl_proto_request_queued_t *e = &out->request_queued;
+    e->at_ms = u64_of(at_ms);
+    e->id = id;
+    e->upstreams = n > 0 ? sl_xcalloc(n, sizeof(*e->upstreams)) : NULL;
+    e->gates = n > 0 ? sl_xcalloc(n, sizeof(*e->gates)) : NULL;
+    for (size_t i = 0; i < n; i++) {
+        e->upstreams[i] = str_dup(gates[i].upstream);
+        e->gates[i].upstream = str_dup(gates[i].upstream);
+        e->gates[i].skip = gates[i].skip;
+        e->gates[i].has_until_ms = gates[i].until_ms >= 0;
+        e->gates[i].until_ms = gates[i].until_ms >= 0 ? (uint64_t)gates[i].until_ms : 0;
+    }
+    e->upstreams_len = e->gates_len = n;
+    e->until_ms = u64_of(until_ms);
+    return out;
+}
+
+sl_proto_event_t *
+sl_bus_throttle_changed(sl_proto_event_t *out, int64_t at_ms, const char *provider,
+                        const sl_proto_throttle_kind_t *kind, int64_t until_ms, uint32_t consecutive,
+                        const sl_msg_t *reason)
+{
+    sl_proto_event_init(out, SL_PROTO_EVENT_THROTTLE_CHANGED);
+    sl_proto_throttle_changed_t *e = &out->throttle_changed;
+    e->at_ms = u64_of(at_ms);
+    e->provider = str_dup(provider);
+    if (kind != NULL) {
+        e->throttle = sl_xcalloc(1, sizeof(*e->throttle));
+        e->throttle->kind = *kind;
+        e->throttle->has_until_ms = until_ms >= 0;
+        e->throttle->until_ms = until_ms >= 0 ? (uint64_t)until_ms : 0;
+        e->throttle->consecutive = consecutive;
+        e->throttle->reason = sl_bus_msg_from(reason);
+    }
+    return out;
+}
+
+sl_proto_event_t *
 sl_bus_rows_dropped(sl_proto_event_t *out, int64_t at_ms, uint64_t count)
 {
     sl_proto_event_init(out, SL_PROTO_EVENT_ROWS_DROPPED);

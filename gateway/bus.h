@@ -213,6 +213,23 @@ sl_proto_event_t *sl_bus_request_retrying(sl_proto_event_t *out, int64_t at_ms, 
                                           int64_t retry_at_ms, int64_t until_ms, bool by_hint,
                                           const sl_msg_t *last_error);
 
+/* What holds a queued request on one upstream (RequestQueued.gates). until_ms < 0 = unknown. */
+typedef struct {
+    const char *upstream;
+    sl_proto_serve_skip_t skip;
+    int64_t until_ms; /* wall clock */
+} sl_bus_gate_t;
+
+/* A request waits on the upstreams of gates (behaviour.md §6) until at most until_ms (its deadline, wall
+ * clock). */
+sl_proto_event_t *sl_bus_request_queued(sl_proto_event_t *out, int64_t at_ms, uint64_t id,
+                                        const sl_bus_gate_t *gates, size_t n, int64_t until_ms);
+
+/* An upstream's throttle changed; kind NULL = recovered (no throttle). until_ms < 0 = none. */
+sl_proto_event_t *sl_bus_throttle_changed(sl_proto_event_t *out, int64_t at_ms, const char *provider,
+                                          const sl_proto_throttle_kind_t *kind, int64_t until_ms,
+                                          uint32_t consecutive, const sl_msg_t *reason);
+
 /* The pause (or a queue) is over; upstream NULL = not yet known. */
 sl_proto_event_t *sl_bus_request_dequeued(sl_proto_event_t *out, int64_t at_ms, uint64_t id,
                                           const char *upstream);

@@ -197,6 +197,15 @@ on_connect(h2o_http1client_t *client, const char *errstr, h2o_iovec_t **reqbufs,
     *reqbufcnt = hop->params.body.len > 0 ? 2 : 1;
     *method_is_head = 0;
     touch_idle(hop);
+    if (hop->cb.on_sent != NULL) {
+        hop->in_callback = true;
+        hop->cb.on_sent(hop->data);
+        hop->in_callback = false;
+        if (hop->cancelled) {
+            free_hop(hop);
+            return NULL;
+        }
+    }
     return on_head;
 }
 

@@ -28,6 +28,8 @@ typedef enum {
 typedef struct sl_hop sl_hop_t;
 
 typedef struct {
+    /* Optional: connected, and the request's bytes are being written now. */
+    void (*on_sent)(void *data);
     /* The head arrived. headers are valid during the call only. */
     void (*on_head)(void *data, int status, const h2o_header_t *headers, size_t n_headers);
     /* Body bytes are in *input (de-chunked); take what you need and h2o_buffer_consume it. */

@@ -23,6 +23,7 @@
 #include "core/stream_class.h"
 #include "core/xalloc.h"
 #include "hop.h"
+#include "waitq.h"
 #include "intake.h"
 #include "log.h"
 
@@ -34,6 +35,7 @@
 typedef enum {
     REQ_ROUTING,       /* choosing the next candidate */
     REQ_BACKOFF,       /* every candidate of the round failed; a retry round starts when the pause ends */
+    REQ_QUEUED,        /* no candidate can take it now: it waits on their queues (behaviour.md §6) */
     REQ_WAITING_HEAD,  /* a hop is out, nothing has come back */
     REQ_HELD,          /* a 2xx head came; its bytes are held until content */
     REQ_READING_ERROR, /* a non-2xx head came; its body is read to judge it */
@@ -53,6 +55,7 @@ typedef struct {
     sl_row_skip_t skipped;
     bool closed;        /* its outcome is set: reported once */
     uint32_t retry;     /* the retry round of this hop; 0 = the first round */
+    int64_t pause_ms;   /* time queued before this hop; -1 = none */
     int64_t backoff_ms; /* the pause before its round, on the round's first hop only; -1 = none */
 } attempt_t;
 
@@ -121,11 +124,20 @@ typedef struct {
     bool waited; /* sluice retried or waited: a handed-over error says x-should-retry: false */
     sl_timer_t start_timer, backoff_timer, keepalive_timer;
     sl_timer_t stall_timer; /* armed while upstream reads wait for a slow client */
-    bool keepalive_started; /* a 200 SSE head and keep-alives went out while nothing else could */
-    int64_t last_sent_ms;   /* when the client last got bytes (or the request arrived) */
-    sl_watch_entry_t watch; /* the HTTP/1.1 client socket while nothing has been sent */
-    char response_id[128];  /* Responses: the id of the answer being served, "" until seen */
-    uint64_t bytes_out;     /* body bytes handed to the client */
+    /* Waiting on upstreams that are paused or busy (behaviour.md §6). */
+    sl_timer_t wait_timer;
+    sl_waiter_t *waiter; /* while it is in upstream queues */
+    bool queued;         /* RequestQueued went out, RequestDequeued not yet */
+    int64_t queued_since_ms;
+    int64_t pause_ms;           /* time queued before the next hop (its AttemptView pause_ms); -1 = none */
+    bool throttle_probe;        /* the hop in flight is its upstream's probe after a 429 pause */
+    bool counts_waiting;        /* its body counts against limits.max_waiting_bytes */
+    sl_upstream_t *dispatching; /* it left this upstream's queue for a hop: the next goes once it is sent */
+    bool keepalive_started;     /* a 200 SSE head and keep-alives went out while nothing else could */
+    int64_t last_sent_ms;       /* when the client last got bytes (or the request arrived) */
+    sl_watch_entry_t watch;     /* the HTTP/1.1 client socket while nothing has been sent */
+    char response_id[128];      /* Responses: the id of the answer being served, "" until seen */
+    uint64_t bytes_out;         /* body bytes handed to the client */
     bool first_token_seen;
     bool gateway_error;  /* the gateway wrote the error the client got */
     bool sealed_history; /* the body carries history bound to one upstream account */
@@ -141,6 +153,12 @@ static bool schedule_retry(request_t *r);
 static size_t pinned_candidate(const request_t *r);
 static void fail_streaming(request_t *r, sl_hop_end_t how, const char *detail);
 static void start_hop(request_t *r, size_t cand);
+static void wait_or_give_up(request_t *r);
+static void stop_waiting(request_t *r, bool for_hop);
+static void wake_next_in_line(request_t *r);
+static void end_dispatch(request_t *r);
+static void throttle_answered(request_t *r);
+static void emit_throttle(request_t *r, const char *provider, const sl_throttle_t *t);
 static bool may_wait(const request_t *r);
 static void queue_final(request_t *r, h2o_send_state_t state);
 static void append_stream_error(request_t *r, sl_code_t code, const char *text);
@@ -229,7 +247,8 @@ new_attempt(request_t *r, size_t cand)
                      .started_ms = sl_now_ms(),
                      .skipped = SL_ROW_SKIP_NONE,
                      .retry = r->round,
-                     .backoff_ms = -1};
+                     .backoff_ms = -1,
+                     .pause_ms = -1};
     return a;
 }
 
@@ -355,7 +374,7 @@ emit_attempt(request_t *r, const attempt_t *a)
         .status = a->status,
         .error = a->has_error ? &msg : NULL,
         .ms = a->ms,
-        .pause_ms = SL_BUS_ABSENT,
+        .pause_ms = a->pause_ms >= 0 ? a->pause_ms : SL_BUS_ABSENT,
         .retry = a->retry > 0 ? (int64_t)a->retry : SL_BUS_ABSENT,
         .backoff_ms = a->backoff_ms >= 0 ? a->backoff_ms : SL_BUS_ABSENT,
         .skip = skipped ? (sl_proto_serve_skip_t)(a->skipped - 1) : SL_PROTO_SERVE_SKIP_DISABLED,
@@ -485,7 +504,7 @@ record(request_t *r, sl_row_outcome_t outcome, int status, bool has_error, sl_co
         if (a->has_error)
             fill_row_msg(&ar->error, a->error_code, ar->provider, a->error_detail);
         ar->ms = a->ms;
-        ar->pause_ms = SL_ROW_ABSENT;
+        ar->pause_ms = a->pause_ms >= 0 ? a->pause_ms : SL_ROW_ABSENT;
         ar->retry = a->retry;
         ar->backoff_ms = a->backoff_ms >= 0 ? a->backoff_ms : SL_ROW_ABSENT;
         ar->skipped = a->skipped;
@@ -506,11 +525,19 @@ release_upstream(request_t *r)
 {
     if (r->up == NULL)
         return;
-    pthread_mutex_lock(&r->up->lock);
-    r->up->in_flight--;
+    sl_upstream_t *up = r->up;
+    pthread_mutex_lock(&up->lock);
+    up->in_flight--;
     if (r->is_probe)
-        sl_breaker_release_probe(&r->up->breaker);
-    pthread_mutex_unlock(&r->up->lock);
+        sl_breaker_release_probe(&up->breaker);
+    pthread_mutex_unlock(&up->lock);
+    /* A slot came free (the queue's head may take it); a probe that never got an answer is handed back. */
+    sl_waitq_lock();
+    if (r->throttle_probe)
+        sl_throttle_probe_abandoned(&up->throttle);
+    sl_waitq_wake(&up->waitq, 1);
+    sl_waitq_unlock();
+    r->throttle_probe = false;
     r->up = NULL;
     r->is_probe = false;
 }
@@ -540,6 +567,7 @@ breaker_account(request_t *r, const sl_failure_class_info_t *info)
 static void
 end_hop(request_t *r)
 {
+    end_dispatch(r);
     if (r->hop != NULL) {
         sl_hop_cancel(r->hop);
         r->hop = NULL;
@@ -563,6 +591,7 @@ finish(request_t *r, sl_row_outcome_t outcome, int status, bool has_error, sl_co
     sl_timer_cancel(&r->io->timers, &r->keepalive_timer);
     sl_timer_cancel(&r->io->timers, &r->stall_timer);
     unwatch_client(r);
+    stop_waiting(r, false);
     if (!r->recorded && r->in.endpoint.op != SL_OP_LIST_MODELS)
         emit_end(r, outcome, status, code, detail);
     record(r, outcome, status, has_error, code, detail);
@@ -856,6 +885,28 @@ fail_over(request_t *r, const sl_failure_t *f, const char *detail, int64_t hint_
     const sl_failure_class_info_t *info = sl_failure_class_info(cls);
     sl_code_t code = sl_failure_code(f, cls);
     breaker_account(r, info);
+    if (cls == SL_FAILURE_RATE_LIMITED && r->up != NULL) {
+        /* Not a failure (§6): the whole upstream pauses, and this request waits in its place or goes
+         * elsewhere. */
+        sl_upstream_t *up = r->up;
+        sl_waitq_lock();
+        bool changed =
+            sl_throttle_on_429(&up->throttle, sl_now_ms(), hint_ms,
+                               r->config->failover.rate_limit_max_pause_secs, &r->gw->retry_params);
+        sl_throttle_t throttle = up->throttle;
+        sl_waitq_unlock();
+        r->throttle_probe = false;
+        if (changed)
+            emit_throttle(r, up->name, &throttle);
+        close_attempt(r, f->source == SL_FAILURE_STATUS ? SL_ROW_HOP_STATUS : SL_ROW_HOP_ERROR, code, detail);
+        remember_failure(r, code, detail);
+        end_hop(r);
+        r->skips[r->cur] = SL_ROW_SKIP_THROTTLED;
+        r->next = r->cur + 1;
+        next_hop(r);
+        return true;
+    }
+    throttle_answered(r);
     close_attempt(r, f->source == SL_FAILURE_STATUS ? SL_ROW_HOP_STATUS : SL_ROW_HOP_ERROR, code, detail);
     remember_failure(r, code, detail);
     r->failed_temporary[r->cur] = info->retried;
@@ -1213,6 +1264,275 @@ fail_streaming(request_t *r, sl_hop_end_t how, const char *detail)
     queue_final(r, r->sse ? H2O_SEND_STATE_FINAL : H2O_SEND_STATE_ERROR);
 }
 
+/* ---- waiting on paused and busy upstreams (behaviour.md §6) -------------------------------- */
+
+static void
+emit_throttle(request_t *r, const char *provider, const sl_throttle_t *t)
+{
+    sl_throttle_state_t kind = sl_throttle_kind(t);
+    sl_log_info("upstream %s: %s", provider,
+                kind == SL_THROTTLE_FREE ? "rate limit over" : sl_throttle_kind_slug(kind));
+    if (!events_on(r))
+        return;
+    static const sl_proto_throttle_kind_t kinds[SL_THROTTLE_STATE_COUNT] = {
+        [SL_THROTTLE_PAUSED] = SL_PROTO_THROTTLE_KIND_PAUSED,
+        [SL_THROTTLE_PROBING] = SL_PROTO_THROTTLE_KIND_PROBING,
+        [SL_THROTTLE_MANUAL] = SL_PROTO_THROTTLE_KIND_MANUAL,
+    };
+    int64_t until = sl_throttle_shown_until_ms(t);
+    if (until >= 0 && until != SL_THROTTLE_NEVER)
+        until = wall_ms() + (until - sl_now_ms());
+    else
+        until = -1;
+    sl_code_t code = SL_CODE_GW_UPSTREAM_PAUSED;
+    const char *slug = sl_throttle_reason_slug(t);
+    if (slug != NULL)
+        sl_code_from_slug(slug, &code);
+    char count[16];
+    snprintf(count, sizeof(count), "%u", t->consecutive);
+    sl_msg_t reason = sl_msg_make(code, "provider", provider, "count", count, NULL);
+    sl_proto_event_t ev;
+    emit(r, sl_bus_throttle_changed(&ev, wall_ms(), provider, kind == SL_THROTTLE_FREE ? NULL : &kinds[kind],
+                                    until, t->consecutive, &reason));
+    sl_msg_free(&reason);
+}
+
+/* The upstream of the hop answered (anything but a 429): its streak resets and a probe passes. */
+static void
+throttle_answered(request_t *r)
+{
+    if (r->up == NULL)
+        return;
+    sl_upstream_t *up = r->up;
+    sl_waitq_lock();
+    bool changed = sl_throttle_on_answer(&up->throttle, sl_now_ms());
+    sl_throttle_t throttle = up->throttle;
+    /* The queue moves one at a time, in order: each request that leaves wakes the next. */
+    if (changed)
+        sl_waitq_wake(&up->waitq, 1);
+    sl_waitq_unlock();
+    r->throttle_probe = false;
+    if (changed)
+        emit_throttle(r, up->name, &throttle);
+}
+
+/* Leaves every queue; the waiting bytes it counted are given back. */
+/* The heads of the queues it waited in may go now. */
+static void
+wake_next_in_line(request_t *r)
+{
+    sl_waitq_lock();
+    for (size_t i = 0; i < r->n_cands; i++)
+        sl_waitq_wake(&r->snapshot->upstreams[r->cands[i].provider]->waitq, 1);
+    sl_waitq_unlock();
+}
+
+/* The request released from a queue is on its way (or gone): the next in that queue may go. */
+static void
+end_dispatch(request_t *r)
+{
+    sl_upstream_t *up = r->dispatching;
+    if (up == NULL)
+        return;
+    r->dispatching = NULL;
+    sl_waitq_lock();
+    up->dispatching = false;
+    sl_waitq_wake(&up->waitq, 1);
+    sl_waitq_unlock();
+}
+
+/* Leaves every queue. Leaving for a hop, the next in line goes once this one is sent; otherwise now. */
+static void
+stop_waiting(request_t *r, bool for_hop)
+{
+    sl_timer_cancel(&r->io->timers, &r->wait_timer);
+    if (r->waiter != NULL) {
+        sl_waiter_release(r->waiter);
+        r->waiter = NULL;
+        if (!for_hop)
+            wake_next_in_line(r);
+    }
+    if (!for_hop)
+        end_dispatch(r);
+    if (r->counts_waiting) {
+        atomic_fetch_sub(&r->gw->waiting_bytes, r->in.body_len);
+        r->counts_waiting = false;
+    }
+    r->queued = false;
+}
+
+/* Something it waits on may have changed (a wake-up, or its timer): look again. */
+static void
+look_again(request_t *r)
+{
+    if (r->state != REQ_QUEUED)
+        return;
+    for (size_t i = 0; i < r->n_cands; i++) {
+        if (r->skips[i] == SL_ROW_SKIP_THROTTLED || r->skips[i] == SL_ROW_SKIP_BUSY)
+            r->skips[i] = SL_ROW_SKIP_NONE;
+    }
+    r->next = 0;
+    next_hop(r);
+}
+
+static void
+on_wait_timer(sl_timer_t *t)
+{
+    look_again(H2O_STRUCT_FROM_MEMBER(request_t, wait_timer, t));
+}
+
+void
+sl_request_wake(void *owner)
+{
+    look_again(owner);
+}
+
+/* The final 429 (§6): nothing can be sent before the deadline. The headers tell SDKs when to come back. */
+static void
+answer_final_429(request_t *r, const sl_wait_decision_t *d)
+{
+    sl_code_t code = SL_CODE_GW_WAIT_MIXED;
+    sl_code_from_slug(sl_wait_code_slug(d->code), &code);
+    sl_msg_t msg = sl_msg_make(code, NULL);
+    r->gateway_error = true;
+    if (r->keepalive_started) {
+        append_stream_error(r, code, msg.text);
+        finish(r, SL_ROW_FAILED, 429, true, code, msg.text);
+        sl_msg_free(&msg);
+        queue_final(r, H2O_SEND_STATE_FINAL);
+        return;
+    }
+    if (r->req != NULL) {
+        h2o_mem_pool_t *pool = &r->req->pool;
+        h2o_headers_t *h = &r->req->res.headers;
+        if (d->retry_after_ms >= 0) {
+            char secs[24], ms[24];
+            snprintf(secs, sizeof(secs), "%lld", (long long)d->retry_after_secs);
+            snprintf(ms, sizeof(ms), "%lld", (long long)d->retry_after_ms);
+            h2o_iovec_t v1 = h2o_strdup(pool, secs, SIZE_MAX), v2 = h2o_strdup(pool, ms, SIZE_MAX);
+            h2o_add_header(pool, h, H2O_TOKEN_RETRY_AFTER, NULL, v1.base, v1.len);
+            h2o_add_header_by_str(pool, h, H2O_STRLIT("retry-after-ms"), 0, NULL, v2.base, v2.len);
+        }
+        const char *should = d->should_retry ? "true" : "false";
+        h2o_add_header_by_str(pool, h, H2O_STRLIT("x-should-retry"), 0, NULL, should, strlen(should));
+        send_gateway_error(r->req, r->in.endpoint.dialect, 429, code, msg.text);
+    }
+    finish(r, SL_ROW_FAILED, 429, true, code, msg.text);
+    sl_msg_free(&msg);
+}
+
+/*
+ * No candidate can take the request now, but some are only paused or busy:
+ * the pure rule decides whether it waits on them (and until when), or gets
+ * the final 429 at once, or the last failure.
+ */
+static void
+wait_or_give_up(request_t *r)
+{
+    /* Count-tokens never queue: while their upstream is unavailable the gateway estimates (§6). */
+    if (r->in.endpoint.op == SL_OP_COUNT_TOKENS) {
+        answer_token_estimate(r);
+        return;
+    }
+    size_t n = r->n_cands;
+    int64_t now = sl_now_ms();
+    sl_wait_gate_t gates[n + 1];
+    bool wait_on[n + 1];
+    sl_waitq_lock();
+    for (size_t i = 0; i < n; i++) {
+        sl_upstream_t *up = r->snapshot->upstreams[r->cands[i].provider];
+        if (r->in_round[i] && r->skips[i] == SL_ROW_SKIP_THROTTLED)
+            gates[i] = (sl_wait_gate_t){.skip = SL_WAIT_SKIP_THROTTLED,
+                                        .recovery_ms = sl_throttle_recovery_ms(&up->throttle, now)};
+        else if (r->in_round[i] && r->skips[i] == SL_ROW_SKIP_BUSY)
+            gates[i] = (sl_wait_gate_t){.skip = SL_WAIT_SKIP_BUSY, .recovery_ms = now};
+        else
+            gates[i] = (sl_wait_gate_t){.skip = SL_WAIT_SKIP_OTHER, .recovery_ms = SL_THROTTLE_NEVER};
+    }
+    size_t own = pinned_candidate(r);
+    sl_wait_request_t req = {.now_ms = now,
+                             .deadline_ms = r->deadline_ms,
+                             .own = own == SL_RETRY_UNPINNED ? SL_WAIT_NO_OWN : own,
+                             .sealed = r->affinity_effect == SL_AFFINITY_SEALED};
+    /* wait_secs 0 never waits (§5, §6). */
+    if (!may_wait(r))
+        req.deadline_ms = now;
+    sl_wait_decision_t d = sl_wait_decide(gates, n, &req, wait_on);
+    bool joined = false;
+    if (d.action == SL_WAIT_WAIT &&
+        (r->counts_waiting ||
+         atomic_load(&r->gw->waiting_bytes) + r->in.body_len <= r->config->max_waiting_bytes)) {
+        if (r->waiter == NULL)
+            r->waiter = sl_waiter_new(r->io->inbox, r, r->started_ms);
+        for (size_t i = 0; i < n; i++) {
+            if (wait_on[i])
+                sl_waiter_join(r->waiter, &r->snapshot->upstreams[r->cands[i].provider]->waitq);
+        }
+        joined = true;
+    }
+    sl_waitq_unlock();
+
+    if (d.action == SL_WAIT_WAIT && !joined) {
+        /* Waiting costs memory: past limits.max_waiting_bytes a request that would wait is turned away. */
+        r->last.any = true;
+        r->last.code = SL_CODE_GW_WAIT_OVERLOADED;
+        r->last.status = 0;
+        r->last.detail[0] = '\0';
+        if (r->req != NULL && !r->response_started)
+            h2o_add_header(&r->req->pool, &r->req->res.headers, H2O_TOKEN_RETRY_AFTER, NULL, H2O_STRLIT("5"));
+        answer_with_failure(r);
+        return;
+    }
+    switch (d.action) {
+    case SL_WAIT_SEND_NOW:
+    case SL_WAIT_WAIT:
+        r->state = REQ_QUEUED;
+        r->waited = true;
+        if (!r->counts_waiting) {
+            atomic_fetch_add(&r->gw->waiting_bytes, r->in.body_len);
+            r->counts_waiting = true;
+        }
+        if (!r->queued) {
+            r->queued = true;
+            r->queued_since_ms = now;
+            if (events_on(r)) {
+                sl_bus_gate_t bus_gates[n + 1];
+                size_t k = 0;
+                int64_t wall = wall_ms();
+                for (size_t i = 0; i < n; i++) {
+                    if (!wait_on[i] && d.action == SL_WAIT_WAIT)
+                        continue;
+                    bool throttled = gates[i].skip == SL_WAIT_SKIP_THROTTLED;
+                    if (!throttled && gates[i].skip != SL_WAIT_SKIP_BUSY)
+                        continue;
+                    bus_gates[k++] = (sl_bus_gate_t){
+                        .upstream = provider_of(r, i)->name,
+                        .skip = throttled ? SL_PROTO_SERVE_SKIP_THROTTLED : SL_PROTO_SERVE_SKIP_BUSY,
+                        .until_ms = throttled && gates[i].recovery_ms != SL_THROTTLE_NEVER
+                                        ? wall + (gates[i].recovery_ms - now)
+                                        : -1,
+                    };
+                }
+                sl_proto_event_t ev;
+                emit(r, sl_bus_request_queued(&ev, wall, r->id, bus_gates, k, wall + (r->deadline_ms - now)));
+            }
+        }
+        /* Woken by a message when a slot frees or a probe passes; the timer covers pauses and the deadline.
+         */
+        sl_timer_arm(&r->io->timers, &r->wait_timer,
+                     d.action == SL_WAIT_SEND_NOW ? now
+                                                  : (d.wake_ms < r->deadline_ms ? d.wake_ms : r->deadline_ms),
+                     on_wait_timer);
+        break;
+    case SL_WAIT_FINAL_429:
+        answer_final_429(r, &d);
+        break;
+    default:
+        answer_with_failure(r);
+        break;
+    }
+}
+
 /* ---- reading the upstream's answer ---------------------------------------------------------- */
 
 /* The conversation stays with the upstream that served it (sticky; sealed when its history is bound). */
@@ -1273,6 +1593,7 @@ static void
 release_hold(request_t *r)
 {
     r->state = REQ_STREAMING;
+    throttle_answered(r);
     breaker_account(r, NULL);
     remember_conversation(r);
     start_response(r);
@@ -1313,6 +1634,7 @@ scan_events(request_t *r)
         if (r->state == REQ_HELD && r->stream.phase == SL_STREAM_FLOWING)
             release_hold(r);
         else if (r->stream.phase == SL_STREAM_FLOWING && !r->first_token_seen && r->answer_started) {
+            throttle_answered(r);
             breaker_account(r, NULL);
             remember_conversation(r);
             first_token(r);
@@ -1404,6 +1726,7 @@ on_hop_head(void *data, int status, const h2o_header_t *headers, size_t n)
         r->state = REQ_STREAMING;
         /* A whole answer is the upstream's success now; a stream's is its first content. */
         if (!r->sse) {
+            throttle_answered(r);
             breaker_account(r, NULL);
             remember_conversation(r);
         }
@@ -1504,7 +1827,15 @@ on_hop_end(void *data, sl_hop_end_t how, const char *detail)
     }
 }
 
-static const sl_hop_callbacks_t hop_callbacks = {on_hop_head, on_hop_body, on_hop_end};
+/* Queues release one request at a time: the next may go once this one's bytes are on their way, so
+ * the upstream receives them in arrival order. */
+static void
+on_hop_sent(void *data)
+{
+    end_dispatch(data);
+}
+
+static const sl_hop_callbacks_t hop_callbacks = {on_hop_sent, on_hop_head, on_hop_body, on_hop_end};
 
 /* ---- hops ---------------------------------------------------------------------------------- */
 
@@ -1546,25 +1877,56 @@ body_for_model(request_t *r, const char *model)
 static sl_row_skip_t
 claim_upstream(request_t *r, sl_upstream_t *up, uint32_t max_concurrent)
 {
-    pthread_mutex_lock(&up->lock);
-    if (max_concurrent > 0 && up->in_flight >= max_concurrent) {
+    int64_t now = sl_now_ms();
+    sl_waitq_lock();
+    bool throttle_changed = sl_throttle_check(&up->throttle, now);
+    /* Waiters go in arrival order: a request that is not first in the queue lets the first go. */
+    bool first = r->waiter != NULL ? sl_waitq_is_head(&up->waitq, r->waiter) : up->waitq.len == 0;
+    bool throttle_probe = false;
+    /*
+     * Whoever waits is served first, in arrival order: nobody overtakes the
+     * queue's head, and the head goes only once the one released before it
+     * is on its way — so the upstream receives them in arrival order.
+     */
+    bool in_line = !first || up->dispatching;
+    bool admitted = !in_line && sl_throttle_admit(&up->throttle, now, first, &throttle_probe);
+    sl_throttle_t throttle = up->throttle;
+    /* Behind others in line it waits as for a slot: woken when the line moves, not by a timer. */
+    sl_row_skip_t skip = admitted ? SL_ROW_SKIP_NONE : in_line ? SL_ROW_SKIP_BUSY : SL_ROW_SKIP_THROTTLED;
+    bool breaker_changed = false;
+    sl_breaker_t breaker = {0};
+    if (admitted) {
+        pthread_mutex_lock(&up->lock);
+        if (max_concurrent > 0 && up->in_flight >= max_concurrent) {
+            skip = SL_ROW_SKIP_BUSY;
+        } else {
+            bool is_probe = false;
+            sl_breaker_state_t state = sl_breaker_check(&up->breaker, now, &is_probe, &breaker_changed);
+            /* A single candidate bypasses the breaker; so does a request whose candidates are all cooling. */
+            if (state == SL_BREAKER_CLOSED || is_probe || r->cooling_ignored || r->n_offered == 1) {
+                up->in_flight++;
+                r->is_probe = is_probe;
+            } else {
+                skip = SL_ROW_SKIP_COOLING;
+            }
+        }
+        breaker = up->breaker;
         pthread_mutex_unlock(&up->lock);
-        return SL_ROW_SKIP_BUSY;
+        if (skip != SL_ROW_SKIP_NONE && throttle_probe)
+            sl_throttle_probe_abandoned(&up->throttle);
+        else
+            r->throttle_probe = throttle_probe;
+        if (skip == SL_ROW_SKIP_NONE && r->waiter != NULL) {
+            up->dispatching = true;
+            r->dispatching = up;
+        }
     }
-    bool is_probe = false, changed = false;
-    sl_breaker_state_t state = sl_breaker_check(&up->breaker, sl_now_ms(), &is_probe, &changed);
-    /* A single candidate bypasses the breaker; so does a request whose candidates are all cooling. */
-    bool bypass = r->cooling_ignored || r->n_offered == 1;
-    bool ok = state == SL_BREAKER_CLOSED || is_probe || bypass;
-    if (ok) {
-        up->in_flight++;
-        r->is_probe = is_probe;
-    }
-    sl_breaker_t now_state = up->breaker;
-    pthread_mutex_unlock(&up->lock);
-    if (changed)
-        emit_health(r, up->name, now_state);
-    return ok ? SL_ROW_SKIP_NONE : SL_ROW_SKIP_COOLING;
+    sl_waitq_unlock();
+    if (throttle_changed)
+        emit_throttle(r, up->name, &throttle);
+    if (breaker_changed)
+        emit_health(r, up->name, breaker);
+    return skip;
 }
 
 static void
@@ -1596,6 +1958,14 @@ start_hop(request_t *r, size_t cand)
         return;
     }
     r->up = up;
+    if (r->queued) {
+        a->pause_ms = sl_now_ms() - r->queued_since_ms;
+        stop_waiting(r, true);
+        if (events_on(r)) {
+            sl_proto_event_t ev;
+            emit(r, sl_bus_request_dequeued(&ev, wall_ms(), r->id, p->name));
+        }
+    }
     sl_headers_t headers = headers_of(r->req);
     r->body = body_for_model(r, r->cands[cand].model);
     sl_upstream_request_t ureq = {
@@ -1649,6 +2019,12 @@ next_hop(request_t *r)
     for (size_t i = r->next; i < r->n_cands; i++) {
         if (r->in_round[i] && r->skips[i] == SL_ROW_SKIP_NONE) {
             start_hop(r, i);
+            return;
+        }
+    }
+    for (size_t i = 0; i < r->n_cands; i++) {
+        if (r->in_round[i] && (r->skips[i] == SL_ROW_SKIP_THROTTLED || r->skips[i] == SL_ROW_SKIP_BUSY)) {
+            wait_or_give_up(r);
             return;
         }
     }
@@ -1789,6 +2165,7 @@ on_request_disposed(void *p)
     sl_timer_cancel(&r->io->timers, &r->backoff_timer);
     sl_timer_cancel(&r->io->timers, &r->keepalive_timer);
     sl_timer_cancel(&r->io->timers, &r->stall_timer);
+    stop_waiting(r, false);
     r->req = NULL;
     if (r->state != REQ_DONE) {
         close_attempt(r, SL_ROW_HOP_CANCELLED, SL_CODE_GW_UPSTREAM_STATUS, "client went away");

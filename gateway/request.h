@@ -28,6 +28,7 @@ typedef struct {
     atomic_uint_fast64_t balance_counter; /* load_balance start positions */
     atomic_uint_fast64_t rows_dropped;    /* rows that never reached the recorder */
     atomic_bool stopping;                 /* shutting down: new requests are refused */
+    atomic_uint_fast64_t waiting_bytes;   /* bodies of all waiting requests (limits.max_waiting_bytes) */
     /* Conversations and the upstream that served them (behaviour.md §1.5), shared by all workers. */
     pthread_mutex_t affinity_lock;
     sl_affinity_t *affinity;
@@ -39,6 +40,9 @@ typedef struct {
      */
     sl_retry_params_t retry_params;
 } sl_gateway_t;
+
+/* The wake-up of a waiting request, on its worker's loop (the inbox callback of waitq.h). */
+void sl_request_wake(void *owner);
 
 /* Sets up what requests share; recorder may be NULL. The bus starts inactive. */
 void sl_gateway_init(sl_gateway_t *gw, sl_recorder_t *recorder);

@@ -249,6 +249,7 @@ init_worker_io(sl_worker_io_t *io, h2o_loop_t *loop, h2o_multithread_queue_t *qu
     };
     io->client_ctx_by_address = io->client_ctx;
     io->watch = sl_watch_new(loop);
+    io->inbox = sl_waitq_inbox_new(queue, sl_request_wake);
     io->client_ctx_by_address.ssl_ctx = upstream_ssl_by_address;
 }
 

@@ -15,14 +15,20 @@
 
 #include "config.h"
 #include "core/breaker.h"
+#include "core/throttle.h"
+#include "waitq.h"
 
 typedef struct {
     char *name;
-    h2o_socketpool_t
-        *pool;       /* shared by all threads (h2o locks it); replaced when the base URL's origin changes */
+    /* Shared by all threads (h2o locks it); replaced when the base URL's origin changes. */
+    h2o_socketpool_t *pool;
     bool pool_ready; /* h2o_socketpool_set_timeout has run (on the loop of the first hop) */
     bool by_address; /* the base URL names an IP address, not a host */
     char *origin;    /* "https://host:port" of the pool */
+    /* Guarded by the wait lock (waitq.h): waiting decisions read both. */
+    sl_throttle_t throttle;
+    sl_waitq_t waitq;
+    bool dispatching;     /* a request just released from the queue is being sent: the next waits for it */
     pthread_mutex_t lock; /* guards what follows */
     sl_breaker_t breaker;
     uint32_t in_flight;

@@ -1,0 +1,282 @@
+/*
+ * Upstream 429s end to end (behaviour.md §6): the upstream pauses, requests
+ * wait in arrival order, a probe goes first, and a final 429 comes as soon as
+ * nothing can be sent before the deadline. Waits are scaled down with
+ * SLUICE_TEST_TIME_SCALE=0.01 (a 5 s pause is 50 ms, wait_secs 120 is 1.2 s).
+ */
+#include <arpa/inet.h>
+#include <criterion/criterion.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "fake_upstream.h"
+#include "harness.h"
+
+static proc_t proc;
+static fake_upstream_t *up;
+static http_response_t res;
+static uint16_t port;
+
+static void
+setup(void)
+{
+    setenv("SLUICE_TEST_TIME_SCALE", "0.01", 1);
+    up = fake_start(NULL, NULL, false);
+}
+
+static void
+teardown(void)
+{
+    proc_kill(&proc);
+    fake_stop(up);
+    http_response_free(&res);
+    remove_temp_files();
+}
+
+TestSuite(throttle, .init = setup, .fini = teardown, .timeout = 60);
+
+#define GATEWAY_KEY       "gw-test-key-0001"
+#define ANTHROPIC_HEADERS "x-api-key: " GATEWAY_KEY "\r\nanthropic-version: 2023-06-01\r\n"
+#define RATE_LIMITED                                                                                         \
+    "{\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\",\"message\":\"slow down\"}}"
+
+static const char *threads = "2";
+
+static void
+start(const char *provider_extra, const char *failover)
+{
+    char yaml[2048];
+    snprintf(yaml, sizeof(yaml),
+             "listen: {gateway: {bind: 127.0.0.1, port: 0}}\n"
+             "clients: [{name: tester, key: \"" GATEWAY_KEY "\"}]\n"
+             "providers:\n"
+             "  - {name: one, protocol: anthropic, base_url: \"http://127.0.0.1:%u\", key: k1%s}\n"
+             "failover: {%s}\n"
+             "store: {path: %s}\n",
+             fake_port(up), provider_extra != NULL ? provider_extra : "",
+             failover != NULL ? failover : "wait_secs: 120", write_temp_file(1, ""));
+    const char *args[] = {"--config", write_temp_file(0, yaml), "--log-level", "debug", "--threads", threads,
+                          NULL};
+    proc_start(&proc, args);
+    port = proc_wait_port(&proc, 5000);
+    cr_assert_neq(port, 0, "%s", proc.log);
+}
+
+static fake_reply_t
+ok(void)
+{
+    return (fake_reply_t){.status = 200,
+                          .headers = "content-type: text/event-stream\r\n",
+                          .body = fixture("anthropic-ok.sse", NULL),
+                          .chunked = true};
+}
+
+static fake_reply_t
+limited(const char *headers)
+{
+    return (fake_reply_t){.status = 429, .headers = headers, .body = RATE_LIMITED};
+}
+
+static const char *
+body(int i)
+{
+    static char b[8][256];
+    snprintf(b[i % 8], sizeof(b[0]),
+             "{\"model\":\"claude-x\",\"max_tokens\":8,\"stream\":true,\"messages\":[{\"role\":\"user\","
+             "\"content\":"
+             "\"turn %d\"}]}",
+             i);
+    return b[i % 8];
+}
+
+static int64_t
+gap_ms(size_t i)
+{
+    fake_request_t a, b;
+    cr_assert(fake_request(up, i - 1, &a));
+    cr_assert(fake_request(up, i, &b));
+    return b.at_ms - a.at_ms;
+}
+
+Test(throttle, a_429_with_retry_after_ms_pauses_then_the_request_goes_through)
+{
+    start(NULL, NULL);
+    fake_push(up, limited("content-type: application/json\r\nretry-after-ms: 3000\r\n"));
+    fake_push(up, ok());
+    cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, body(0), &res));
+    cr_assert_eq(res.status, 200);
+    cr_assert_str_eq(res.body, fixture("anthropic-ok.sse", NULL), "the client never sees the 429");
+    cr_assert_geq(gap_ms(1), 30, "the 3 s hint (scaled)");
+    cr_assert(proc_wait_log(&proc, "upstream one: paused", 2000), "%s", proc.log);
+    cr_assert(proc_wait_log(&proc, "event request_queued", 2000), "%s", proc.log);
+    cr_assert(proc_wait_log(&proc, "upstream one: rate limit over", 2000), "%s", proc.log);
+}
+
+Test(throttle, without_a_hint_the_pause_is_5_s_and_grows_with_each_429)
+{
+    start(NULL, NULL);
+    fake_push(up, limited("content-type: application/json\r\n"));
+    fake_push(up, limited("content-type: application/json\r\n"));
+    fake_push(up, ok());
+    cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, body(0), &res));
+    cr_assert_eq(res.status, 200);
+    cr_assert_geq(gap_ms(1), 50, "5 s (scaled)");
+    cr_assert_geq(gap_ms(2), 100, "then 10 s (scaled)");
+    cr_assert_eq(strstr(proc.log, "breaker open"), NULL, "a 429 is not a failure");
+}
+
+typedef struct {
+    int i;
+    http_response_t res;
+} client_t;
+
+static void *
+client_main(void *arg)
+{
+    client_t *c = arg;
+    http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, body(c->i), &c->res);
+    return NULL;
+}
+
+Test(throttle, requests_behind_a_pause_go_in_arrival_order_after_one_probe)
+{
+    /* One worker: the event log's order is then the order things happened in. */
+    threads = "1";
+    start(NULL, NULL);
+    fake_push(up, limited("content-type: application/json\r\nretry-after-ms: 30000\r\n")); /* 300 ms */
+    fake_set_default(up, ok());
+    client_t c[5];
+    pthread_t t[5];
+    c[0].i = 0;
+    memset(&c[0].res, 0, sizeof(c[0].res));
+    pthread_create(&t[0], NULL, client_main, &c[0]);
+    cr_assert(proc_wait_log(&proc, "upstream one: paused", 3000), "%s", proc.log);
+    for (int i = 1; i < 5; i++) {
+        c[i].i = i;
+        memset(&c[i].res, 0, sizeof(c[i].res));
+        pthread_create(&t[i], NULL, client_main, &c[i]);
+        usleep(20 * 1000); /* a clear arrival order */
+    }
+    for (int i = 0; i < 5; i++) {
+        pthread_join(t[i], NULL);
+        cr_assert_eq(c[i].res.status, 200, "client %d", i);
+        http_response_free(&c[i].res);
+    }
+    cr_assert_eq(fake_count(up), 6, "each request reached the upstream once, after the first 429");
+    /* The probe (the first request, back in its place at the head) went alone, before the rest. */
+    fake_request_t probe, next;
+    cr_assert(fake_request(up, 1, &probe));
+    cr_assert(strstr(probe.body, "turn 0") != NULL, "the probe was %s", probe.body);
+    cr_assert(fake_request(up, 2, &next));
+    cr_assert_geq(next.at_ms, probe.at_ms);
+    /* The queue released them in arrival order. */
+    cr_assert(proc_wait_log(&proc, "event request_dequeued id=5", 2000), "%s", proc.log);
+    const char *at = proc.log;
+    for (int id = 1; id <= 5; id++) {
+        char want[48];
+        snprintf(want, sizeof(want), "event request_dequeued id=%d", id);
+        const char *found = strstr(at, want);
+        cr_assert_not_null(found, "%s not after the previous one:\n%s", want, proc.log);
+        at = found;
+    }
+}
+
+Test(throttle, the_deadline_gives_a_final_429_with_its_three_headers)
+{
+    start(NULL, "wait_secs: 5"); /* 50 ms */
+    fake_push(up, limited("content-type: application/json\r\nretry-after: 600\r\n"));
+    cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, body(0), &res));
+    cr_assert_eq(res.status, 429);
+    char v[32];
+    cr_assert(http_header(&res, "retry-after", v, sizeof(v)), "%s", res.headers);
+    cr_assert(http_header(&res, "retry-after-ms", v, sizeof(v)), "%s", res.headers);
+    cr_assert(http_header(&res, "x-should-retry", v, sizeof(v)));
+    cr_assert_str_eq(v, "true");
+    cr_assert(http_header(&res, "x-sluice-error", v, sizeof(v)));
+    cr_assert_str_eq(v, "gw.wait.rate_limited");
+    cr_assert(strstr(res.body, "\"type\":\"rate_limit_error\"") != NULL, "%s", res.body);
+    cr_assert_eq(fake_count(up), 1);
+}
+
+Test(throttle, count_tokens_is_estimated_while_the_upstream_is_paused)
+{
+    start(NULL, "wait_secs: 5"); /* 50 ms: the first request gets its final 429, the upstream stays paused */
+    fake_push(up, limited("content-type: application/json\r\nretry-after-ms: 60000\r\n"));
+    cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, body(0), &res));
+    cr_assert_eq(res.status, 429);
+    cr_assert(http_request_h(port, "POST", "/v1/messages/count_tokens", ANTHROPIC_HEADERS, body(1), &res));
+    cr_assert_eq(res.status, 200);
+    char v[16];
+    cr_assert(http_header(&res, "x-sluice-estimated", v, sizeof(v)));
+}
+
+Test(throttle, busy_slots_queue_and_release_in_order)
+{
+    start(", max_concurrent: 1", NULL);
+    fake_reply_t slow = ok();
+    slow.delay_ms = 150; /* before the head; the body follows in one piece */
+    slow.chunked = false;
+    fake_set_default(up, slow);
+    client_t c[3];
+    pthread_t t[3];
+    for (int i = 0; i < 3; i++) {
+        c[i].i = i;
+        memset(&c[i].res, 0, sizeof(c[i].res));
+        pthread_create(&t[i], NULL, client_main, &c[i]);
+        usleep(30 * 1000);
+    }
+    for (int i = 0; i < 3; i++) {
+        pthread_join(t[i], NULL);
+        cr_assert_eq(c[i].res.status, 200, "client %d: %d", i, c[i].res.status);
+        http_response_free(&c[i].res);
+    }
+    for (int i = 0; i < 3; i++) {
+        fake_request_t r;
+        cr_assert(fake_request(up, (size_t)i, &r));
+        char want[32];
+        snprintf(want, sizeof(want), "turn %d", i);
+        cr_assert(strstr(r.body, want) != NULL, "slot %d went to %s", i, r.body);
+    }
+}
+
+Test(throttle, an_in_stream_rate_limit_reaches_the_throttle)
+{
+    start(NULL, NULL);
+    fake_push(up, (fake_reply_t){
+                      .status = 200,
+                      .headers = "content-type: text/event-stream\r\n",
+                      .chunked = true,
+                      .body = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{}}\n\n"
+                              "event: error\ndata: " RATE_LIMITED "\n\n"});
+    fake_push(up, ok());
+    cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, body(0), &res));
+    cr_assert_str_eq(res.body, fixture("anthropic-ok.sse", NULL));
+    cr_assert(proc_wait_log(&proc, "upstream one: paused", 2000), "%s", proc.log);
+}
+
+Test(throttle, a_queued_client_that_leaves_is_never_sent)
+{
+    start(NULL, NULL);
+    fake_push(up, limited("content-type: application/json\r\nretry-after-ms: 50000\r\n")); /* 500 ms */
+    fake_set_default(up, ok());
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port)};
+    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+    char req[1024];
+    int n = snprintf(req, sizeof(req),
+                     "POST /v1/messages HTTP/1.1\r\nHost: x\r\n" ANTHROPIC_HEADERS
+                     "content-length: %zu\r\n\r\n%s",
+                     strlen(body(0)), body(0));
+    cr_assert_eq(write(fd, req, (size_t)n), n);
+    cr_assert(proc_wait_log(&proc, "event request_queued", 2000), "%s", proc.log);
+    close(fd);
+    cr_assert(proc_wait_log(&proc, "event request_cancelled id=1", 2000), "%s", proc.log);
+    usleep(700 * 1000);
+    cr_assert_eq(fake_count(up), 1, "no hop for a client that left");
+}

@@ -4,11 +4,12 @@
  * dialect (formats.md), plus the usage the stream reports.
  *
  * One vtable per dialect (stream_anthropic.c, stream_openai_chat.c,
- * stream_openai_responses.c). Two phases, because of the hot path: while the
- * answer is held, events are few and are classified fully (parsed as JSON
- * where the dialect needs it); once content flows, an event is decided by its
- * name or a byte scan, and only the rare events that carry an error or usage
- * are parsed.
+ * stream_openai_responses.c, stream_gemini.c; Bedrock's eventstream messages
+ * have their own entry points in stream_bedrock.h). Two phases, because of
+ * the hot path: while the answer is held, events are few and are classified
+ * fully (parsed as JSON where the dialect needs it); once content flows, an
+ * event is decided by its name or a byte scan, and only the rare events that
+ * carry an error or usage are parsed.
  *
  * The caller feeds every complete event of one upstream stream, in order,
  * to sl_stream_feed, which keeps the phase, the usage and completeness.
@@ -83,9 +84,10 @@ typedef struct sl_stream_class_vtable {
 extern const sl_stream_class_vtable_t sl__stream_anthropic;
 extern const sl_stream_class_vtable_t sl__stream_openai_chat;
 extern const sl_stream_class_vtable_t sl__stream_openai_responses;
+extern const sl_stream_class_vtable_t sl__stream_gemini;
 
-/* The classifier of an SSE dialect, or NULL for dialects that do not stream SSE events here
- * (Gemini and Bedrock have their own). The vtables are static: never freed. */
+/* The classifier of an SSE dialect, or NULL for dialects that do not stream SSE events
+ * (Bedrock: stream_bedrock.h). The vtables are static: never freed. */
 static inline const sl_stream_class_vtable_t *
 sl_stream_class_for(sl_dialect_t dialect)
 {
@@ -93,6 +95,7 @@ sl_stream_class_for(sl_dialect_t dialect)
         [SL_DIALECT_ANTHROPIC] = &sl__stream_anthropic,
         [SL_DIALECT_OPENAI_CHAT] = &sl__stream_openai_chat,
         [SL_DIALECT_OPENAI_RESPONSES] = &sl__stream_openai_responses,
+        [SL_DIALECT_GEMINI] = &sl__stream_gemini,
     };
     return (unsigned)dialect < SL_DIALECT_COUNT ? by_dialect[dialect] : NULL;
 }
@@ -136,8 +139,10 @@ sl_stream_feed(sl_stream_t *st, const sl_sse_event_t *ev, sl_stream_verdict_t *o
  * Whether a stream that has ended (the upstream closed, h2o_http1client_error_is_eos)
  * was whole rather than cut: its completion marker arrived (Anthropic
  * message_stop, Responses response.completed or response.incomplete, Chat
- * [DONE]) or, for Chat, a finish_reason did. h2o reports a truncated chunked
- * body like a complete one (stack-notes.md), so this is the only check.
+ * [DONE], Bedrock messageStop) or, for Chat, a finish_reason did; Gemini has
+ * no marker, so there a candidate's finishReason or promptFeedback's
+ * blockReason does. h2o reports a truncated chunked body like a complete
+ * one (stack-notes.md), so this is the only check.
  * A whole stream may still hold no content (st->phase is then still held):
  * that is a stream that ended early (behaviour.md §5).
  */
@@ -197,5 +202,36 @@ void sl__openai_error(const struct json_t *error, sl_stream_verdict_t *out);
  * (prompt_tokens/completion_tokens or input_tokens/output_tokens), normalised as sl_usage_t says. */
 void sl__openai_usage(const struct json_t *u, const char *input_key, const char *output_key,
                       const char *details_key, sl_usage_t *usage);
+
+/* ---- Gemini's bare JSON error (stream_gemini.c) ---- */
+
+/* How long a bare object may grow before it is no longer awaited: the 64 KiB error-body cap of §4. */
+#define SL_GEMINI_BARE_MAX (64 * 1024)
+
+typedef enum {
+    SL_GEMINI_BARE_NONE,  /* the bytes do not start a bare JSON error: scan them as SSE */
+    SL_GEMINI_BARE_MORE,  /* they start a JSON object that has not closed yet: read more, do not scan */
+    SL_GEMINI_BARE_ERROR, /* a whole object with a non-null top-level "error": *out and *taken are set */
+} sl_gemini_bare_t;
+
+/*
+ * Some Gemini servers send an in-stream error as bare JSON, without `data:`
+ * and often without the blank line, so the SSE scanner cannot frame it; the
+ * official SDK accepts it. Call this on a Gemini stream's unconsumed bytes
+ * buf[0..len) before each sl_sse_next over them. Leading whitespace is
+ * skipped (the blank lines an SSE stream may hold between events).
+ *
+ * SL_GEMINI_BARE_ERROR: *out is an error verdict filled as for a `data:`
+ * error chunk, and *taken the bytes up to and including the object's
+ * closing brace (whitespace before it included); the stream is over and the
+ * hint is sl_hint_from_body over those bytes (details[].retryDelay).
+ * SL_GEMINI_BARE_MORE: do not call sl_sse_next yet; call again with the
+ * same bytes and more appended (an object still open at SL_GEMINI_BARE_MAX
+ * bytes turns into SL_GEMINI_BARE_NONE, so the SSE scanner's own bound ends
+ * the stream). SL_GEMINI_BARE_NONE: scan the bytes as SSE (a whole object
+ * without an error is only lines the SSE scanner ignores). On NONE and MORE,
+ * *out and *taken are untouched. Pure; parses only the error object.
+ */
+sl_gemini_bare_t sl_gemini_bare_error(const char *buf, size_t len, size_t *taken, sl_stream_verdict_t *out);
 
 #endif

@@ -690,17 +690,16 @@ Test(stream_verdict, credentials_in_an_error_message_are_masked)
 
 /* ---- the vtable ---- */
 
-Test(stream_class_for, the_three_sse_dialects_and_nothing_else)
+Test(stream_class_for, the_four_sse_dialects_and_nothing_else)
 {
     static const sl_dialect_t done[] = {SL_DIALECT_ANTHROPIC, SL_DIALECT_OPENAI_CHAT,
-                                        SL_DIALECT_OPENAI_RESPONSES};
-    for (size_t i = 0; i < 3; i++) {
+                                        SL_DIALECT_OPENAI_RESPONSES, SL_DIALECT_GEMINI};
+    for (size_t i = 0; i < 4; i++) {
         const sl_stream_class_vtable_t *vt = sl_stream_class_for(done[i]);
         cr_assert_not_null(vt);
         cr_assert_eq(vt->dialect, done[i]);
         cr_assert_not_null(vt->classify);
     }
-    cr_assert_null(sl_stream_class_for(SL_DIALECT_GEMINI));
     cr_assert_null(sl_stream_class_for(SL_DIALECT_BEDROCK));
     cr_assert_null(sl_stream_class_for(SL_DIALECT_COUNT));
     cr_assert_null(sl_stream_class_for((sl_dialect_t)-1));

@@ -1,0 +1,159 @@
+/*
+ * Bedrock ConverseStream messages (formats.md; the table is in
+ * stream_bedrock.h). Every message is named by its headers, so the names
+ * decide in both phases; a JSON payload is parsed only for exceptions and for
+ * the one metadata event of a stream.
+ */
+#include <jansson.h>
+#include <strings.h>
+
+#include "core/stream_bedrock.h"
+
+typedef enum { READ_NOTHING, READ_USAGE } reading_t;
+
+static const struct {
+    const char *name;
+    sl_stream_kind_t kind;
+    reading_t read;
+} events[] = {
+    {"messageStart", SL_STREAM_OPENING, READ_NOTHING},
+    {"contentBlockStart", SL_STREAM_CONTENT, READ_NOTHING},
+    {"contentBlockDelta", SL_STREAM_CONTENT, READ_NOTHING},
+    {"contentBlockStop", SL_STREAM_CONTENT, READ_NOTHING},
+    {"messageStop", SL_STREAM_END, READ_NOTHING},
+    {"metadata", SL_STREAM_OPENING, READ_USAGE},
+};
+
+/* The in-stream exceptions of ConverseStream and the statuses they stand for. */
+static const struct {
+    const char *name;
+    int status;
+} exceptions[] = {
+    {"throttlingException", 429},     {"serviceUnavailableException", 503},
+    {"internalServerException", 500}, {"modelStreamErrorException", 424},
+    {"validationException", 400},
+};
+
+static const struct {
+    const char *key;
+    size_t field;
+} usage_keys[] = {
+    {"inputTokens", offsetof(sl_usage_t, input)},
+    {"outputTokens", offsetof(sl_usage_t, output)},
+    {"cacheReadInputTokens", offsetof(sl_usage_t, cache_read)},
+    {"cacheWriteInputTokens", offsetof(sl_usage_t, cache_write)},
+};
+
+static bool
+span_is(const char *p, size_t n, const char *lit)
+{
+    return p != NULL && strlen(lit) == n && memcmp(p, lit, n) == 0;
+}
+
+/* The status an exception type stands for. Exception frames name it in camelCase, x-amzn-errortype
+ * and some :error-code values in PascalCase: case does not matter. */
+static int
+status_of(const char *name, size_t n)
+{
+    for (size_t i = 0; i < sizeof exceptions / sizeof exceptions[0]; i++) {
+        if (name != NULL && strlen(exceptions[i].name) == n && strncasecmp(name, exceptions[i].name, n) == 0)
+            return exceptions[i].status;
+    }
+    return 0;
+}
+
+static void
+take_usage(const sl_bedrock_message_t *m, sl_usage_t *usage)
+{
+    json_t *root = json_loadb(m->payload, m->payload_len, 0, NULL);
+    const json_t *u = json_object_get(root, "usage");
+    for (size_t i = 0; i < sizeof usage_keys / sizeof usage_keys[0]; i++) {
+        const json_t *v = json_object_get(u, usage_keys[i].key);
+        if (json_is_integer(v) && json_integer_value(v) >= 0)
+            *(int64_t *)((char *)usage + usage_keys[i].field) = json_integer_value(v);
+    }
+    json_decref(root);
+}
+
+/* The header spans are not NUL-terminated: cut them into buffers the size of the verdict's fields. */
+static void
+error_of(const char *code, size_t code_len, const char *message, size_t message_len, sl_stream_verdict_t *out)
+{
+    char c[SL_STREAM_CODE_MAX], msg[SL_STREAM_MESSAGE_MAX];
+    sl__stream_copy(c, sizeof c, code ? code : "", code_len);
+    sl__stream_copy(msg, sizeof msg, message ? message : "", message_len);
+    sl__stream_error(out, c, msg, status_of(code, code_len));
+}
+
+static void
+read_exception(const sl_bedrock_message_t *m, sl_stream_verdict_t *out, sl_usage_t *usage)
+{
+    (void)usage;
+    json_t *root = json_loadb(m->payload, m->payload_len, 0, NULL);
+    const char *message = json_string_value(json_object_get(root, "message"));
+    if (message == NULL)
+        message = json_string_value(json_object_get(root, "Message"));
+    error_of(m->exception_type, m->exception_type_len, message, message ? strlen(message) : 0, out);
+    json_decref(root);
+}
+
+static void
+read_error(const sl_bedrock_message_t *m, sl_stream_verdict_t *out, sl_usage_t *usage)
+{
+    (void)usage;
+    error_of(m->error_code, m->error_code_len, m->error_message, m->error_message_len, out);
+}
+
+static void
+read_event(const sl_bedrock_message_t *m, sl_stream_verdict_t *out, sl_usage_t *usage)
+{
+    for (size_t i = 0; i < sizeof events / sizeof events[0]; i++) {
+        if (!span_is(m->event_type, m->event_type_len, events[i].name))
+            continue;
+        out->kind = events[i].kind;
+        out->finished = events[i].kind == SL_STREAM_END;
+        if (events[i].read == READ_USAGE)
+            take_usage(m, usage);
+        return;
+    }
+}
+
+static const struct {
+    const char *name;
+    void (*read)(const sl_bedrock_message_t *m, sl_stream_verdict_t *out, sl_usage_t *usage);
+} message_types[] = {
+    {"event", read_event},
+    {"exception", read_exception},
+    {"error", read_error},
+};
+
+void
+sl_bedrock_classify(sl_stream_phase_t phase, const sl_bedrock_message_t *m, sl_stream_verdict_t *out,
+                    sl_usage_t *usage)
+{
+    (void)phase;
+    *out = (sl_stream_verdict_t){.kind = SL_STREAM_CONTENT};
+    for (size_t i = 0; i < sizeof message_types / sizeof message_types[0]; i++) {
+        if (span_is(m->message_type, m->message_type_len, message_types[i].name)) {
+            message_types[i].read(m, out, usage);
+            return;
+        }
+    }
+    /* The AWS SDK raises on a message type it does not know: so does the gateway. */
+    sl__stream_error(out, NULL, NULL, 0);
+}
+
+void
+sl_bedrock_stream_init(sl_stream_t *st)
+{
+    *st = (sl_stream_t){.vt = NULL, .phase = SL_STREAM_HELD};
+}
+
+void
+sl_bedrock_stream_feed(sl_stream_t *st, const sl_bedrock_message_t *m, sl_stream_verdict_t *out)
+{
+    sl_bedrock_classify(st->phase, m, out, &st->usage);
+    if (out->kind == SL_STREAM_CONTENT || out->kind == SL_STREAM_END)
+        st->phase = SL_STREAM_FLOWING;
+    st->finished = st->finished || out->finished;
+}

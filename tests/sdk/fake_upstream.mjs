@@ -65,6 +65,7 @@ export async function startFake() {
     req.on("data", (c) => chunks.push(c));
     req.on("end", () => {
       requests.push({
+        at: Date.now(),
         method: req.method,
         url: req.url,
         headers: req.headers,

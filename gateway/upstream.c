@@ -160,3 +160,71 @@ sl_upstreams_clear_auth_holds(sl_upstreams_t *reg, void (*on_change)(const sl_up
     }
     pthread_mutex_unlock(&reg->lock);
 }
+
+static sl_upstream_t *
+find_by_name(sl_upstreams_t *reg, const char *name)
+{
+    for (size_t i = 0; i < reg->n; i++) {
+        if (strcmp(reg->items[i]->name, name) == 0)
+            return reg->items[i];
+    }
+    return NULL;
+}
+
+/* Lock order: the registry, then the wait lock (as bind: the registry, then an upstream's lock). */
+bool
+sl_upstreams_pause(sl_upstreams_t *reg, const char *name, int64_t until_ms, int64_t now_ms,
+                   sl_throttle_t *after, bool *changed)
+{
+    pthread_mutex_lock(&reg->lock);
+    sl_upstream_t *u = find_by_name(reg, name);
+    if (u != NULL) {
+        sl_waitq_lock();
+        *changed = sl_throttle_pause_manual(&u->throttle, until_ms, now_ms);
+        *after = u->throttle;
+        sl_waitq_wake(&u->waitq, SIZE_MAX);
+        sl_waitq_unlock();
+    }
+    pthread_mutex_unlock(&reg->lock);
+    return u != NULL;
+}
+
+bool
+sl_upstreams_resume(sl_upstreams_t *reg, const char *name, int64_t now_ms, sl_throttle_t *after,
+                    bool *changed)
+{
+    pthread_mutex_lock(&reg->lock);
+    sl_upstream_t *u = find_by_name(reg, name);
+    if (u != NULL) {
+        sl_waitq_lock();
+        *changed = sl_throttle_resume(&u->throttle, now_ms);
+        *after = u->throttle;
+        /* The queue moves one at a time: the head goes (as the probe when one is due), then the next. */
+        sl_waitq_wake(&u->waitq, 1);
+        sl_waitq_unlock();
+    }
+    pthread_mutex_unlock(&reg->lock);
+    return u != NULL;
+}
+
+void
+sl_upstreams_free(sl_upstreams_t *reg)
+{
+    for (size_t i = 0; i < reg->n; i++) {
+        sl_upstream_t *u = reg->items[i];
+        h2o_socketpool_dispose(u->pool);
+        free(u->pool);
+        free(u->origin);
+        free(u->name);
+        pthread_mutex_destroy(&u->lock);
+        free(u);
+    }
+    for (size_t i = 0; i < reg->n_retired; i++) {
+        h2o_socketpool_dispose(reg->retired[i]);
+        free(reg->retired[i]);
+    }
+    free(reg->retired);
+    free(reg->items);
+    pthread_mutex_destroy(&reg->lock);
+    free(reg);
+}

@@ -60,6 +60,31 @@ h2o_socketpool_t *sl_upstream_pool(sl_upstream_t *up, h2o_loop_t *loop, bool *by
  */
 void sl_upstreams_clear_auth_holds(sl_upstreams_t *reg, void (*on_change)(const sl_upstream_t *up));
 
+/*
+ * An operator pauses the upstream named name (the control plane's
+ * pause_provider): until until_ms on sl_now_ms's clock, or until resumed
+ * when until_ms is 0; its 429 throttle runs on below (core/throttle.h).
+ * Every request waiting for it is woken to decide again: it goes to another
+ * candidate, or answers its final 429 when none can take it before its
+ * deadline. Returns false when no upstream has that name; else true, with
+ * *after the throttle as it now is and *changed whether what a Throttle
+ * shows changed (the caller emits ThrottleChanged).
+ */
+bool sl_upstreams_pause(sl_upstreams_t *reg, const char *name, int64_t until_ms, int64_t now_ms,
+                        sl_throttle_t *after, bool *changed);
+
+/*
+ * An operator resumes the upstream named name (resume_provider): the
+ * operator's pause ends, and so does a running 429 pause, into one probe
+ * (sl_throttle_resume); the head of its queue is woken. Returns as
+ * sl_upstreams_pause.
+ */
+bool sl_upstreams_resume(sl_upstreams_t *reg, const char *name, int64_t now_ms, sl_throttle_t *after,
+                         bool *changed);
+
+/* Frees the registry and every upstream in it, once no worker and no request uses them. */
+void sl_upstreams_free(sl_upstreams_t *reg);
+
 /* Idle keep-alive connections to an upstream are closed after this long. */
 #define SL_UPSTREAM_IDLE_KEEPALIVE_MS 20000
 

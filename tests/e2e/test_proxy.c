@@ -34,7 +34,8 @@ static void
 teardown(void)
 {
     proc_kill(&proc);
-    fake_stop(up1);
+    if (up1 != NULL)
+        fake_stop(up1);
     fake_stop(up2);
     http_response_free(&res);
     remove_temp_files();
@@ -674,5 +675,9 @@ Test(proxy, a_client_that_stops_reading_lets_its_upstream_go_after_the_idle_time
     cr_assert(proc_wait_log(&proc, "the client read nothing for 1 s", 5000), "%s", proc.log);
     cr_assert(proc_wait_log(&proc, "event request_cancelled id=1", 2000), "%s", proc.log);
     close(fd);
+    /* The fake may still be writing the body: it is freed only once the fake has stopped. */
+    proc_kill(&proc);
+    fake_stop(up1);
+    up1 = NULL;
     free(body);
 }

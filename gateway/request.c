@@ -143,8 +143,8 @@ typedef struct {
     bool sealed_history; /* the body carries history bound to one upstream account */
     sl_affinity_effect_t affinity_effect;
     int64_t ttfb_ms, ttft_ms;
-    attempt_t attempts[MAX_ATTEMPTS];
-    size_t n_attempts;
+    attempt_t *attempts; /* owned; grows with the hops, most requests make one or two */
+    size_t n_attempts, cap_attempts;
     bool recorded;
 } request_t;
 
@@ -241,6 +241,10 @@ new_attempt(request_t *r, size_t cand)
 {
     if (r->n_attempts == MAX_ATTEMPTS)
         return NULL;
+    if (r->n_attempts == r->cap_attempts) {
+        r->cap_attempts = r->cap_attempts == 0 ? 2 : r->cap_attempts * 2;
+        r->attempts = sl_xrealloc(r->attempts, r->cap_attempts * sizeof(*r->attempts));
+    }
     attempt_t *a = &r->attempts[r->n_attempts++];
     *a = (attempt_t){.provider = r->cands[cand].provider,
                      .model = r->cands[cand].model,
@@ -1463,7 +1467,7 @@ wait_or_give_up(request_t *r)
         (r->counts_waiting ||
          atomic_load(&r->gw->waiting_bytes) + r->in.body_len <= r->config->max_waiting_bytes)) {
         if (r->waiter == NULL)
-            r->waiter = sl_waiter_new(r->io->inbox, r, r->started_ms);
+            r->waiter = sl_waiter_new(r->io->inbox, r, r->id);
         for (size_t i = 0; i < n; i++) {
             if (wait_on[i])
                 sl_waiter_join(r->waiter, &r->snapshot->upstreams[r->cands[i].provider]->waitq);
@@ -1929,6 +1933,22 @@ claim_upstream(request_t *r, sl_upstream_t *up, uint32_t max_concurrent)
     return skip;
 }
 
+/*
+ * A waiter that looks again and must still wait for the same reason is the
+ * skip it already recorded in this round, not a new attempt: a request
+ * woken many times in a long line keeps one row per upstream and reason.
+ */
+static bool
+repeats_a_skip(const request_t *r, const attempt_t *a, sl_row_skip_t skip)
+{
+    for (const attempt_t *e = a - 1;
+         e >= r->attempts && e->retry == a->retry && e->skipped != SL_ROW_SKIP_NONE; e--) {
+        if (e->provider == a->provider && e->skipped == skip)
+            return true;
+    }
+    return false;
+}
+
 static void
 start_hop(request_t *r, size_t cand)
 {
@@ -1944,8 +1964,12 @@ start_hop(request_t *r, size_t cand)
     r->round_backoff_ms = -1;
     sl_row_skip_t skip = claim_upstream(r, up, p->max_concurrent);
     if (skip != SL_ROW_SKIP_NONE) {
-        a->skipped = skip;
-        emit_attempt(r, a);
+        if (repeats_a_skip(r, a, skip)) {
+            r->n_attempts--;
+        } else {
+            a->skipped = skip;
+            emit_attempt(r, a);
+        }
         r->skips[cand] = skip;
         if (skip == SL_ROW_SKIP_BUSY && !r->last.any) {
             r->last.any = true;
@@ -2174,6 +2198,7 @@ on_request_disposed(void *p)
     end_hop(r);
     h2o_buffer_dispose(&r->rx);
     h2o_buffer_dispose(&r->tx);
+    free(r->attempts);
     sl_snapshot_release(r->snapshot);
 }
 

@@ -16,7 +16,7 @@ struct sl_waiter {
     sl_waitq_inbox_t *inbox;
     void *owner; /* NULL once released: the inbox frees it when its wake-up arrives */
     bool wake_in_flight;
-    int64_t arrival_ms;
+    uint64_t arrival;
     sl_waitq_node_t **nodes; /* one per queue joined (each its own allocation: queues link to them) */
     size_t n_nodes;
 };
@@ -71,12 +71,12 @@ sl_waitq_inbox_new(h2o_multithread_queue_t *queue, sl_waiter_wake_cb cb)
 }
 
 sl_waiter_t *
-sl_waiter_new(sl_waitq_inbox_t *inbox, void *owner, int64_t arrival_ms)
+sl_waiter_new(sl_waitq_inbox_t *inbox, void *owner, uint64_t arrival)
 {
     sl_waiter_t *w = sl_xcalloc(1, sizeof(*w));
     w->inbox = inbox;
     w->owner = owner;
-    w->arrival_ms = arrival_ms;
+    w->arrival = arrival;
     return w;
 }
 
@@ -133,7 +133,7 @@ sl_waiter_join(sl_waiter_t *w, sl_waitq_t *q)
     *n = (sl_waitq_node_t){.q = q, .w = w};
     /* New arrivals are usually last: scan from the tail. */
     sl_waitq_node_t *after = q->tail;
-    while (after != NULL && after->w->arrival_ms > w->arrival_ms)
+    while (after != NULL && after->w->arrival > w->arrival)
         after = after->prev;
     n->prev = after;
     n->next = after != NULL ? after->next : q->head;

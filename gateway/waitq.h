@@ -40,10 +40,12 @@ void sl_waitq_lock(void);
 void sl_waitq_unlock(void);
 
 /*
- * A waiter for owner (a request of this inbox's worker) that arrived at
- * arrival_ms. The owner keeps it until sl_waiter_release. Never NULL.
+ * A waiter for owner (a request of this inbox's worker); arrival orders it
+ * in every queue it joins (the request's id: ids are handed out in arrival
+ * order across all workers, so unlike a clock they never tie). The owner
+ * keeps it until sl_waiter_release. Never NULL.
  */
-sl_waiter_t *sl_waiter_new(sl_waitq_inbox_t *inbox, void *owner, int64_t arrival_ms);
+sl_waiter_t *sl_waiter_new(sl_waitq_inbox_t *inbox, void *owner, uint64_t arrival);
 
 /* With the lock held: joins q in arrival order (a request that re-enters lands in its place). No-op if in it.
  */

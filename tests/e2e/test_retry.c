@@ -271,7 +271,9 @@ Test(retry, an_unlisted_stream_error_fails_over_but_is_not_retried)
 
 Test(retry, the_deadline_hands_over_the_last_error)
 {
-    /* wait_secs 5 = 50 ms: the 20 ms pause fits, the 40 ms one after it does not. */
+    /* At scale 0.05 wait_secs 5 = 250 ms: the 100 ms pause fits, the 200 ms one after it does not (a wide
+     * margin, so a slow first hop under a sanitizer still leaves room for the second). */
+    setenv("SLUICE_TEST_TIME_SCALE", "0.05", 1);
     start("anthropic", 1, "wait_secs: 5", NULL);
     fake_set_default(up1, status(503, JSON_HEADER, OVERLOADED));
     post_stream();

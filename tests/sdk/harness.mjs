@@ -5,21 +5,24 @@ import { spawn } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
+import { fileURLToPath } from "node:url";
 
 export const GATEWAY_KEY = "gw-sdk-test-key-0001";
 export const SDK_TIMEOUT_MS = 10_000;
 // Bounds each test: a hung stream fails the test instead of the run.
 export const TEST_TIMEOUT_MS = 20_000;
 
-const bin = process.env.SLUICE_BIN || "/work/main/build/gateway/sluice";
-const fixtures = process.env.SLUICE_FIXTURES || "/work/shared/fixtures/streams";
+const here = (rel) => fileURLToPath(new URL(rel, import.meta.url));
+const bin = process.env.SLUICE_BIN || here("../../build/gateway/sluice");
+const fixtures = process.env.SLUICE_FIXTURES || here("../../../shared/fixtures/streams");
 
 // The bytes of one stream fixture.
 export function fixture(name) {
   return fs.readFileSync(path.join(fixtures, name));
 }
 
-// `providers` are {name, protocol, port, path?}; they are tried in the order
+// `providers` are {name, protocol, port, path?, fields?} (fields: more YAML flow-map
+// entries, starting with a comma); they are tried in the order
 // given. Breaker pauses are kept out of the way (failures_to_pause) so that one
 // test's upstream failures do not change which upstream the next test reaches.
 function configYaml(providers, storePath, waitSecs) {
@@ -32,7 +35,7 @@ function configYaml(providers, storePath, waitSecs) {
     ...providers.map(
       (p) =>
         `  - {name: ${p.name}, protocol: ${p.protocol}, ` +
-        `base_url: "http://127.0.0.1:${p.port}${p.path ?? ""}", key: upstream-key-${p.name}}`,
+        `base_url: "http://127.0.0.1:${p.port}${p.path ?? ""}", key: upstream-key-${p.name}${p.fields ?? ""}}`,
     ),
     `failover: {wait_secs: ${waitSecs}, failures_to_pause: 1000, idle_timeout_secs: 10, connect_timeout_secs: 2}`,
     `store: {path: "${storePath}"}`,
@@ -41,16 +44,17 @@ function configYaml(providers, storePath, waitSecs) {
   return lines.join("\n") + "\n";
 }
 
-// Starts sluice and waits for its "serving on" line. Returns {port, log(),
+// Starts sluice and waits for its "serving on" line. Returns {port, pid, log(),
 // stop()}; throws with the log when it does not come up within 5 s. stop()
 // resolves to sluice's exit code (null when it had to be killed) and may be
 // called again once it has exited.
-// options.waitSecs sets failover.wait_secs (0 by default: no retries, failover only).
+// options.waitSecs sets failover.wait_secs (0 by default: no retries, failover only);
+// options.threads the worker threads (2 by default).
 export async function startGateway(providers, options = {}) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "sluice-sdk-"));
   const config = path.join(dir, "sluice.yaml");
   fs.writeFileSync(config, configYaml(providers, path.join(dir, "sluice.db"), options.waitSecs ?? 0));
-  const args = ["--config", config, "--threads", "2"];
+  const args = ["--config", config, "--threads", String(options.threads ?? 2)];
   if (process.env.SLUICE_LOG_LEVEL) args.push("--log-level", process.env.SLUICE_LOG_LEVEL);
   const child = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"] });
   let log = "";
@@ -86,6 +90,7 @@ export async function startGateway(providers, options = {}) {
 
   return {
     port,
+    pid: child.pid,
     log: () => log,
     async stop() {
       if (child.exitCode === null && child.signalCode === null) child.kill("SIGTERM");

@@ -8,6 +8,8 @@
 #include <criterion/criterion.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
+#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +48,9 @@ TestSuite(throttle, .init = setup, .fini = teardown, .timeout = 60);
     "{\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\",\"message\":\"slow down\"}}"
 
 static const char *threads = "2";
+/* debug prints every event; a test with many requests keeps to info, or the unread log pipe fills and blocks
+ * sluice's writes. */
+static const char *log_level = "debug";
 
 static void
 start(const char *provider_extra, const char *failover)
@@ -60,8 +65,8 @@ start(const char *provider_extra, const char *failover)
              "store: {path: %s}\n",
              fake_port(up), provider_extra != NULL ? provider_extra : "",
              failover != NULL ? failover : "wait_secs: 120", write_temp_file(1, ""));
-    const char *args[] = {"--config", write_temp_file(0, yaml), "--log-level", "debug", "--threads", threads,
-                          NULL};
+    const char *args[] = {
+        "--config", write_temp_file(0, yaml), "--log-level", log_level, "--threads", threads, NULL};
     proc_start(&proc, args);
     port = proc_wait_port(&proc, 5000);
     cr_assert_neq(port, 0, "%s", proc.log);
@@ -132,6 +137,7 @@ Test(throttle, without_a_hint_the_pause_is_5_s_and_grows_with_each_429)
 
 typedef struct {
     int i;
+    char body[256]; /* its own: body()'s ring is too small for many clients at once */
     http_response_t res;
 } client_t;
 
@@ -139,7 +145,8 @@ static void *
 client_main(void *arg)
 {
     client_t *c = arg;
-    http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, body(c->i), &c->res);
+    snprintf(c->body, sizeof(c->body), "%s", body(c->i));
+    http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, c->body, &c->res);
     return NULL;
 }
 
@@ -184,6 +191,58 @@ Test(throttle, requests_behind_a_pause_go_in_arrival_order_after_one_probe)
         cr_assert_not_null(found, "%s not after the previous one:\n%s", want, proc.log);
         at = found;
     }
+}
+
+Test(throttle, a_long_line_behind_a_pause_is_served_whole)
+{
+    /* Each request is woken many times while it waits (every answer moves the line): waking must not cost
+     * it an attempt, or the last in line run out of them. */
+    enum { CLIENTS = 300 };
+    log_level = "info";
+    start(NULL, NULL);
+    fake_push(up, limited("content-type: application/json\r\nretry-after-ms: 50000\r\n")); /* 500 ms */
+    fake_set_default(up, ok());
+    static client_t c[CLIENTS];
+    static pthread_t t[CLIENTS];
+    for (int i = 0; i < CLIENTS; i++) {
+        c[i].i = i;
+        memset(&c[i].res, 0, sizeof(c[i].res));
+        pthread_create(&t[i], NULL, client_main, &c[i]);
+        if (i == 0)
+            cr_assert(proc_wait_log(&proc, "upstream one: paused", 3000), "%s", proc.log);
+    }
+    int served = 0;
+    for (int i = 0; i < CLIENTS; i++) {
+        pthread_join(t[i], NULL);
+        /* Streams held past 15 s (scaled) start with keep-alive comments, then the answer. */
+        const char *got = c[i].res.body != NULL ? c[i].res.body : "";
+        while (strncmp(got, ": keep-alive\n\n", 14) == 0)
+            got += 14;
+        bool whole = c[i].res.status == 200 && strcmp(got, fixture("anthropic-ok.sse", NULL)) == 0;
+        served += whole;
+        if (!whole && served + 3 > i)
+            fprintf(stderr, "client %d: %d %s\n", i, c[i].res.status, c[i].res.body ? c[i].res.body : "");
+        http_response_free(&c[i].res);
+    }
+    cr_assert_eq(served, CLIENTS);
+    cr_assert_eq(fake_count(up), CLIENTS + 1, "each reached the upstream once, after the first 429 (%zu)",
+                 (size_t)fake_count(up));
+    /* Rows: the hop that got the 429, one skip per reason it waited for (throttled, busy), the hop served. */
+    kill(proc.pid, SIGTERM);
+    cr_assert_eq(proc_wait_exit(&proc, 5000), 0);
+    sqlite3 *db;
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_open_v2(temp_file_path(1), &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    cr_assert_eq(sqlite3_prepare_v2(db,
+                                    "SELECT count(*), max(n) FROM (SELECT count(*) AS n FROM attempts "
+                                    "GROUP BY request_row)",
+                                    -1, &st, NULL),
+                 SQLITE_OK);
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
+    cr_assert_eq(sqlite3_column_int(st, 0), CLIENTS);
+    cr_assert_leq(sqlite3_column_int(st, 1), 4, "a request waking in line adds no attempts");
+    sqlite3_finalize(st);
+    sqlite3_close(db);
 }
 
 Test(throttle, the_deadline_gives_a_final_429_with_its_three_headers)

@@ -459,7 +459,21 @@ emit_health(request_t *r, const char *provider, sl_breaker_t b)
 static void
 fill_row_msg(sl_row_msg_t *m, sl_code_t code, const char *provider, const char *detail)
 {
-    sl_msg_t msg = sl_msg_make(code, "provider", provider, "reason", detail, "detail", detail, NULL);
+    /* A hop's error keeps one detail: it fills the template's one placeholder besides {provider}
+     * ({status}, {secs}, {reason}, ...). */
+    char name[32] = "detail";
+    const char *t = sl_code_template(code);
+    for (const char *open = strchr(t, '{'); open != NULL; open = strchr(open + 1, '{')) {
+        const char *close = strchr(open, '}');
+        size_t len = close != NULL ? (size_t)(close - open - 1) : 0;
+        bool is_provider = len == strlen("provider") && strncmp(open + 1, "provider", len) == 0;
+        if (len > 0 && len < sizeof(name) && !is_provider) {
+            memcpy(name, open + 1, len);
+            name[len] = '\0';
+            break;
+        }
+    }
+    sl_msg_t msg = sl_msg_make(code, "provider", provider, name, detail, NULL);
     *m = sl_row_msg_from(&msg);
     sl_msg_free(&msg);
 }

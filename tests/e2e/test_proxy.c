@@ -464,6 +464,9 @@ Test(proxy, every_request_leaves_one_row_with_its_attempts)
                  1);
     cr_assert_eq(count_rows(db, "SELECT count(*) FROM attempts"), 2);
     cr_assert_eq(count_rows(db, "SELECT count(*) FROM attempts WHERE provider = 'up1' AND status = 503"), 1);
+    cr_assert_eq(
+        count_rows(db, "SELECT count(*) FROM attempts WHERE error_text = 'sluice: up1 answered 503'"), 1,
+        "the attempt's message is filled in");
     cr_assert_eq(count_rows(db, "SELECT count(*) FROM requests WHERE usage_output = 5"), 1,
                  "usage from the stream is recorded");
     sqlite3_close(db);

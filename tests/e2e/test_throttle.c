@@ -212,13 +212,14 @@ Test(throttle, a_long_line_behind_a_pause_is_served_whole)
             cr_assert(proc_wait_log(&proc, "upstream one: paused", 3000), "%s", proc.log);
     }
     int served = 0;
+    const char *want = fixture("anthropic-ok.sse", NULL);
     for (int i = 0; i < CLIENTS; i++) {
         pthread_join(t[i], NULL);
         /* Streams held past 15 s (scaled) start with keep-alive comments, then the answer. */
         const char *got = c[i].res.body != NULL ? c[i].res.body : "";
         while (strncmp(got, ": keep-alive\n\n", 14) == 0)
             got += 14;
-        bool whole = c[i].res.status == 200 && strcmp(got, fixture("anthropic-ok.sse", NULL)) == 0;
+        bool whole = c[i].res.status == 200 && strcmp(got, want) == 0;
         served += whole;
         if (!whole && served + 3 > i)
             fprintf(stderr, "client %d: %d %s\n", i, c[i].res.status, c[i].res.body ? c[i].res.body : "");

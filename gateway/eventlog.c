@@ -52,6 +52,20 @@ log_event(void *ctx, sl_proto_event_t *ev)
                      sl_proto_retry_cause_slug(ev->request_retrying.cause),
                      ev->request_retrying.last_error.code);
         break;
+    case SL_PROTO_EVENT_REQUEST_QUEUED: {
+        const sl_proto_request_queued_t *q = &ev->request_queued;
+        sl_log_debug("event %s id=%llu gates=%zu first=%s:%s", kind, (unsigned long long)q->id, q->gates_len,
+                     q->gates_len > 0 ? q->gates[0].upstream : "-",
+                     q->gates_len > 0 ? sl_proto_serve_skip_slug(q->gates[0].skip) : "-");
+        break;
+    }
+    case SL_PROTO_EVENT_THROTTLE_CHANGED: {
+        const sl_proto_throttle_t *t = ev->throttle_changed.throttle;
+        sl_log_debug("event %s provider=%s throttle=%s consecutive=%u", kind, ev->throttle_changed.provider,
+                     t != NULL ? sl_proto_throttle_kind_slug(t->kind) : "free",
+                     t != NULL ? t->consecutive : 0);
+        break;
+    }
     case SL_PROTO_EVENT_REQUEST_DEQUEUED:
         sl_log_debug("event %s id=%llu", kind, (unsigned long long)ev->request_dequeued.id);
         break;

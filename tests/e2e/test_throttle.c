@@ -20,7 +20,7 @@
 #include "harness.h"
 
 static proc_t proc;
-static fake_upstream_t *up;
+static fake_upstream_t *up, *up2;
 static http_response_t res;
 static uint16_t port;
 
@@ -29,6 +29,7 @@ setup(void)
 {
     setenv("SLUICE_TEST_TIME_SCALE", "0.01", 1);
     up = fake_start(NULL, NULL, false);
+    up2 = fake_start(NULL, NULL, false);
 }
 
 static void
@@ -36,6 +37,7 @@ teardown(void)
 {
     proc_kill(&proc);
     fake_stop(up);
+    fake_stop(up2);
     http_response_free(&res);
     remove_temp_files();
 }
@@ -51,20 +53,31 @@ static const char *threads = "2";
 /* debug prints every event; a test with many requests keeps to info, or the unread log pipe fills and blocks
  * sluice's writes. */
 static const char *log_level = "debug";
+/* A second upstream, "two" on up2, after "one" in failover order. */
+static bool second;
+/* More top-level YAML. */
+static const char *extra_yaml = "";
 
 static void
 start(const char *provider_extra, const char *failover)
 {
+    char two[256] = "";
+    if (second)
+        snprintf(two, sizeof(two),
+                 "  - {name: two, protocol: anthropic, base_url: \"http://127.0.0.1:%u\", key: k2}\n",
+                 fake_port(up2));
     char yaml[2048];
     snprintf(yaml, sizeof(yaml),
              "listen: {gateway: {bind: 127.0.0.1, port: 0}}\n"
              "clients: [{name: tester, key: \"" GATEWAY_KEY "\"}]\n"
              "providers:\n"
              "  - {name: one, protocol: anthropic, base_url: \"http://127.0.0.1:%u\", key: k1%s}\n"
+             "%s"
              "failover: {%s}\n"
-             "store: {path: %s}\n",
-             fake_port(up), provider_extra != NULL ? provider_extra : "",
-             failover != NULL ? failover : "wait_secs: 120", write_temp_file(1, ""));
+             "store: {path: %s}\n"
+             "%s",
+             fake_port(up), provider_extra != NULL ? provider_extra : "", two,
+             failover != NULL ? failover : "wait_secs: 120", write_temp_file(1, ""), extra_yaml);
     const char *args[] = {
         "--config", write_temp_file(0, yaml), "--log-level", log_level, "--threads", threads, NULL};
     proc_start(&proc, args);
@@ -85,6 +98,12 @@ static fake_reply_t
 limited(const char *headers)
 {
     return (fake_reply_t){.status = 429, .headers = headers, .body = RATE_LIMITED};
+}
+
+static fake_reply_t
+limited_with(const char *headers, const char *body)
+{
+    return (fake_reply_t){.status = 429, .headers = headers, .body = body};
 }
 
 static const char *
@@ -155,7 +174,8 @@ Test(throttle, requests_behind_a_pause_go_in_arrival_order_after_one_probe)
     /* One worker: the event log's order is then the order things happened in. */
     threads = "1";
     start(NULL, NULL);
-    fake_push(up, limited("content-type: application/json\r\nretry-after-ms: 30000\r\n")); /* 300 ms */
+    fake_push(up,
+              limited("content-type: application/json\r\nretry-after-ms: 100000\r\n")); /* 1 s: all arrive */
     fake_set_default(up, ok());
     client_t c[5];
     pthread_t t[5];
@@ -339,4 +359,73 @@ Test(throttle, a_queued_client_that_leaves_is_never_sent)
     cr_assert(proc_wait_log(&proc, "event request_cancelled id=1", 2000), "%s", proc.log);
     usleep(700 * 1000);
     cr_assert_eq(fake_count(up), 1, "no hop for a client that left");
+}
+
+Test(throttle, a_quota_used_up_429_fails_over_instead_of_pausing)
+{
+    second = true;
+    start(NULL, NULL);
+    fake_push(up, limited_with("content-type: application/json\r\n",
+                               "{\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\","
+                               "\"message\":\"usage_limit_reached for this month\"}}"));
+    fake_push(up2, ok());
+    cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, body(0), &res));
+    cr_assert_eq(res.status, 200);
+    cr_assert_str_eq(res.body, fixture("anthropic-ok.sse", NULL));
+    cr_assert_eq(fake_count(up), 1);
+    cr_assert_eq(fake_count(up2), 1, "sent on to the next upstream at once");
+    cr_assert(proc_wait_log(&proc, "event request_finished id=1", 2000), "%s", proc.log);
+    cr_assert_null(strstr(proc.log, "upstream one: paused"), "used-up quota is not a rate-limit pause");
+    cr_assert_null(strstr(proc.log, "event request_queued"), "nothing waited:\n%s", proc.log);
+}
+
+Test(throttle, a_request_waiting_on_two_paused_upstreams_goes_to_the_first_to_recover)
+{
+    second = true;
+    start(NULL, NULL);
+    fake_push(up, limited("content-type: application/json\r\nretry-after-ms: 60000\r\n"));  /* 600 ms */
+    fake_push(up2, limited("content-type: application/json\r\nretry-after-ms: 10000\r\n")); /* 100 ms */
+    fake_push(up2, ok());
+    fake_set_default(up, ok());
+    cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, body(0), &res));
+    cr_assert_eq(res.status, 200);
+    cr_assert_str_eq(res.body, fixture("anthropic-ok.sse", NULL));
+    cr_assert_eq(fake_count(up), 1, "one was still paused");
+    cr_assert_eq(fake_count(up2), 2, "two recovered first and took it");
+    fake_request_t a, b;
+    cr_assert(fake_request(up2, 0, &a));
+    cr_assert(fake_request(up2, 1, &b));
+    cr_assert_geq(b.at_ms - a.at_ms, 100, "after two's pause");
+    cr_assert_lt(b.at_ms - a.at_ms, 600, "before one's");
+}
+
+Test(throttle, past_max_waiting_bytes_a_request_is_turned_away_with_503)
+{
+    /* Two bodies (97 bytes each) fit in 250 bytes, not three. */
+    extra_yaml = "limits: {max_waiting_bytes: 250}\n";
+    start(NULL, NULL);
+    fake_push(up, limited("content-type: application/json\r\nretry-after-ms: 100000\r\n")); /* 1 s */
+    fake_set_default(up, ok());
+    client_t c[2];
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) {
+        c[i].i = i;
+        memset(&c[i].res, 0, sizeof(c[i].res));
+        pthread_create(&t[i], NULL, client_main, &c[i]);
+        if (i == 0)
+            cr_assert(proc_wait_log(&proc, "upstream one: paused", 3000), "%s", proc.log);
+    }
+    cr_assert(proc_wait_log(&proc, "event request_queued id=2", 2000), "%s", proc.log);
+    cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, body(2), &res));
+    cr_assert_eq(res.status, 503);
+    char v[32];
+    cr_assert(http_header(&res, "x-sluice-error", v, sizeof(v)), "%s", res.headers);
+    cr_assert_str_eq(v, "gw.wait.overloaded");
+    cr_assert(http_header(&res, "retry-after", v, sizeof(v)), "%s", res.headers);
+    for (int i = 0; i < 2; i++) {
+        pthread_join(t[i], NULL);
+        cr_assert_eq(c[i].res.status, 200, "client %d waited and was served", i);
+        http_response_free(&c[i].res);
+    }
+    cr_assert_eq(fake_count(up), 3, "the turned-away request never reached the upstream");
 }

@@ -139,6 +139,22 @@ Test(throttle, a_429_with_retry_after_ms_pauses_then_the_request_goes_through)
     cr_assert(proc_wait_log(&proc, "upstream one: paused", 2000), "%s", proc.log);
     cr_assert(proc_wait_log(&proc, "event request_queued", 2000), "%s", proc.log);
     cr_assert(proc_wait_log(&proc, "upstream one: rate limit over", 2000), "%s", proc.log);
+    /* The events tell the story in order. */
+    cr_assert(proc_wait_log(&proc, "event request_finished id=1", 2000), "%s", proc.log);
+    static const char *const story[] = {
+        "event throttle_changed provider=one throttle=paused consecutive=1",
+        "event request_queued id=1 gates=1 first=one:throttled",
+        "event throttle_changed provider=one throttle=probing",
+        "event request_dequeued id=1",
+        "event throttle_changed provider=one throttle=free consecutive=0",
+        "event request_finished id=1 status=200",
+    };
+    const char *at = proc.log;
+    for (size_t i = 0; i < sizeof(story) / sizeof(story[0]); i++) {
+        const char *found = strstr(at, story[i]);
+        cr_assert_not_null(found, "'%s' not after the one before:\n%s", story[i], proc.log);
+        at = found;
+    }
 }
 
 Test(throttle, without_a_hint_the_pause_is_5_s_and_grows_with_each_429)
@@ -428,4 +444,58 @@ Test(throttle, past_max_waiting_bytes_a_request_is_turned_away_with_503)
         http_response_free(&c[i].res);
     }
     cr_assert_eq(fake_count(up), 3, "the turned-away request never reached the upstream");
+}
+
+Test(throttle, an_absurd_hint_is_capped_by_rate_limit_max_pause_secs)
+{
+    start(NULL, "wait_secs: 120, rate_limit_max_pause_secs: 10"); /* 100 ms */
+    fake_push(up, limited("content-type: application/json\r\nretry-after-ms: 86400000\r\n"));
+    fake_push(up, ok());
+    cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, body(0), &res));
+    cr_assert_eq(res.status, 200);
+    cr_assert_geq(gap_ms(1), 100, "the cap (scaled)");
+    cr_assert_lt(gap_ms(1), 1000, "not the day the upstream asked for");
+}
+
+Test(throttle, a_hint_under_1_s_counts_as_missing)
+{
+    start(NULL, NULL);
+    fake_push(up, limited("content-type: application/json\r\nretry-after: 0\r\n"));
+    fake_push(up, ok());
+    cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, body(0), &res));
+    cr_assert_eq(res.status, 200);
+    cr_assert_geq(gap_ms(1), 50, "the 5 s pause without a hint (scaled), not an instant resend");
+}
+
+Test(throttle, a_probe_that_hangs_lets_the_rest_go_after_the_grace)
+{
+    threads = "1";
+    start(NULL, NULL);
+    fake_push(up, limited("content-type: application/json\r\nretry-after-ms: 10000\r\n")); /* 100 ms */
+    fake_reply_t hanging = ok();
+    hanging.chunked = false;
+    hanging.delay_ms = 1500;
+    fake_push(up, hanging);
+    fake_set_default(up, ok());
+    client_t c[2];
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) {
+        c[i].i = i;
+        memset(&c[i].res, 0, sizeof(c[i].res));
+        pthread_create(&t[i], NULL, client_main, &c[i]);
+        if (i == 0)
+            cr_assert(proc_wait_log(&proc, "upstream one: paused", 3000), "%s", proc.log);
+    }
+    for (int i = 0; i < 2; i++) {
+        pthread_join(t[i], NULL);
+        cr_assert_eq(c[i].res.status, 200, "client %d", i);
+        http_response_free(&c[i].res);
+    }
+    fake_request_t probe, after;
+    cr_assert(fake_request(up, 1, &probe));
+    cr_assert(strstr(probe.body, "turn 0") != NULL, "the probe was %s", probe.body);
+    cr_assert(fake_request(up, 2, &after));
+    /* The grace is 10 s (100 ms scaled): the second did not wait for the probe's 1.5 s answer. */
+    cr_assert_geq(after.at_ms - probe.at_ms, 100);
+    cr_assert_lt(after.at_ms - probe.at_ms, 1000);
 }

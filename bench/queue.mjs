@@ -2,10 +2,10 @@
 // paused upstream cost little memory and no CPU while they wait, and are all
 // released in arrival order. Prints numbers; asserts nothing about speed.
 //
-//   node bench/queue.mjs [N] [--threads T]      (SLUICE_BIN: the binary)
+//   node bench/queue.mjs [N] [--threads T] [--gap-ms G]   (SLUICE_BIN: the binary)
 //
 // Timeline: the first request gets 429 retry-after-ms (long enough for all N
-// to arrive), which pauses the upstream. The rest arrive 1 ms apart over
+// to arrive), which pauses the upstream. The rest arrive G ms (1) apart over
 // their own connections, each numbered in its body, and queue; the upstream
 // takes one request at a time. sluice's RSS
 // and CPU time are read from /proc while all wait; when the pause ends the
@@ -16,8 +16,12 @@ import http from "node:http";
 import { GATEWAY_KEY, startGateway } from "../tests/sdk/harness.mjs";
 
 const args = process.argv.slice(2);
-const threadsAt = args.indexOf("--threads");
-const threads = threadsAt >= 0 ? Number(args.splice(threadsAt, 2)[1]) : 2;
+function option(name, fallback) {
+  const at = args.indexOf(name);
+  return at >= 0 ? Number(args.splice(at, 2)[1]) : fallback;
+}
+const threads = option("--threads", 2);
+const gapMs = option("--gap-ms", 1);
 const N = Number(args[0] ?? 10000);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -53,7 +57,7 @@ const upstream = http.createServer((req, res) => {
   });
 });
 // Arrivals take about 1.3 ms each; the pause ends once all are in and measured.
-const pauseMs = Math.ceil(N * 1.5) + 8000;
+const pauseMs = Math.ceil(N * (gapMs + 0.5)) + 8000;
 await new Promise((r) => upstream.listen(0, "127.0.0.1", r));
 
 // One request at a time to the upstream (max_concurrent 1): the order in which the fake receives them is
@@ -95,7 +99,7 @@ done.push(send(0));
 await sleep(200); // the 429 has paused the upstream
 for (let i = 1; i < N; i++) {
   done.push(send(i));
-  await sleep(1);
+  await sleep(gapMs);
 }
 const arrivedMs = Date.now() - t0;
 await sleep(1000); // the last ones are read and queued

@@ -224,6 +224,7 @@ static void
 shut_down(sl_server_t *server, const sigset_t *signals, uint32_t grace_secs)
 {
     sl_server_stop_accepting(server);
+    sl_upstreams_wake_all(upstreams);
     sl_log_info("shutting down: %u request(s) in flight, waiting up to %u s", sl_server_in_flight(server),
                 grace_secs);
     uint64_t deadline = now_ms() + (uint64_t)grace_secs * 1000;

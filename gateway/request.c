@@ -1457,6 +1457,24 @@ wait_or_give_up(request_t *r)
     sl_wait_gate_t gates[n + 1];
     bool wait_on[n + 1];
     sl_waitq_lock();
+    /*
+     * Draining: nothing starts to wait, and whoever waits is woken to end
+     * here (read under the wait lock, which the drain's wake-up takes after
+     * setting stopping, so no one joins unseen). A waiting request would be
+     * cut at the end of the grace; answered now, its client can retry
+     * elsewhere at once.
+     */
+    if (atomic_load(&r->gw->stopping)) {
+        sl_waitq_unlock();
+        r->last.any = true;
+        r->last.code = SL_CODE_GW_SHUTTING_DOWN;
+        r->last.status = 0;
+        r->last.detail[0] = '\0';
+        if (r->req != NULL && !r->response_started)
+            h2o_add_header(&r->req->pool, &r->req->res.headers, H2O_TOKEN_RETRY_AFTER, NULL, H2O_STRLIT("1"));
+        answer_with_failure(r);
+        return;
+    }
     for (size_t i = 0; i < n; i++) {
         sl_upstream_t *up = r->snapshot->upstreams[r->cands[i].provider];
         if (r->in_round[i] && r->skips[i] == SL_ROW_SKIP_THROTTLED)

@@ -208,6 +208,17 @@ sl_upstreams_resume(sl_upstreams_t *reg, const char *name, int64_t now_ms, sl_th
 }
 
 void
+sl_upstreams_wake_all(sl_upstreams_t *reg)
+{
+    pthread_mutex_lock(&reg->lock);
+    sl_waitq_lock();
+    for (size_t i = 0; i < reg->n; i++)
+        sl_waitq_wake(&reg->items[i]->waitq, SIZE_MAX);
+    sl_waitq_unlock();
+    pthread_mutex_unlock(&reg->lock);
+}
+
+void
 sl_upstreams_free(sl_upstreams_t *reg)
 {
     for (size_t i = 0; i < reg->n; i++) {

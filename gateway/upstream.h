@@ -82,6 +82,9 @@ bool sl_upstreams_pause(sl_upstreams_t *reg, const char *name, int64_t until_ms,
 bool sl_upstreams_resume(sl_upstreams_t *reg, const char *name, int64_t now_ms, sl_throttle_t *after,
                          bool *changed);
 
+/* Every request waiting for any upstream is woken to decide again (the gateway is shutting down). */
+void sl_upstreams_wake_all(sl_upstreams_t *reg);
+
 /* Frees the registry and every upstream in it, once no worker and no request uses them. */
 void sl_upstreams_free(sl_upstreams_t *reg);
 

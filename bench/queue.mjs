@@ -2,7 +2,8 @@
 // paused upstream cost little memory and no CPU while they wait, and are all
 // released in arrival order. Prints numbers; asserts nothing about speed.
 //
-//   node bench/queue.mjs [N] [--threads T] [--gap-ms G]   (SLUICE_BIN: the binary)
+//   node bench/queue.mjs [N] [--threads T] [--gap-ms G] [--max-concurrent K] [--smoke]
+//   (SLUICE_BIN: the binary)
 //
 // Timeline: the first request gets 429 retry-after-ms (long enough for all N
 // to arrive), which pauses the upstream. The rest arrive G ms (1) apart over
@@ -22,6 +23,10 @@ function option(name, fallback) {
 }
 const threads = option("--threads", 2);
 const gapMs = option("--gap-ms", 1);
+// 1 by default (see below); 0 = no cap, so released requests go out concurrently while the line moves.
+const maxConcurrent = option("--max-concurrent", 1);
+// --smoke: no idle measurement, just the release (the short variant scripts/test runs).
+const smoke = args.includes("--smoke") && args.splice(args.indexOf("--smoke"), 1).length > 0;
 const N = Number(args[0] ?? 10000);
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
@@ -57,13 +62,13 @@ const upstream = http.createServer((req, res) => {
   });
 });
 // Arrivals take about 1.3 ms each; the pause ends once all are in and measured.
-const pauseMs = Math.ceil(N * (gapMs + 0.5)) + 8000;
+const pauseMs = Math.ceil(N * (gapMs + 0.5)) + (smoke ? 1500 : 8000);
 await new Promise((r) => upstream.listen(0, "127.0.0.1", r));
 
 // One request at a time to the upstream (max_concurrent 1): the order in which the fake receives them is
 // then exactly the order in which sluice released them (concurrent connections could race at the fake).
-const gw = await startGateway([{ name: "only", protocol: "anthropic", port: upstream.address().port,
-                                 fields: ", max_concurrent: 1" }],
+const fields = maxConcurrent > 0 ? `, max_concurrent: ${maxConcurrent}` : "";
+const gw = await startGateway([{ name: "only", protocol: "anthropic", port: upstream.address().port, fields }],
                               { waitSecs: Math.ceil(pauseMs / 1000) + 120, threads });
 const agent = new http.Agent({ keepAlive: false, maxSockets: Infinity });
 const idle = procStat(gw.pid);
@@ -102,9 +107,9 @@ for (let i = 1; i < N; i++) {
   await sleep(gapMs);
 }
 const arrivedMs = Date.now() - t0;
-await sleep(1000); // the last ones are read and queued
+await sleep(smoke ? 200 : 1000); // the last ones are read and queued
 const queued = procStat(gw.pid);
-await sleep(3000);
+if (!smoke) await sleep(3000);
 const waited = procStat(gw.pid);
 const waitLeft = pauseMs - (Date.now() - t0);
 if (waitLeft < 0) console.log(`warning: the pause ended ${-waitLeft} ms before the idle measurement did`);
@@ -121,11 +126,12 @@ received.forEach((n, at) => {
   displacement = Math.max(displacement, Math.abs(at - n));
 });
 if (process.env.SLUICE_BENCH_ORDER) fs.writeFileSync(process.env.SLUICE_BENCH_ORDER, received.join("\n"));
-console.log(`sluice --threads ${threads}, ${N} requests, one upstream paused ${pauseMs} ms by a 429`);
+console.log(`sluice --threads ${threads}, ${N} requests, one upstream paused ${pauseMs} ms by a 429, ` +
+            `max_concurrent ${maxConcurrent || "none"}`);
 console.log(`arrivals: ${arrivedMs} ms`);
 console.log(`RSS idle ${idle.rssKiB} KiB, all queued ${queued.rssKiB} KiB: ` +
             `${(((queued.rssKiB - idle.rssKiB) * 1024) / N).toFixed(0)} bytes per queued request`);
-console.log(`CPU while all waited 3 s: ${(waited.cpuMs - queued.cpuMs).toFixed(0)} ms`);
+if (!smoke) console.log(`CPU while all waited 3 s: ${(waited.cpuMs - queued.cpuMs).toFixed(0)} ms`);
 console.log(`released and answered after the pause: ${Math.max(0, releaseMs)} ms ` +
             `(${((N * 1000) / Math.max(1, releaseMs)).toFixed(0)} req/s); CPU ${(after.cpuMs - waited.cpuMs).toFixed(0)} ms`);
 console.log(`answers: ${ok} ok, ${failed} failed; upstream received ${received.length}; ` +
@@ -133,4 +139,6 @@ console.log(`answers: ${ok} ok, ${failed} failed; upstream received ${received.l
 if (process.env.SLUICE_BENCH_LOG) fs.writeFileSync(process.env.SLUICE_BENCH_LOG, gw.log());
 await gw.stop();
 upstream.close();
-process.exit(failed === 0 && inversions === 0 && received.length === N ? 0 : 1);
+// The order is exact only with one worker and one request at a time (see above); elsewhere it is shown.
+const orderExact = threads === 1 && maxConcurrent === 1;
+process.exit(failed === 0 && received.length === N && (!orderExact || inversions === 0) ? 0 : 1);

@@ -283,18 +283,6 @@ u64_of(int64_t v)
     return v > 0 ? (uint64_t)v : 0;
 }
 
-/* Whether the template has a {name} placeholder. */
-static bool
-template_names(const char *tmpl, const char *name)
-{
-    size_t len = strlen(name);
-    for (const char *p = strchr(tmpl, '{'); p != NULL; p = strchr(p + 1, '{')) {
-        if (strncmp(p + 1, name, len) == 0 && p[1 + len] == '}')
-            return true;
-    }
-    return false;
-}
-
 static bool
 named_before(const sl_msg_t *msg, size_t i)
 {
@@ -325,7 +313,7 @@ sl_bus_msg_from(const sl_msg_t *msg)
         .text = scrubbed_dup(msg->text),
     };
     for (size_t i = 0; i < msg->nargs; i++) {
-        if (tmpl == NULL || !template_names(tmpl, msg->args[i].name) || named_before(msg, i))
+        if (tmpl == NULL || !sl_msg_template_names(tmpl, msg->args[i].name) || named_before(msg, i))
             continue;
         out.args[out.args_len].key = str_dup(msg->args[i].name);
         out.args[out.args_len].value = scrubbed_dup(msg->args[i].value);

@@ -461,18 +461,9 @@ fill_row_msg(sl_row_msg_t *m, sl_code_t code, const char *provider, const char *
 {
     /* A hop's error keeps one detail: it fills the template's one placeholder besides {provider}
      * ({status}, {secs}, {reason}, ...). */
-    char name[32] = "detail";
-    const char *t = sl_code_template(code);
-    for (const char *open = strchr(t, '{'); open != NULL; open = strchr(open + 1, '{')) {
-        const char *close = strchr(open, '}');
-        size_t len = close != NULL ? (size_t)(close - open - 1) : 0;
-        bool is_provider = len == strlen("provider") && strncmp(open + 1, "provider", len) == 0;
-        if (len > 0 && len < sizeof(name) && !is_provider) {
-            memcpy(name, open + 1, len);
-            name[len] = '\0';
-            break;
-        }
-    }
+    char name[32]; /* outlives msg, as sl_msg_make asks of names */
+    if (!sl_msg_template_other(sl_code_template(code), "provider", name, sizeof(name)))
+        snprintf(name, sizeof(name), "detail");
     sl_msg_t msg = sl_msg_make(code, "provider", provider, name, detail, NULL);
     *m = sl_row_msg_from(&msg);
     sl_msg_free(&msg);

@@ -16,6 +16,37 @@ find_arg(const sl_msg_t *msg, const char *name, size_t name_len)
     return NULL;
 }
 
+bool
+sl_msg_template_names(const char *tmpl, const char *name)
+{
+    size_t len = strlen(name);
+    for (const char *p = strchr(tmpl, '{'); p != NULL; p = strchr(p + 1, '{')) {
+        if (strncmp(p + 1, name, len) == 0 && p[1 + len] == '}')
+            return true;
+    }
+    return false;
+}
+
+bool
+sl_msg_template_other(const char *tmpl, const char *except, char *out, size_t size)
+{
+    size_t except_len = strlen(except);
+    for (const char *p = strchr(tmpl, '{'); p != NULL; p = strchr(p + 1, '{')) {
+        const char *close = strchr(p + 1, '}');
+        if (close == NULL)
+            return false;
+        size_t len = (size_t)(close - p - 1);
+        if (len == 0 || (len == except_len && strncmp(p + 1, except, len) == 0))
+            continue;
+        if (len >= size)
+            return false;
+        memcpy(out, p + 1, len);
+        out[len] = '\0';
+        return true;
+    }
+    return false;
+}
+
 static char *
 render(const sl_msg_t *msg, const char *tmpl)
 {

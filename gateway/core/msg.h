@@ -6,6 +6,7 @@
 #ifndef SL_MSG_H
 #define SL_MSG_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include "codes.h"
@@ -36,6 +37,13 @@ typedef struct {
  * argument stays as written. Aborts only on out-of-memory.
  */
 sl_msg_t sl_msg_make(sl_code_t code, ...);
+/* Whether a code's template has the placeholder {name}. */
+bool sl_msg_template_names(const char *tmpl, const char *name);
+/*
+ * The name of the template's first placeholder other than {except}, copied
+ * into out (NUL-terminated); false when there is none or it does not fit.
+ */
+bool sl_msg_template_other(const char *tmpl, const char *except, char *out, size_t size);
 /* The value of a named argument, or NULL. */
 const char *sl_msg_arg(const sl_msg_t *msg, const char *name);
 void sl_msg_free(sl_msg_t *msg);

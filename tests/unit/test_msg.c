@@ -29,3 +29,24 @@ Test(msg, list_owns_its_messages)
     cr_assert_eq(list.len, 0);
     cr_assert_null(list.items);
 }
+
+Test(msg, a_template_names_its_placeholders_exactly)
+{
+    const char *t = sl_code_template(SL_CODE_GW_UPSTREAM_STATUS); /* "sluice: {provider} answered {status}" */
+    cr_assert(sl_msg_template_names(t, "provider"));
+    cr_assert(sl_msg_template_names(t, "status"));
+    cr_assert_not(sl_msg_template_names(t, "stat"));
+    cr_assert_not(sl_msg_template_names(t, "reason"));
+}
+
+Test(msg, the_other_placeholder_is_the_first_besides_the_one_excepted)
+{
+    char name[16];
+    cr_assert(sl_msg_template_other("sluice: {provider} answered {status}", "provider", name, sizeof(name)));
+    cr_assert_str_eq(name, "status");
+    cr_assert(sl_msg_template_other("{secs} s from {provider}", "provider", name, sizeof(name)));
+    cr_assert_str_eq(name, "secs");
+    cr_assert_not(sl_msg_template_other("{provider} is healthy again", "provider", name, sizeof(name)));
+    cr_assert_not(sl_msg_template_other("no placeholder", "provider", name, sizeof(name)));
+    cr_assert_not(sl_msg_template_other("{a_name_too_long_for_it}", "provider", name, sizeof(name)));
+}

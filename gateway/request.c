@@ -1435,6 +1435,20 @@ answer_final_429(request_t *r, const sl_wait_decision_t *d)
  * the pure rule decides whether it waits on them (and until when), or gets
  * the final 429 at once, or the last failure.
  */
+/* A request that would wait is answered instead, with code and a Retry-After (seconds) for its client. */
+static void
+refuse_to_wait(request_t *r, sl_code_t code, const char *retry_after_secs)
+{
+    r->last.any = true;
+    r->last.code = code;
+    r->last.status = 0;
+    r->last.detail[0] = '\0';
+    if (r->req != NULL && !r->response_started)
+        h2o_add_header(&r->req->pool, &r->req->res.headers, H2O_TOKEN_RETRY_AFTER, NULL, retry_after_secs,
+                       strlen(retry_after_secs));
+    answer_with_failure(r);
+}
+
 static void
 wait_or_give_up(request_t *r)
 {
@@ -1457,13 +1471,7 @@ wait_or_give_up(request_t *r)
      */
     if (atomic_load(&r->gw->stopping)) {
         sl_waitq_unlock();
-        r->last.any = true;
-        r->last.code = SL_CODE_GW_SHUTTING_DOWN;
-        r->last.status = 0;
-        r->last.detail[0] = '\0';
-        if (r->req != NULL && !r->response_started)
-            h2o_add_header(&r->req->pool, &r->req->res.headers, H2O_TOKEN_RETRY_AFTER, NULL, H2O_STRLIT("1"));
-        answer_with_failure(r);
+        refuse_to_wait(r, SL_CODE_GW_SHUTTING_DOWN, "1");
         return;
     }
     for (size_t i = 0; i < n; i++) {
@@ -1501,13 +1509,7 @@ wait_or_give_up(request_t *r)
 
     if (d.action == SL_WAIT_WAIT && !joined) {
         /* Waiting costs memory: past limits.max_waiting_bytes a request that would wait is turned away. */
-        r->last.any = true;
-        r->last.code = SL_CODE_GW_WAIT_OVERLOADED;
-        r->last.status = 0;
-        r->last.detail[0] = '\0';
-        if (r->req != NULL && !r->response_started)
-            h2o_add_header(&r->req->pool, &r->req->res.headers, H2O_TOKEN_RETRY_AFTER, NULL, H2O_STRLIT("5"));
-        answer_with_failure(r);
+        refuse_to_wait(r, SL_CODE_GW_WAIT_OVERLOADED, "5");
         return;
     }
     switch (d.action) {

@@ -56,4 +56,7 @@ const char *temp_file_path(int slot);
 /* Removes the files write_temp_file made. */
 void remove_temp_files(void);
 
+/* The first column of the first row of sql over the SQLite file at path (read-only); -1 on any error. */
+int db_int(const char *path, const char *sql);
+
 #endif

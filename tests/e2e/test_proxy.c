@@ -9,7 +9,6 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
-#include <sqlite3.h>
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -432,16 +431,6 @@ Test(proxy, a_conversation_sticks_to_the_upstream_that_served_it)
     cr_assert_eq(fake_count(up1), 2, "another conversation starts on the first candidate");
 }
 
-static int
-count_rows(sqlite3 *db, const char *sql)
-{
-    sqlite3_stmt *st;
-    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(db));
-    int n = sqlite3_step(st) == SQLITE_ROW ? sqlite3_column_int(st, 0) : -1;
-    sqlite3_finalize(st);
-    return n;
-}
-
 Test(proxy, every_request_leaves_one_row_with_its_attempts)
 {
     start_gateway("anthropic", NULL);
@@ -454,22 +443,18 @@ Test(proxy, every_request_leaves_one_row_with_its_attempts)
     kill(proc.pid, SIGTERM);
     cr_assert_eq(proc_wait_exit(&proc, 5000), 0, "%s", proc.log);
 
-    sqlite3 *db;
-    cr_assert_eq(sqlite3_open_v2(temp_file_path(1), &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    cr_assert_eq(count_rows(db, "SELECT count(*) FROM requests"), 2);
-    cr_assert_eq(count_rows(db, "SELECT count(*) FROM requests WHERE outcome = 'served' AND status = 200 "
-                                "AND provider = 'up2' AND ttft_ms IS NOT NULL"),
+    const char *db = temp_file_path(1);
+    cr_assert_eq(db_int(db, "SELECT count(*) FROM requests"), 2);
+    cr_assert_eq(db_int(db, "SELECT count(*) FROM requests WHERE outcome = 'served' AND status = 200 "
+                            "AND provider = 'up2' AND ttft_ms IS NOT NULL"),
                  1);
-    cr_assert_eq(count_rows(db, "SELECT count(*) FROM requests WHERE status = 401 AND outcome = 'failed'"),
-                 1);
-    cr_assert_eq(count_rows(db, "SELECT count(*) FROM attempts"), 2);
-    cr_assert_eq(count_rows(db, "SELECT count(*) FROM attempts WHERE provider = 'up1' AND status = 503"), 1);
-    cr_assert_eq(
-        count_rows(db, "SELECT count(*) FROM attempts WHERE error_text = 'sluice: up1 answered 503'"), 1,
-        "the attempt's message is filled in");
-    cr_assert_eq(count_rows(db, "SELECT count(*) FROM requests WHERE usage_output = 5"), 1,
+    cr_assert_eq(db_int(db, "SELECT count(*) FROM requests WHERE status = 401 AND outcome = 'failed'"), 1);
+    cr_assert_eq(db_int(db, "SELECT count(*) FROM attempts"), 2);
+    cr_assert_eq(db_int(db, "SELECT count(*) FROM attempts WHERE provider = 'up1' AND status = 503"), 1);
+    cr_assert_eq(db_int(db, "SELECT count(*) FROM attempts WHERE error_text = 'sluice: up1 answered 503'"), 1,
+                 "the attempt's message is filled in");
+    cr_assert_eq(db_int(db, "SELECT count(*) FROM requests WHERE usage_output = 5"), 1,
                  "usage from the stream is recorded");
-    sqlite3_close(db);
 }
 
 Test(proxy, a_slow_client_holds_back_the_upstream_and_loses_nothing)

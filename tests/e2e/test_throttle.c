@@ -9,7 +9,6 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
-#include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -276,19 +275,10 @@ Test(throttle, a_long_line_behind_a_pause_is_served_whole)
     /* Rows: the hop that got the 429, one skip per reason it waited for (throttled, busy), the hop served. */
     kill(proc.pid, SIGTERM);
     cr_assert_eq(proc_wait_exit(&proc, 5000), 0);
-    sqlite3 *db;
-    sqlite3_stmt *st;
-    cr_assert_eq(sqlite3_open_v2(temp_file_path(1), &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    cr_assert_eq(sqlite3_prepare_v2(db,
-                                    "SELECT count(*), max(n) FROM (SELECT count(*) AS n FROM attempts "
-                                    "GROUP BY request_row)",
-                                    -1, &st, NULL),
-                 SQLITE_OK);
-    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
-    cr_assert_eq(sqlite3_column_int(st, 0), CLIENTS);
-    cr_assert_leq(sqlite3_column_int(st, 1), 4, "one row per reason it waited, not per wake-up");
-    sqlite3_finalize(st);
-    sqlite3_close(db);
+    cr_assert_eq(db_int(temp_file_path(1), "SELECT count(*) FROM requests"), CLIENTS);
+    cr_assert_leq(db_int(temp_file_path(1),
+                         "SELECT max(n) FROM (SELECT count(*) AS n FROM attempts GROUP BY request_row)"),
+                  4, "one row per reason it waited, not per wake-up");
 }
 
 Test(throttle, the_deadline_gives_a_final_429_with_its_three_headers)
@@ -531,13 +521,6 @@ Test(throttle, on_shutdown_a_queued_request_is_answered_at_once_and_recorded)
     cr_assert(http_header(&c.res, "retry-after", v, sizeof(v)), "%s", c.res.headers);
     http_response_free(&c.res);
     cr_assert_eq(proc_wait_exit(&proc, 2000), 0, "drained at once, not after the grace:\n%s", proc.log);
-    sqlite3 *db;
-    sqlite3_stmt *st;
-    cr_assert_eq(sqlite3_open_v2(temp_file_path(1), &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    cr_assert_eq(sqlite3_prepare_v2(db, "SELECT count(*) FROM requests WHERE status = 503", -1, &st, NULL),
-                 SQLITE_OK);
-    cr_assert_eq(sqlite3_step(st), SQLITE_ROW);
-    cr_assert_eq(sqlite3_column_int(st, 0), 1, "its row is recorded");
-    sqlite3_finalize(st);
-    sqlite3_close(db);
+    cr_assert_eq(db_int(temp_file_path(1), "SELECT count(*) FROM requests WHERE status = 503"), 1,
+                 "its row is recorded");
 }

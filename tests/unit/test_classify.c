@@ -10,6 +10,7 @@
 
 #include "core/classify.h"
 #include "core/codes.h"
+#include "test_fixture.h"
 
 #define N(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -536,29 +537,13 @@ Test(classify_classes, what_each_class_means)
 
 /* ---- fixtures ---- */
 
-static char *
-read_fixture(const char *name, size_t *len)
-{
-    const char *dir = getenv("SLUICE_FIXTURES");
-    char path[1024];
-    snprintf(path, sizeof(path), "%s/%s", dir && *dir ? dir : "/work/shared/fixtures/streams", name);
-    FILE *fp = fopen(path, "rb");
-    cr_assert_not_null(fp, "cannot open %s", path);
-    char *buf = malloc(1 << 20);
-    cr_assert_not_null(buf);
-    *len = fread(buf, 1, (1 << 20) - 1, fp);
-    buf[*len] = '\0';
-    fclose(fp);
-    return buf;
-}
-
 static int
 fixture_status(const char *name)
 {
     char head[256];
     snprintf(head, sizeof(head), "%s.head", name);
     size_t len;
-    char *text = read_fixture(head, &len);
+    char *text = fixture_read(head, &len);
     int status = 0;
     cr_assert_eq(sscanf(text, "HTTP/1.1 %d", &status), 1, "%s: no status line", head);
     free(text);
@@ -569,7 +554,7 @@ static sl_failure_class_t
 classify_status_fixture(const char *name, sl_dialect_t dialect)
 {
     size_t len;
-    char *body = read_fixture(name, &len);
+    char *body = fixture_read(name, &len);
     sl_failure_t f = {.source = SL_FAILURE_STATUS,
                       .dialect = dialect,
                       .status = fixture_status(name),
@@ -585,7 +570,7 @@ static sl_failure_class_t
 classify_sse_fixture(const char *name, sl_dialect_t dialect, bool after_content)
 {
     size_t len;
-    char *text = read_fixture(name, &len);
+    char *text = fixture_read(name, &len);
     cr_assert_eq(fixture_status(name), 200);
     char *data = NULL;
     for (char *p = strstr(text, "data: "); p; p = strstr(p + 1, "\ndata: "))
@@ -635,7 +620,7 @@ Test(classify_fixtures, in_stream_error_after_content)
 Test(classify_fixtures, bedrock_service_unavailable_frame)
 {
     size_t len;
-    unsigned char *frame = (unsigned char *)read_fixture("bedrock-service-unavailable.eventstream", &len);
+    unsigned char *frame = (unsigned char *)fixture_read("bedrock-service-unavailable.eventstream", &len);
     cr_assert_gt(len, 16u);
     size_t headers_len = (size_t)frame[4] << 24 | (size_t)frame[5] << 16 | (size_t)frame[6] << 8 | frame[7];
     size_t total_len = (size_t)frame[0] << 24 | (size_t)frame[1] << 16 | (size_t)frame[2] << 8 | frame[3];

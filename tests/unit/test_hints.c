@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/hints.h"
+#include "test_fixture.h"
 
 #define N(a)                 (sizeof(a) / sizeof((a)[0]))
 #define DATE(text, now, out) sl_http_date_parse(text, strlen(text), now, out)
@@ -293,22 +294,6 @@ Test(hints, body_reads_only_its_length_and_at_most_64_kib)
 
 /* ---- fixtures ----------------------------------------------------------------------------------- */
 
-static char *
-read_fixture(const char *name, size_t *len)
-{
-    const char *dir = getenv("SLUICE_FIXTURES");
-    char path[1024];
-    snprintf(path, sizeof(path), "%s/%s", dir && *dir ? dir : "/work/shared/fixtures/streams", name);
-    FILE *fp = fopen(path, "rb");
-    cr_assert_not_null(fp, "cannot open %s", path);
-    char *buf = malloc(1 << 20);
-    cr_assert_not_null(buf);
-    *len = fread(buf, 1, (1 << 20) - 1, fp);
-    buf[*len] = '\0';
-    fclose(fp);
-    return buf;
-}
-
 #define MAX_HEADERS 32
 
 /* The header lines of a fixture's .head (status line skipped), as views into text. */
@@ -338,8 +323,8 @@ parse_head(char *text, sl_header_t *out)
 Test(hints, fixture_anthropic_429_hint_is_its_retry_after_ms)
 {
     size_t head_len, body_len;
-    char *head = read_fixture("anthropic-429.json.head", &head_len);
-    char *body = read_fixture("anthropic-429.json", &body_len);
+    char *head = fixture_read("anthropic-429.json.head", &head_len);
+    char *body = fixture_read("anthropic-429.json", &body_len);
     sl_header_t items[MAX_HEADERS];
     sl_header_array_t array = {items, parse_head(head, items)};
     sl_headers_t headers = sl_headers_of_array(&array);
@@ -365,8 +350,8 @@ Test(hints, fixtures_without_a_delay_give_no_hint)
         char head_name[256];
         snprintf(head_name, sizeof(head_name), "%s.head", names[i]);
         size_t head_len, body_len;
-        char *head = read_fixture(head_name, &head_len);
-        char *body = read_fixture(names[i], &body_len);
+        char *head = fixture_read(head_name, &head_len);
+        char *body = fixture_read(names[i], &body_len);
         sl_header_t items[MAX_HEADERS];
         sl_header_array_t array = {items, parse_head(head, items)};
         sl_headers_t headers = sl_headers_of_array(&array);

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "core/sse.h"
+#include "test_fixture.h"
 
 #define MAX_EVENTS 64
 #define SCRATCH    4096
@@ -105,25 +106,6 @@ assert_same_events(const run_t *a, const run_t *b, const char *what)
     }
 }
 
-static char *
-load_fixture(const char *name, size_t *len)
-{
-    const char *dir = getenv("SLUICE_FIXTURES");
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", dir && *dir ? dir : "/work/shared/fixtures/streams", name);
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "fixture %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = malloc((size_t)n + 1);
-    cr_assert_eq(fread(text, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    text[n] = '\0';
-    *len = (size_t)n;
-    return text;
-}
-
 /* The fixture with every "\n" replaced by eol. Caller frees. */
 static char *
 with_line_ends(const char *in, size_t len, const char *eol, size_t *out_len)
@@ -166,7 +148,7 @@ Test(sse_fixtures, whole_fixture_gives_every_event_and_consumes_every_byte)
 {
     for (size_t f = 0; f < NFIXTURES; f++) {
         size_t len;
-        char *text = load_fixture(fixtures[f].file, &len);
+        char *text = fixture_read(fixtures[f].file, &len);
         run_t run;
         feed_whole(text, len, &run);
         cr_assert_eq(run.n, fixtures[f].events, "%s: %zu events", fixtures[f].file, run.n);
@@ -193,7 +175,7 @@ Test(sse_fixtures, a_split_at_any_byte_gives_the_same_events)
     run_t *whole = malloc(sizeof *whole), *split = malloc(sizeof *split), *orig = malloc(sizeof *orig);
     for (size_t f = 0; f < NFIXTURES; f++) {
         size_t raw_len;
-        char *raw = load_fixture(fixtures[f].file, &raw_len);
+        char *raw = fixture_read(fixtures[f].file, &raw_len);
         feed_whole(raw, raw_len, orig);
         for (size_t e = 0; e < sizeof eols / sizeof eols[0]; e++) {
             size_t len;
@@ -222,7 +204,7 @@ Test(sse_fixtures, one_byte_per_read_gives_the_same_events)
     run_t *whole = malloc(sizeof *whole), *split = malloc(sizeof *split);
     for (size_t f = 0; f < NFIXTURES; f++) {
         size_t len;
-        char *text = load_fixture(fixtures[f].file, &len);
+        char *text = fixture_read(fixtures[f].file, &len);
         size_t *cuts = malloc(len * sizeof *cuts);
         for (size_t i = 0; i < len; i++)
             cuts[i] = i;

@@ -14,6 +14,7 @@
 
 #include "core/classify.h"
 #include "core/stream_bedrock.h"
+#include "test_fixture.h"
 
 static char
 letter(sl_stream_kind_t k)
@@ -76,24 +77,6 @@ next_frame(const char *buf, size_t len, sl_bedrock_message_t *m)
     return total;
 }
 
-static char *
-load_fixture(const char *name, size_t *len)
-{
-    const char *dir = getenv("SLUICE_FIXTURES");
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", dir && *dir ? dir : "/work/shared/fixtures/streams", name);
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "fixture %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = malloc((size_t)n + 1);
-    cr_assert_eq(fread(text, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    *len = (size_t)n;
-    return text;
-}
-
 static void
 assert_usage(const sl_usage_t *got, const sl_usage_t *want, const char *what)
 {
@@ -128,7 +111,7 @@ Test(bedrock_fixtures, each_message_is_classified_as_formats_md_says)
 {
     for (size_t f = 0; f < sizeof fixtures / sizeof fixtures[0]; f++) {
         size_t len;
-        char *bytes = load_fixture(fixtures[f].file, &len);
+        char *bytes = fixture_read(fixtures[f].file, &len);
         sl_stream_t st;
         sl_bedrock_stream_init(&st);
         char kinds[32] = "";

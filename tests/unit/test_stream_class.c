@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "core/stream_class.h"
+#include "test_fixture.h"
 
 #define MAX_EVENTS 64
 
@@ -70,25 +71,6 @@ run_stream(const sl_stream_class_vtable_t *vt, const char *in, size_t len, size_
         cr_assert_eq(r, SL_SSE_MORE);
     }
     free(buf);
-}
-
-static char *
-load_fixture(const char *name, size_t *len)
-{
-    const char *dir = getenv("SLUICE_FIXTURES");
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", dir && *dir ? dir : "/work/shared/fixtures/streams", name);
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "fixture %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = malloc((size_t)n + 1);
-    cr_assert_eq(fread(text, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    text[n] = '\0';
-    *len = (size_t)n;
-    return text;
 }
 
 static const struct {
@@ -188,7 +170,7 @@ Test(stream_fixtures, each_event_is_classified_as_formats_md_says)
 {
     for (size_t f = 0; f < NFIXTURES; f++) {
         size_t len;
-        char *text = load_fixture(fixtures[f].file, &len);
+        char *text = fixture_read(fixtures[f].file, &len);
         outcome_t o;
         run_stream(vt_of(fixtures[f].dialect), text, len, len, &o);
         assert_fixture(f, &o, "whole");
@@ -201,7 +183,7 @@ Test(stream_fixtures, a_split_at_any_byte_classifies_the_same)
     outcome_t *o = malloc(sizeof *o);
     for (size_t f = 0; f < NFIXTURES; f++) {
         size_t len;
-        char *text = load_fixture(fixtures[f].file, &len);
+        char *text = fixture_read(fixtures[f].file, &len);
         for (size_t cut = 0; cut <= len; cut++) {
             run_stream(vt_of(fixtures[f].dialect), text, len, cut, o);
             assert_fixture(f, o, "split");
@@ -217,7 +199,7 @@ Test(stream_fixtures, the_flowing_phase_agrees_on_errors_ends_and_usage)
 {
     for (size_t f = 0; f < NFIXTURES; f++) {
         size_t len;
-        char *text = load_fixture(fixtures[f].file, &len);
+        char *text = fixture_read(fixtures[f].file, &len);
         const sl_stream_class_vtable_t *vt = vt_of(fixtures[f].dialect);
         sl_sse_scanner_t s;
         sl_sse_init(&s, SL_SSE_MAX_EVENT_DEFAULT, NULL, 0);

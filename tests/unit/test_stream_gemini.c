@@ -13,6 +13,7 @@
 #include "core/classify.h"
 #include "core/hints.h"
 #include "core/stream_class.h"
+#include "test_fixture.h"
 
 #define MAX_EVENTS 64
 
@@ -87,25 +88,6 @@ run_stream(const char *in, size_t len, size_t cut, outcome_t *o)
     }
     o->left = have + (len - from);
     free(buf);
-}
-
-static char *
-load_fixture(const char *name, size_t *len)
-{
-    const char *dir = getenv("SLUICE_FIXTURES");
-    char path[512];
-    snprintf(path, sizeof path, "%s/%s", dir && *dir ? dir : "/work/shared/fixtures/streams", name);
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "fixture %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *text = malloc((size_t)n + 1);
-    cr_assert_eq(fread(text, 1, (size_t)n, f), (size_t)n);
-    fclose(f);
-    text[n] = '\0';
-    *len = (size_t)n;
-    return text;
 }
 
 #define HELLO_CHUNK                                                                                          \
@@ -183,7 +165,7 @@ static char *
 case_text(const stream_case_t *c, size_t *len)
 {
     if (c->name != NULL)
-        return load_fixture(c->name, len);
+        return fixture_read(c->name, len);
     *len = strlen(c->text);
     char *t = malloc(*len + 1);
     memcpy(t, c->text, *len + 1);

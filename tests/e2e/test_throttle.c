@@ -196,6 +196,38 @@ client_main(void *arg)
     return NULL;
 }
 
+/*
+ * Starts clients 0..n-1 in that order. after_first (may be NULL) is a log
+ * line to await once the first has started (the pause its 429 causes). With
+ * the debug log each later client starts once the one before has arrived
+ * (its RequestStarted), so sluice's arrival order is theirs.
+ */
+static void
+clients_start(client_t *c, pthread_t *t, int n, const char *after_first)
+{
+    for (int i = 0; i < n; i++) {
+        c[i] = (client_t){.i = i};
+        pthread_create(&t[i], NULL, client_main, &c[i]);
+        char arrived[64];
+        snprintf(arrived, sizeof(arrived), "event request_started id=%d ", i + 1);
+        if (i == 0 && after_first != NULL)
+            cr_assert(proc_wait_log(&proc, after_first, 3000), "%s", proc.log);
+        else if (strcmp(log_level, "debug") == 0)
+            cr_assert(proc_wait_log(&proc, arrived, 3000), "%s", proc.log);
+    }
+}
+
+/* Waits for clients 0..n-1; each must have been answered 200. */
+static void
+clients_join_ok(client_t *c, pthread_t *t, int n)
+{
+    for (int i = 0; i < n; i++) {
+        pthread_join(t[i], NULL);
+        cr_assert_eq(c[i].res.status, 200, "client %d: %d %s", i, c[i].res.status, c[i].res.body);
+        http_response_free(&c[i].res);
+    }
+}
+
 Test(throttle, requests_behind_a_pause_go_in_arrival_order_after_one_probe)
 {
     /* One worker: the event log's order is then the order things happened in. */
@@ -206,21 +238,8 @@ Test(throttle, requests_behind_a_pause_go_in_arrival_order_after_one_probe)
     fake_set_default(up, ok());
     client_t c[5];
     pthread_t t[5];
-    c[0].i = 0;
-    memset(&c[0].res, 0, sizeof(c[0].res));
-    pthread_create(&t[0], NULL, client_main, &c[0]);
-    cr_assert(proc_wait_log(&proc, "upstream one: paused", 3000), "%s", proc.log);
-    for (int i = 1; i < 5; i++) {
-        c[i].i = i;
-        memset(&c[i].res, 0, sizeof(c[i].res));
-        pthread_create(&t[i], NULL, client_main, &c[i]);
-        usleep(20 * 1000); /* a clear arrival order */
-    }
-    for (int i = 0; i < 5; i++) {
-        pthread_join(t[i], NULL);
-        cr_assert_eq(c[i].res.status, 200, "client %d", i);
-        http_response_free(&c[i].res);
-    }
+    clients_start(c, t, 5, "upstream one: paused");
+    clients_join_ok(c, t, 5);
     cr_assert_eq(fake_count(up), 6, "each request reached the upstream once, after the first 429");
     /* The probe (the first request, back in its place at the head) went alone, before the rest. */
     fake_request_t probe, next;
@@ -251,13 +270,7 @@ Test(throttle, a_long_line_behind_a_pause_is_served_whole)
     fake_set_default(up, ok());
     static client_t c[CLIENTS];
     static pthread_t t[CLIENTS];
-    for (int i = 0; i < CLIENTS; i++) {
-        c[i].i = i;
-        memset(&c[i].res, 0, sizeof(c[i].res));
-        pthread_create(&t[i], NULL, client_main, &c[i]);
-        if (i == 0)
-            cr_assert(proc_wait_log(&proc, "upstream one: paused", 3000), "%s", proc.log);
-    }
+    clients_start(c, t, CLIENTS, "upstream one: paused");
     int served = 0;
     const char *want = fixture("anthropic-ok.sse", NULL);
     for (int i = 0; i < CLIENTS; i++) {
@@ -319,20 +332,8 @@ Test(throttle, busy_slots_queue_and_release_in_order)
     fake_set_default(up, slow);
     client_t c[3];
     pthread_t t[3];
-    for (int i = 0; i < 3; i++) {
-        c[i].i = i;
-        memset(&c[i].res, 0, sizeof(c[i].res));
-        pthread_create(&t[i], NULL, client_main, &c[i]);
-        /* Arrival order is sluice's: the next client starts once this one has arrived. */
-        char arrived[64];
-        snprintf(arrived, sizeof(arrived), "event request_started id=%d ", i + 1);
-        cr_assert(proc_wait_log(&proc, arrived, 3000), "%s", proc.log);
-    }
-    for (int i = 0; i < 3; i++) {
-        pthread_join(t[i], NULL);
-        cr_assert_eq(c[i].res.status, 200, "client %d: %d", i, c[i].res.status);
-        http_response_free(&c[i].res);
-    }
+    clients_start(c, t, 3, NULL);
+    clients_join_ok(c, t, 3);
     for (int i = 0; i < 3; i++) {
         fake_request_t r;
         cr_assert(fake_request(up, (size_t)i, &r));
@@ -427,13 +428,7 @@ Test(throttle, past_max_waiting_bytes_a_request_is_turned_away_with_503)
     fake_set_default(up, ok());
     client_t c[2];
     pthread_t t[2];
-    for (int i = 0; i < 2; i++) {
-        c[i].i = i;
-        memset(&c[i].res, 0, sizeof(c[i].res));
-        pthread_create(&t[i], NULL, client_main, &c[i]);
-        if (i == 0)
-            cr_assert(proc_wait_log(&proc, "upstream one: paused", 3000), "%s", proc.log);
-    }
+    clients_start(c, t, 2, "upstream one: paused");
     cr_assert(proc_wait_log(&proc, "event request_queued id=2", 2000), "%s", proc.log);
     cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, body(2), &res));
     cr_assert_eq(res.status, 503, "%d %s\n%s", res.status, res.body, proc.log);
@@ -441,11 +436,7 @@ Test(throttle, past_max_waiting_bytes_a_request_is_turned_away_with_503)
     cr_assert(http_header(&res, "x-sluice-error", v, sizeof(v)), "%s", res.headers);
     cr_assert_str_eq(v, "gw.wait.overloaded");
     cr_assert(http_header(&res, "retry-after", v, sizeof(v)), "%s", res.headers);
-    for (int i = 0; i < 2; i++) {
-        pthread_join(t[i], NULL);
-        cr_assert_eq(c[i].res.status, 200, "client %d waited and was served", i);
-        http_response_free(&c[i].res);
-    }
+    clients_join_ok(c, t, 2); /* both waited and were served */
     cr_assert_eq(fake_count(up), 3, "the turned-away request never reached the upstream");
 }
 
@@ -482,18 +473,8 @@ Test(throttle, a_probe_that_hangs_lets_the_rest_go_after_the_grace)
     fake_set_default(up, ok());
     client_t c[2];
     pthread_t t[2];
-    for (int i = 0; i < 2; i++) {
-        c[i].i = i;
-        memset(&c[i].res, 0, sizeof(c[i].res));
-        pthread_create(&t[i], NULL, client_main, &c[i]);
-        if (i == 0)
-            cr_assert(proc_wait_log(&proc, "upstream one: paused", 3000), "%s", proc.log);
-    }
-    for (int i = 0; i < 2; i++) {
-        pthread_join(t[i], NULL);
-        cr_assert_eq(c[i].res.status, 200, "client %d", i);
-        http_response_free(&c[i].res);
-    }
+    clients_start(c, t, 2, "upstream one: paused");
+    clients_join_ok(c, t, 2);
     fake_request_t probe, after;
     cr_assert(fake_request(up, 1, &probe));
     cr_assert(strstr(probe.body, "turn 0") != NULL, "the probe was %s", probe.body);

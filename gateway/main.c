@@ -15,6 +15,8 @@
 
 #include "config.h"
 #include "eventlog.h"
+#include "core/xalloc.h"
+#include "limiter.h"
 #include "recorder.h"
 #include "request.h"
 #include "upstream.h"
@@ -154,7 +156,57 @@ log_problems(const sl_config_result_t *res)
 /* Kept reachable until exit: the server may still hold requests that reference them. */
 static sl_snapshot_holder_t running;
 static sl_upstreams_t *upstreams;
+static sl_limiter_t *limiter;
 static sl_gateway_t gateway;
+static const char *usage_db_path; /* the request DB opened at start, where usage buckets persist */
+
+static int64_t
+wall_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Past usage for limits that start counting (limiter.h), from the request DB's buckets. */
+static void
+read_usage_history(void *ctx, int64_t since_ms, sl_usage_cb add, void *add_ctx)
+{
+    (void)ctx;
+    if (usage_db_path == NULL)
+        return;
+    /* What the recorder still holds in memory counts too. */
+    if (gateway.recorder != NULL)
+        sl_recorder_flush(gateway.recorder);
+    char err[256];
+    if (sl_recorder_load_usage(usage_db_path, since_ms, add, add_ctx, err, sizeof(err)) < 0)
+        sl_log_warn("usage limits: the stored usage could not be read (%s); windows start empty", err);
+}
+
+/* Calendar periods of limits are in the configured zone (config.md `timezone`). */
+static void
+apply_timezone(const sl_config_t *config)
+{
+    const char *want = config->timezone;
+    const char *have = getenv("TZ");
+    if (want == NULL || (have != NULL && strcmp(have, want) == 0))
+        return;
+    setenv("TZ", want, 1);
+    tzset();
+}
+
+/* The snapshot's shared parts for config: upstream state and usage limits, carried over by name. */
+static void
+publish(sl_snapshot_holder_t *holder, sl_config_t *config, bool safe_mode, bool first)
+{
+    apply_timezone(config);
+    sl_upstream_t **ups = sl_upstreams_bind(upstreams, config);
+    sl_limit_sets_t sets = sl_limiter_bind(limiter, config, wall_now_ms());
+    if (first)
+        sl_snapshot_holder_init(holder, config, ups, sets, safe_mode);
+    else
+        sl_snapshot_publish(holder, config, ups, sets, safe_mode);
+}
 
 static void
 log_auth_hold_cleared(const sl_upstream_t *up)
@@ -187,8 +239,10 @@ reload(const char *path, sl_snapshot_holder_t *holder, const sl_listen_t *runnin
     sl_config_t *config = res.config;
     res.config = NULL;
     sl_config_result_free(&res);
-    sl_snapshot_publish(holder, config, sl_upstreams_bind(upstreams, config), false);
+    publish(holder, config, false, false);
     sl_upstreams_clear_auth_holds(upstreams, log_auth_hold_cleared);
+    /* Changed limits take effect now: whoever waits decides again. */
+    sl_upstreams_wake_all(upstreams);
     sl_msg_t m = sl_msg_make(SL_CODE_CONFIG_RELOADED, "path", path, NULL);
     sl_log_info("%s [%s]", m.text, sl_code_slug(m.code));
     sl_msg_free(&m);
@@ -286,8 +340,11 @@ main(int argc, char **argv)
     res.config = NULL;
     sl_config_result_free(&res);
     upstreams = sl_upstreams_new();
-    sl_snapshot_holder_init(&running, config, sl_upstreams_bind(upstreams, config), safe_mode);
     sl_gateway_init(&gateway, open_recorder(config));
+    if (gateway.recorder != NULL)
+        usage_db_path = sl_xstrdup(config->store_path);
+    limiter = sl_limiter_new(&gateway.retry_params, read_usage_history, NULL);
+    publish(&running, config, safe_mode, true);
     /* Until the control endpoint consumes events, the debug log shows them. */
     sl_eventlog_t *eventlog = sl_log_enabled(SL_LOG_DEBUG) ? sl_eventlog_start(gateway.bus) : NULL;
 

@@ -7,16 +7,20 @@
 #include <strings.h>
 #include <sys/random.h>
 #include <sys/time.h>
+#include <time.h>
 
 #include <arpa/inet.h>
 
 #include <h2o/socket.h>
 
 #include "core/cidr.h"
+#include "core/answer_usage.h"
 #include "core/classify.h"
 #include "core/dialect.h"
 #include "core/jscan.h"
 #include "core/hints.h"
+#include "core/limits.h"
+#include "core/pricing.h"
 #include "core/retry.h"
 #include "core/route.h"
 #include "core/sse.h"
@@ -31,6 +35,7 @@
 #define ERROR_BODY_CAP    (64u << 10) /* an error answer is read this far before it is judged */
 #define CLIENT_BUFFER_CAP (4u << 20)  /* bytes waiting for a slow client before upstream reads pause */
 #define MAX_ATTEMPTS      64
+#define ANSWER_TAIL_CAP   (16u << 10) /* the end of a whole JSON answer, kept to read its usage */
 
 typedef enum {
     REQ_ROUTING,       /* choosing the next candidate */
@@ -58,6 +63,13 @@ typedef struct {
     int64_t pause_ms;   /* time queued before this hop; -1 = none */
     int64_t backoff_ms; /* the pause before its round, on the round's first hop only; -1 = none */
 } attempt_t;
+
+/* What a usage limit set was charged for this request (behaviour.md §7), settled when it is over. */
+typedef struct {
+    sl_limit_set_t *set; /* NULL: nothing charged */
+    int64_t at_ms;       /* wall clock: when it was charged; the settlement lands there too */
+    sl_amounts_t amounts;
+} charge_t;
 
 /* Why the last hop failed, kept for the final answer when no candidate is left. */
 typedef struct {
@@ -89,9 +101,11 @@ typedef struct {
     sl_hop_t *hop;
     sl_upstream_t *up; /* the upstream of the current hop; in_flight counted while set */
     bool is_probe;
-    char *head;       /* the upstream request head (malloc) */
-    h2o_iovec_t body; /* the body sent upstream: the client's, or body_copy */
-    char *body_copy;  /* the client's body with the upstream's model name (malloc), for this hop only */
+    char *head;        /* the upstream request head (malloc) */
+    h2o_iovec_t body;  /* the body sent upstream: the client's, or body_copy */
+    char *body_copy;   /* the client's body with the upstream's model name (malloc), for this hop only */
+    char *answer_tail; /* the last bytes of a whole (non-SSE) 2xx answer (malloc), where its usage is */
+    size_t answer_tail_len;
     int up_status;
     h2o_headers_t up_headers; /* the upstream's answer headers, hop-by-hop ones dropped */
     int64_t up_content_length;
@@ -143,7 +157,16 @@ typedef struct {
     bool sealed_history; /* the body carries history bound to one upstream account */
     sl_affinity_effect_t affinity_effect;
     int64_t ttfb_ms, ttft_ms;
-    attempt_t *attempts; /* owned; grows with the hops, most requests make one or two */
+    /* Usage limits (behaviour.md §7). */
+    sl_limit_set_t *key_limits; /* the client key's limits; NULL: none */
+    charge_t key_charge;        /* the key's charge, once, at admission */
+    charge_t up_charge;         /* the current hop's upstream charge, from when it was sent */
+    bool key_waiting;           /* it waits in the key's queue (gate key_window) */
+    int64_t key_pause_ms;       /* time it waited for its key: part of the first hop's pause_ms */
+    bool hop_rate_limited;      /* the hop was answered 429: its upstream charge is taken back */
+    int64_t *recovery_ms;       /* per candidate: when its full window has room, its period resets */
+    char too_large_limit[SL_LIMIT_TEXT_MAX]; /* the limit a request too large for it met, for the message */
+    attempt_t *attempts;                     /* owned; grows with the hops, most requests make one or two */
     size_t n_attempts, cap_attempts;
     bool recorded;
 } request_t;
@@ -167,6 +190,8 @@ static void watch_client(request_t *r);
 static void unwatch_client(request_t *r);
 static void emit_attempt(request_t *r, const attempt_t *a);
 static void answer_token_estimate(request_t *r);
+static void answer_too_large(request_t *r, const sl_wait_decision_t *d, const char *subject);
+static bool admit_key(request_t *r);
 static void process(request_t *r);
 static void flush_to_client(request_t *r);
 
@@ -527,6 +552,79 @@ record(request_t *r, sl_row_outcome_t outcome, int status, bool has_error, sl_co
     }
 }
 
+/* ---- usage accounting (behaviour.md §7) ------------------------------------------------------ */
+
+/* Before the upstream reports usage: request bytes / 4 + max_tokens (4096 without), priced for model. */
+static sl_amounts_t
+usage_estimate(const request_t *r, const char *model)
+{
+    if (r->in.endpoint.op == SL_OP_COUNT_TOKENS)
+        return (sl_amounts_t){.requests = 1};
+    sl_usage_t u = sl_usage_estimate(r->in.body_len, r->in.fields.has_max_tokens, r->in.fields.max_tokens);
+    const sl_price_t *price = sl_price_for(r->config->pricing, r->config->n_pricing, model);
+    return (sl_amounts_t){1, u.input + u.output, sl_cost_micros(price, &u)};
+}
+
+/*
+ * What was really used, once it is over: the usage the upstream reported;
+ * without a report, the estimate when an answer was served (it was billed
+ * somehow), else nothing. Counting tokens costs none.
+ */
+static sl_amounts_t
+usage_real(const request_t *r, const charge_t *c, bool served)
+{
+    const sl_usage_t *u = &r->stream.usage;
+    if (r->in.endpoint.op == SL_OP_COUNT_TOKENS)
+        return (sl_amounts_t){.requests = 1};
+    if (u->input || u->output || u->cache_read || u->cache_write) {
+        const char *model = r->n_cands > 0 ? r->cands[r->cur].model : r->in.model;
+        const sl_price_t *price = sl_price_for(r->config->pricing, r->config->n_pricing, model);
+        return (sl_amounts_t){1, u->input + u->output + u->cache_read + u->cache_write,
+                              sl_cost_micros(price, u)};
+    }
+    if (served)
+        return (sl_amounts_t){1, c->amounts.tokens, c->amounts.cost_micros};
+    return (sl_amounts_t){.requests = 1};
+}
+
+/* The request DB keeps usage per minute, so that a restart rebuilds every window and period. */
+static void
+persist_usage(request_t *r, const sl_limit_set_t *set, int64_t at_ms, const sl_amounts_t *a)
+{
+    if (r->gw->recorder == NULL || (a->requests == 0 && a->tokens == 0 && a->cost_micros == 0))
+        return;
+    sl_recorder_add_usage(r->gw->recorder, set->kind, set->name, at_ms / 60000, a->requests, a->tokens,
+                          a->cost_micros);
+}
+
+/* With the wait lock held: set is charged a at wall time now (the estimate, reserving room). */
+static void
+charge_locked(charge_t *c, sl_limit_set_t *set, int64_t now_wall, const sl_amounts_t *a)
+{
+    sl_limits_add(set->states, set->n, now_wall, now_wall, a);
+    *c = (charge_t){set, now_wall, *a};
+}
+
+/*
+ * The estimate charged before is replaced by real, at the charge's own
+ * time. When room came free, the head of waiters (may be NULL) may go.
+ */
+static void
+settle(request_t *r, charge_t *c, const sl_amounts_t *real, sl_waitq_t *waiters)
+{
+    if (c->set == NULL)
+        return;
+    sl_amounts_t delta = {real->requests - c->amounts.requests, real->tokens - c->amounts.tokens,
+                          real->cost_micros - c->amounts.cost_micros};
+    sl_waitq_lock();
+    sl_limits_add(c->set->states, c->set->n, c->at_ms, wall_ms(), &delta);
+    if (waiters != NULL && (delta.requests < 0 || delta.tokens < 0 || delta.cost_micros < 0))
+        sl_waitq_wake(waiters, 1);
+    sl_waitq_unlock();
+    persist_usage(r, c->set, c->at_ms, &delta);
+    c->set = NULL;
+}
+
 /* ---- upstream bookkeeping ----------------------------------------------------------------- */
 
 static void
@@ -535,6 +633,10 @@ release_upstream(request_t *r)
     if (r->up == NULL)
         return;
     sl_upstream_t *up = r->up;
+    /* A 429 is not counted against the upstream's limits; anything else counts what it used. */
+    bool served = r->answer_started && !r->handing_over;
+    sl_amounts_t used = r->hop_rate_limited ? (sl_amounts_t){0} : usage_real(r, &r->up_charge, served);
+    settle(r, &r->up_charge, &used, NULL);
     pthread_mutex_lock(&up->lock);
     up->in_flight--;
     if (r->is_probe)
@@ -586,6 +688,9 @@ end_hop(request_t *r)
     r->head = NULL;
     free(r->body_copy);
     r->body_copy = NULL;
+    free(r->answer_tail);
+    r->answer_tail = NULL;
+    r->answer_tail_len = 0;
 }
 
 /* ---- answering the client ----------------------------------------------------------------- */
@@ -601,6 +706,11 @@ finish(request_t *r, sl_row_outcome_t outcome, int status, bool has_error, sl_co
     sl_timer_cancel(&r->io->timers, &r->stall_timer);
     unwatch_client(r);
     stop_waiting(r, false);
+    if (r->key_charge.set != NULL) {
+        /* The key was charged once, at admission; sluice's own retries are not its client's. */
+        sl_amounts_t used = usage_real(r, &r->key_charge, outcome == SL_ROW_SERVED);
+        settle(r, &r->key_charge, &used, &r->key_charge.set->queue);
+    }
     if (!r->recorded && r->in.endpoint.op != SL_OP_LIST_MODELS)
         emit_end(r, outcome, status, code, detail);
     record(r, outcome, status, has_error, code, detail);
@@ -905,6 +1015,7 @@ fail_over(request_t *r, const sl_failure_t *f, const char *detail, int64_t hint_
         sl_throttle_t throttle = up->throttle;
         sl_waitq_unlock();
         r->throttle_probe = false;
+        r->hop_rate_limited = true;
         if (changed)
             emit_throttle(r, up->name, &throttle);
         close_attempt(r, f->source == SL_FAILURE_STATUS ? SL_ROW_HOP_STATUS : SL_ROW_HOP_ERROR, code, detail);
@@ -1333,6 +1444,8 @@ wake_next_in_line(request_t *r)
     sl_waitq_lock();
     for (size_t i = 0; i < r->n_cands; i++)
         sl_waitq_wake(&r->snapshot->upstreams[r->cands[i].provider]->waitq, 1);
+    if (r->key_limits != NULL)
+        sl_waitq_wake(&r->key_limits->queue, 1);
     sl_waitq_unlock();
 }
 
@@ -1370,14 +1483,29 @@ stop_waiting(request_t *r, bool for_hop)
     r->queued = false;
 }
 
+/* A skip that waiting (or time) can end: the candidate is looked at again. */
+static bool
+skip_may_pass(sl_row_skip_t skip)
+{
+    return skip == SL_ROW_SKIP_THROTTLED || skip == SL_ROW_SKIP_BUSY || skip == SL_ROW_SKIP_WINDOW_FULL ||
+           skip == SL_ROW_SKIP_PERIOD_USED_UP;
+}
+
 /* Something it waits on may have changed (a wake-up, or its timer): look again. */
 static void
 look_again(request_t *r)
 {
     if (r->state != REQ_QUEUED)
         return;
+    if (r->key_waiting) {
+        if (admit_key(r)) {
+            r->next = 0;
+            next_hop(r);
+        }
+        return;
+    }
     for (size_t i = 0; i < r->n_cands; i++) {
-        if (r->skips[i] == SL_ROW_SKIP_THROTTLED || r->skips[i] == SL_ROW_SKIP_BUSY)
+        if (skip_may_pass(r->skips[i]))
             r->skips[i] = SL_ROW_SKIP_NONE;
     }
     r->next = 0;
@@ -1396,13 +1524,13 @@ sl_request_wake(void *owner)
     look_again(owner);
 }
 
-/* The final 429 (§6): nothing can be sent before the deadline. The headers tell SDKs when to come back. */
+/*
+ * The final 429 (§6, §7): nothing can be sent before the deadline, with
+ * code and its message (taken). The headers tell SDKs when to come back.
+ */
 static void
-answer_final_429(request_t *r, const sl_wait_decision_t *d)
+answer_final_429(request_t *r, const sl_wait_decision_t *d, sl_code_t code, sl_msg_t msg)
 {
-    sl_code_t code = SL_CODE_GW_WAIT_MIXED;
-    sl_code_from_slug(sl_wait_code_slug(d->code), &code);
-    sl_msg_t msg = sl_msg_make(code, NULL);
     r->gateway_error = true;
     if (r->keepalive_started) {
         append_stream_error(r, code, msg.text);
@@ -1430,11 +1558,6 @@ answer_final_429(request_t *r, const sl_wait_decision_t *d)
     sl_msg_free(&msg);
 }
 
-/*
- * No candidate can take the request now, but some are only paused or busy:
- * the pure rule decides whether it waits on them (and until when), or gets
- * the final 429 at once, or the last failure.
- */
 /* A request that would wait is answered instead, with code and a Retry-After (seconds) for its client. */
 static void
 refuse_to_wait(request_t *r, sl_code_t code, const char *retry_after_secs)
@@ -1449,6 +1572,89 @@ refuse_to_wait(request_t *r, sl_code_t code, const char *retry_after_secs)
     answer_with_failure(r);
 }
 
+/* Waiting costs memory: whether this request's body still fits under limits.max_waiting_bytes. */
+static bool
+may_start_waiting(const request_t *r)
+{
+    return r->counts_waiting ||
+           atomic_load(&r->gw->waiting_bytes) + r->in.body_len <= r->config->max_waiting_bytes;
+}
+
+/*
+ * The request has joined the queues it waits in (the gates, for
+ * RequestQueued): it looks again when woken, or at timer_ms at the latest.
+ */
+static void
+start_waiting(request_t *r, int64_t now, const sl_bus_gate_t *gates, size_t n_gates, int64_t timer_ms)
+{
+    r->state = REQ_QUEUED;
+    r->waited = true;
+    if (!r->counts_waiting) {
+        atomic_fetch_add(&r->gw->waiting_bytes, r->in.body_len);
+        r->counts_waiting = true;
+    }
+    if (!r->queued) {
+        r->queued = true;
+        r->queued_since_ms = now;
+        if (events_on(r)) {
+            sl_proto_event_t ev;
+            int64_t wall = wall_ms();
+            emit(r, sl_bus_request_queued(&ev, wall, r->id, gates, n_gates, wall + (r->deadline_ms - now)));
+        }
+    }
+    sl_timer_arm(&r->io->timers, &r->wait_timer, timer_ms < r->deadline_ms ? timer_ms : r->deadline_ms,
+                 on_wait_timer);
+}
+
+/* A time on sl_now_ms's clock as the wall-clock time of events; -1 stays "none". */
+static int64_t
+wall_of(int64_t now, int64_t wall, int64_t t)
+{
+    return t < 0 || t == SL_THROTTLE_NEVER ? -1 : wall + (t - now);
+}
+
+/* The gate a skipped candidate puts on waiting (§2, §6, §7). */
+static sl_wait_gate_t
+gate_of(const request_t *r, size_t i, int64_t now)
+{
+    sl_upstream_t *up = r->snapshot->upstreams[r->cands[i].provider];
+    if (!r->in_round[i])
+        return (sl_wait_gate_t){.skip = SL_WAIT_SKIP_OTHER, .recovery_ms = SL_THROTTLE_NEVER};
+    switch (r->skips[i]) {
+    case SL_ROW_SKIP_THROTTLED:
+        return (sl_wait_gate_t){.skip = SL_WAIT_SKIP_THROTTLED,
+                                .recovery_ms = sl_throttle_recovery_ms(&up->throttle, now)};
+    case SL_ROW_SKIP_BUSY:
+        return (sl_wait_gate_t){.skip = SL_WAIT_SKIP_BUSY, .recovery_ms = now};
+    case SL_ROW_SKIP_WINDOW_FULL:
+        return (sl_wait_gate_t){.skip = SL_WAIT_SKIP_WINDOW_FULL, .recovery_ms = r->recovery_ms[i]};
+    case SL_ROW_SKIP_PERIOD_USED_UP:
+        return (sl_wait_gate_t){.skip = SL_WAIT_SKIP_PERIOD_USED_UP, .recovery_ms = r->recovery_ms[i]};
+    default:
+        return (sl_wait_gate_t){.skip = SL_WAIT_SKIP_OTHER, .recovery_ms = SL_THROTTLE_NEVER};
+    }
+}
+
+static sl_proto_serve_skip_t
+serve_skip_of(sl_wait_skip_t skip)
+{
+    switch (skip) {
+    case SL_WAIT_SKIP_THROTTLED:
+        return SL_PROTO_SERVE_SKIP_THROTTLED;
+    case SL_WAIT_SKIP_WINDOW_FULL:
+        return SL_PROTO_SERVE_SKIP_WINDOW_FULL;
+    case SL_WAIT_SKIP_PERIOD_USED_UP:
+        return SL_PROTO_SERVE_SKIP_PERIOD_USED_UP;
+    default:
+        return SL_PROTO_SERVE_SKIP_BUSY;
+    }
+}
+
+/*
+ * No candidate can take the request now, but some are only paused, busy or
+ * out of usage room: the pure rule decides whether it waits on them (and
+ * until when), or gets the final 429 at once, or the last failure.
+ */
 static void
 wait_or_give_up(request_t *r)
 {
@@ -1474,16 +1680,8 @@ wait_or_give_up(request_t *r)
         refuse_to_wait(r, SL_CODE_GW_SHUTTING_DOWN, "1");
         return;
     }
-    for (size_t i = 0; i < n; i++) {
-        sl_upstream_t *up = r->snapshot->upstreams[r->cands[i].provider];
-        if (r->in_round[i] && r->skips[i] == SL_ROW_SKIP_THROTTLED)
-            gates[i] = (sl_wait_gate_t){.skip = SL_WAIT_SKIP_THROTTLED,
-                                        .recovery_ms = sl_throttle_recovery_ms(&up->throttle, now)};
-        else if (r->in_round[i] && r->skips[i] == SL_ROW_SKIP_BUSY)
-            gates[i] = (sl_wait_gate_t){.skip = SL_WAIT_SKIP_BUSY, .recovery_ms = now};
-        else
-            gates[i] = (sl_wait_gate_t){.skip = SL_WAIT_SKIP_OTHER, .recovery_ms = SL_THROTTLE_NEVER};
-    }
+    for (size_t i = 0; i < n; i++)
+        gates[i] = gate_of(r, i, now);
     size_t own = pinned_candidate(r);
     sl_wait_request_t req = {.now_ms = now,
                              .deadline_ms = r->deadline_ms,
@@ -1494,9 +1692,7 @@ wait_or_give_up(request_t *r)
         req.deadline_ms = now;
     sl_wait_decision_t d = sl_wait_decide(gates, n, &req, wait_on);
     bool joined = false;
-    if (d.action == SL_WAIT_WAIT &&
-        (r->counts_waiting ||
-         atomic_load(&r->gw->waiting_bytes) + r->in.body_len <= r->config->max_waiting_bytes)) {
+    if (d.action == SL_WAIT_WAIT && may_start_waiting(r)) {
         if (r->waiter == NULL)
             r->waiter = sl_waiter_new(r->io->inbox, r, r->id);
         for (size_t i = 0; i < n; i++) {
@@ -1508,58 +1704,167 @@ wait_or_give_up(request_t *r)
     sl_waitq_unlock();
 
     if (d.action == SL_WAIT_WAIT && !joined) {
-        /* Waiting costs memory: past limits.max_waiting_bytes a request that would wait is turned away. */
         refuse_to_wait(r, SL_CODE_GW_WAIT_OVERLOADED, "5");
         return;
     }
     switch (d.action) {
     case SL_WAIT_SEND_NOW:
-    case SL_WAIT_WAIT:
-        r->state = REQ_QUEUED;
-        r->waited = true;
-        if (!r->counts_waiting) {
-            atomic_fetch_add(&r->gw->waiting_bytes, r->in.body_len);
-            r->counts_waiting = true;
+    case SL_WAIT_WAIT: {
+        sl_bus_gate_t bus_gates[n + 1];
+        size_t k = 0;
+        int64_t wall = wall_ms();
+        for (size_t i = 0; i < n; i++) {
+            if (!wait_on[i] && d.action == SL_WAIT_WAIT)
+                continue;
+            if (gates[i].skip == SL_WAIT_SKIP_OTHER || gates[i].skip == SL_WAIT_SKIP_PERIOD_USED_UP)
+                continue;
+            bool timed = gates[i].skip != SL_WAIT_SKIP_BUSY;
+            bus_gates[k++] = (sl_bus_gate_t){
+                .upstream = provider_of(r, i)->name,
+                .skip = serve_skip_of(gates[i].skip),
+                .until_ms = timed ? wall_of(now, wall, gates[i].recovery_ms) : -1,
+            };
         }
-        if (!r->queued) {
-            r->queued = true;
-            r->queued_since_ms = now;
-            if (events_on(r)) {
-                sl_bus_gate_t bus_gates[n + 1];
-                size_t k = 0;
-                int64_t wall = wall_ms();
-                for (size_t i = 0; i < n; i++) {
-                    if (!wait_on[i] && d.action == SL_WAIT_WAIT)
-                        continue;
-                    bool throttled = gates[i].skip == SL_WAIT_SKIP_THROTTLED;
-                    if (!throttled && gates[i].skip != SL_WAIT_SKIP_BUSY)
-                        continue;
-                    bus_gates[k++] = (sl_bus_gate_t){
-                        .upstream = provider_of(r, i)->name,
-                        .skip = throttled ? SL_PROTO_SERVE_SKIP_THROTTLED : SL_PROTO_SERVE_SKIP_BUSY,
-                        .until_ms = throttled && gates[i].recovery_ms != SL_THROTTLE_NEVER
-                                        ? wall + (gates[i].recovery_ms - now)
-                                        : -1,
-                    };
-                }
-                sl_proto_event_t ev;
-                emit(r, sl_bus_request_queued(&ev, wall, r->id, bus_gates, k, wall + (r->deadline_ms - now)));
-            }
+        /* Woken by a message when a slot frees or a probe passes; the timer covers pauses, windows and the
+         * deadline. */
+        start_waiting(r, now, bus_gates, k, d.action == SL_WAIT_SEND_NOW ? now : d.wake_ms);
+        break;
+    }
+    case SL_WAIT_FINAL_429: {
+        sl_code_t code = SL_CODE_GW_WAIT_MIXED;
+        sl_code_from_slug(sl_wait_code_slug(d.code), &code);
+        /* Only windows too small for the request itself: waiting can never help (§7). */
+        if (d.code == SL_WAIT_CODE_WINDOW_FULL && !d.should_retry) {
+            answer_too_large(r, &d, "the upstreams for this model");
+            break;
         }
-        /* Woken by a message when a slot frees or a probe passes; the timer covers pauses and the deadline.
-         */
-        sl_timer_arm(&r->io->timers, &r->wait_timer,
-                     d.action == SL_WAIT_SEND_NOW ? now
-                                                  : (d.wake_ms < r->deadline_ms ? d.wake_ms : r->deadline_ms),
-                     on_wait_timer);
+        answer_final_429(r, &d, code, sl_msg_make(code, NULL));
         break;
-    case SL_WAIT_FINAL_429:
-        answer_final_429(r, &d);
-        break;
+    }
     default:
         answer_with_failure(r);
         break;
     }
+}
+
+/* The final 429 for a request that no limit of subject can ever take (§7): x-should-retry false. */
+static void
+answer_too_large(request_t *r, const sl_wait_decision_t *d, const char *subject)
+{
+    char limit[SL_LIMIT_TEXT_MAX];
+    snprintf(limit, sizeof(limit), "%s", r->too_large_limit[0] ? r->too_large_limit : "?");
+    answer_final_429(r, d, SL_CODE_GW_LIMIT_TOO_LARGE,
+                     sl_msg_make(SL_CODE_GW_LIMIT_TOO_LARGE, "subject", subject, "limit", limit, NULL));
+}
+
+/* A wall-clock time for messages, in the gateway's time zone: "2026-11-30 00:00 CET". */
+static void
+format_local_time(int64_t wall, char *out, size_t size)
+{
+    time_t t = (time_t)(wall / 1000);
+    struct tm tm;
+    if (localtime_r(&t, &tm) == NULL || strftime(out, size, "%Y-%m-%d %H:%M %Z", &tm) == 0)
+        snprintf(out, size, "%lld", (long long)wall);
+}
+
+/*
+ * A client key's limits (§7), once per request before any candidate: a
+ * full minute/hour window holds the request in the key's queue (gate
+ * key_window, in arrival order) within its deadline; a used-up period or a
+ * request larger than a whole limit is answered 429 at once. Admitted, the
+ * key is charged the estimate; finish() settles the real figure. Returns
+ * true when the request goes on to its candidates now.
+ */
+static bool
+admit_key(request_t *r)
+{
+    sl_limit_set_t *set = r->key_limits;
+    if (set == NULL || r->key_charge.set != NULL)
+        return true;
+    int64_t now = sl_now_ms(), wall = wall_ms();
+    sl_amounts_t need = usage_estimate(r, r->in.model);
+    sl_waitq_lock();
+    if (set->n == 0) {
+        sl_waitq_unlock();
+        return true;
+    }
+    if (atomic_load(&r->gw->stopping)) {
+        sl_waitq_unlock();
+        refuse_to_wait(r, SL_CODE_GW_SHUTTING_DOWN, "1");
+        return false;
+    }
+    /* Nobody overtakes the key's queue. */
+    bool first = r->waiter != NULL ? sl_waitq_is_head(&set->queue, r->waiter) : set->queue.len == 0;
+    sl_limits_check_t c = sl_limits_check(set->states, set->n, wall, &need);
+    if (c.verdict == SL_LIMIT_OK && first) {
+        charge_locked(&r->key_charge, set, wall, &need);
+        if (r->waiter != NULL) {
+            sl_waiter_leave_all(r->waiter);
+            sl_waitq_wake(&set->queue, 1);
+        }
+        sl_waitq_unlock();
+        persist_usage(r, set, wall, &need);
+        if (r->key_waiting) {
+            /* Its wait for upstreams, if any, is a queueing of its own. */
+            r->key_waiting = false;
+            r->key_pause_ms = now - r->queued_since_ms;
+            r->queued = false;
+            if (events_on(r)) {
+                sl_proto_event_t ev;
+                emit(r, sl_bus_request_dequeued(&ev, wall, r->id, NULL));
+            }
+        }
+        return true;
+    }
+    sl_limit_t which = set->states[c.which].limit;
+    sl_wait_gate_t gate = {.skip = SL_WAIT_SKIP_BUSY, .recovery_ms = now}; /* room, but others are first */
+    if (c.verdict == SL_LIMIT_WINDOW_FULL)
+        gate = (sl_wait_gate_t){SL_WAIT_SKIP_WINDOW_FULL, now + (c.recovery_ms - wall)};
+    else if (c.verdict == SL_LIMIT_PERIOD_USED_UP)
+        gate = (sl_wait_gate_t){SL_WAIT_SKIP_PERIOD_USED_UP, now + (c.recovery_ms - wall)};
+    else if (c.verdict == SL_LIMIT_NEVER)
+        gate = (sl_wait_gate_t){SL_WAIT_SKIP_WINDOW_FULL, SL_THROTTLE_NEVER};
+    sl_wait_request_t wr = {
+        .now_ms = now, .deadline_ms = may_wait(r) ? r->deadline_ms : now, .own = SL_WAIT_NO_OWN};
+    bool wait_on[1];
+    sl_wait_decision_t d = sl_wait_decide(&gate, 1, &wr, wait_on);
+    bool joined = d.action == SL_WAIT_WAIT && may_start_waiting(r);
+    if (joined) {
+        if (r->waiter == NULL)
+            r->waiter = sl_waiter_new(r->io->inbox, r, r->id);
+        sl_waiter_join(r->waiter, &set->queue);
+    }
+    sl_waitq_unlock();
+
+    char limit[SL_LIMIT_TEXT_MAX];
+    sl_limit_describe(&which, limit, sizeof(limit));
+    if (d.action == SL_WAIT_WAIT && !joined) {
+        refuse_to_wait(r, SL_CODE_GW_WAIT_OVERLOADED, "5");
+        return false;
+    }
+    if (d.action != SL_WAIT_WAIT) {
+        if (c.verdict == SL_LIMIT_NEVER) {
+            snprintf(r->too_large_limit, sizeof(r->too_large_limit), "%s", limit);
+            answer_too_large(r, &d, "this key");
+        } else if (c.verdict == SL_LIMIT_PERIOD_USED_UP) {
+            char until[64];
+            format_local_time(c.recovery_ms, until, sizeof(until));
+            answer_final_429(r, &d, SL_CODE_GW_KEY_USED_UP,
+                             sl_msg_make(SL_CODE_GW_KEY_USED_UP, "limit", limit, "until", until, NULL));
+        } else {
+            answer_final_429(r, &d, SL_CODE_GW_KEY_WINDOW_FULL,
+                             sl_msg_make(SL_CODE_GW_KEY_WINDOW_FULL, "limit", limit, NULL));
+        }
+        return false;
+    }
+    r->key_waiting = true;
+    sl_bus_gate_t bus_gate = {
+        .upstream = client_name(r),
+        .skip = SL_PROTO_SERVE_SKIP_KEY_WINDOW,
+        .until_ms = gate.skip == SL_WAIT_SKIP_WINDOW_FULL ? wall_of(now, wall, gate.recovery_ms) : -1,
+    };
+    start_waiting(r, now, &bus_gate, 1, d.wake_ms);
+    return false;
 }
 
 /* ---- reading the upstream's answer ---------------------------------------------------------- */
@@ -1671,6 +1976,42 @@ scan_events(request_t *r)
     }
 }
 
+/*
+ * The bytes of a whole (non-SSE) answer not yet passed on may go to the
+ * client. A 2xx answer's last bytes are kept: its usage comes at the end.
+ */
+static void
+pass_whole_answer_bytes(request_t *r)
+{
+    const char *fresh = r->rx->bytes + r->parsed;
+    size_t n = r->rx->size - r->parsed;
+    r->parsed = r->rx->size;
+    if (r->up_status >= 300 || r->handing_over || n == 0)
+        return;
+    if (r->answer_tail == NULL)
+        r->answer_tail = sl_xmalloc(ANSWER_TAIL_CAP);
+    if (n >= ANSWER_TAIL_CAP) {
+        memcpy(r->answer_tail, fresh + n - ANSWER_TAIL_CAP, ANSWER_TAIL_CAP);
+        r->answer_tail_len = ANSWER_TAIL_CAP;
+        return;
+    }
+    size_t keep = r->answer_tail_len + n <= ANSWER_TAIL_CAP ? r->answer_tail_len : ANSWER_TAIL_CAP - n;
+    memmove(r->answer_tail, r->answer_tail + r->answer_tail_len - keep, keep);
+    memcpy(r->answer_tail + keep, fresh, n);
+    r->answer_tail_len = keep + n;
+}
+
+/* A whole answer has ended: its usage, when its tail tells it, is what the hop used. */
+static void
+read_answer_usage(request_t *r)
+{
+    if (r->answer_tail == NULL)
+        return;
+    sl_usage_t u;
+    if (sl_answer_usage(r->in.endpoint.dialect, r->answer_tail, r->answer_tail_len, &u))
+        r->stream.usage = u;
+}
+
 static void
 process(request_t *r)
 {
@@ -1687,7 +2028,7 @@ process(request_t *r)
             release_hold(r);
         if (r->state == REQ_STREAMING) {
             if (!r->sse)
-                r->parsed = r->rx->size;
+                pass_whole_answer_bytes(r);
             flush_to_client(r);
         }
         break;
@@ -1696,7 +2037,7 @@ process(request_t *r)
             if (!scan_events(r))
                 return;
         } else {
-            r->parsed = r->rx->size;
+            pass_whole_answer_bytes(r);
         }
         flush_to_client(r);
         if (r->hop != NULL && !r->reads_paused && r->rx->size >= CLIENT_BUFFER_CAP)
@@ -1818,7 +2159,8 @@ on_hop_end(void *data, sl_hop_end_t how, const char *detail)
     case REQ_HELD:
         if (how == SL_HOP_END_EOS && !r->sse) {
             release_hold(r);
-            r->parsed = r->rx->size;
+            pass_whole_answer_bytes(r);
+            read_answer_usage(r);
             remember_response(r);
             close_attempt(r, SL_ROW_HOP_SERVED, SL_CODE_GW_UPSTREAM_STATUS, NULL);
             finish(r, SL_ROW_SERVED, r->up_status, false, SL_CODE_GW_UPSTREAM_STATUS, NULL);
@@ -1836,6 +2178,8 @@ on_hop_end(void *data, sl_hop_end_t how, const char *detail)
         /* A stream that told its own error after content needs no second one from the gateway. */
         bool whole = how == SL_HOP_END_EOS &&
                      (!r->sse || r->handing_over || r->told_error || sl_stream_complete(&r->stream));
+        if (whole && !r->sse)
+            read_answer_usage(r);
         release_upstream(r);
         if (whole) {
             bool served = r->up_status < 300 && !r->handing_over;
@@ -1898,15 +2242,65 @@ body_for_model(request_t *r, const char *model)
     return h2o_iovec_init(body, len);
 }
 
+/* What a set's limits show for an upstream (ThrottleChanged): a full window or a used-up period, else
+ * nothing. */
+static sl_limit_verdict_t
+shown_verdict(sl_limit_verdict_t v)
+{
+    return v == SL_LIMIT_WINDOW_FULL || v == SL_LIMIT_PERIOD_USED_UP ? v : SL_LIMIT_OK;
+}
+
 /*
- * Takes the upstream for a hop: a slot under its max_concurrent and, unless
- * the breaker is bypassed, its permission (or its half-open probe). Returns
- * SL_ROW_SKIP_NONE when taken, else why it is skipped now.
+ * An upstream's usage limits started or stopped holding it back (§7): its
+ * Throttle shows window_full / period_used_up until the room comes back;
+ * then whatever its 429 state is (t).
+ */
+static void
+emit_limit_throttle(request_t *r, const char *provider, sl_limit_verdict_t v, int64_t until_wall,
+                    const sl_limit_t *limit, const sl_throttle_t *t)
+{
+    if (v == SL_LIMIT_OK) {
+        sl_log_info("upstream %s: usage limits have room again", provider);
+        if (events_on(r))
+            emit_throttle(r, provider, t);
+        return;
+    }
+    char text[SL_LIMIT_TEXT_MAX], until[64];
+    sl_limit_describe(limit, text, sizeof(text));
+    format_local_time(until_wall, until, sizeof(until));
+    bool full = v == SL_LIMIT_WINDOW_FULL;
+    sl_log_info("upstream %s: %s (%s) until %s", provider, full ? "window full" : "period used up", text,
+                until);
+    if (!events_on(r))
+        return;
+    sl_code_t code = full ? SL_CODE_GW_UPSTREAM_WINDOW_FULL : SL_CODE_GW_UPSTREAM_PERIOD_USED_UP;
+    sl_proto_throttle_kind_t kind =
+        full ? SL_PROTO_THROTTLE_KIND_WINDOW_FULL : SL_PROTO_THROTTLE_KIND_PERIOD_USED_UP;
+    sl_msg_t reason = sl_msg_make(code, "provider", provider, "limit", text, "until", until, NULL);
+    sl_proto_event_t ev;
+    emit(r, sl_bus_throttle_changed(&ev, wall_ms(), provider, &kind, until_wall, 0, &reason));
+    sl_msg_free(&reason);
+}
+
+/*
+ * Takes the upstream for a hop: room in its usage limits (charged with the
+ * request's estimate), a slot under its max_concurrent and, unless the
+ * breaker is bypassed, its permission (or its half-open probe). Returns
+ * SL_ROW_SKIP_NONE when taken, else why it is skipped now (with
+ * r->recovery_ms[cand] set for a limit).
  */
 static sl_row_skip_t
-claim_upstream(request_t *r, sl_upstream_t *up, uint32_t max_concurrent)
+claim_upstream(request_t *r, size_t cand)
 {
-    int64_t now = sl_now_ms();
+    sl_upstream_t *up = r->snapshot->upstreams[r->cands[cand].provider];
+    sl_limit_set_t *set =
+        r->snapshot->limits.providers != NULL ? r->snapshot->limits.providers[r->cands[cand].provider] : NULL;
+    uint32_t max_concurrent = provider_of(r, cand)->max_concurrent;
+    sl_amounts_t need = usage_estimate(r, r->cands[cand].model);
+    int64_t now = sl_now_ms(), wall = wall_ms();
+    sl_limits_check_t limits = {.verdict = SL_LIMIT_OK};
+    bool limits_changed = false;
+    sl_limit_t limit = {0};
     sl_waitq_lock();
     bool throttle_changed = sl_throttle_check(&up->throttle, now);
     /* Waiters go in arrival order: a request that is not first in the queue lets the first go. */
@@ -1924,7 +2318,22 @@ claim_upstream(request_t *r, sl_upstream_t *up, uint32_t max_concurrent)
     sl_row_skip_t skip = admitted ? SL_ROW_SKIP_NONE : in_line ? SL_ROW_SKIP_BUSY : SL_ROW_SKIP_THROTTLED;
     bool breaker_changed = false;
     sl_breaker_t breaker = {0};
-    if (admitted) {
+    if (admitted && set != NULL && set->n > 0) {
+        limits = sl_limits_check(set->states, set->n, wall, &need);
+        limit = set->states[limits.which].limit;
+        if (shown_verdict(limits.verdict) != set->shown && limits.verdict != SL_LIMIT_NEVER) {
+            set->shown = shown_verdict(limits.verdict);
+            set->shown_until_ms = limits.recovery_ms;
+            limits_changed = true;
+        }
+        if (limits.verdict != SL_LIMIT_OK) {
+            skip = limits.verdict == SL_LIMIT_PERIOD_USED_UP ? SL_ROW_SKIP_PERIOD_USED_UP
+                                                             : SL_ROW_SKIP_WINDOW_FULL;
+            r->recovery_ms[cand] =
+                limits.verdict == SL_LIMIT_NEVER ? SL_THROTTLE_NEVER : now + (limits.recovery_ms - wall);
+        }
+    }
+    if (admitted && skip == SL_ROW_SKIP_NONE) {
         pthread_mutex_lock(&up->lock);
         if (max_concurrent > 0 && up->in_flight >= max_concurrent) {
             skip = SL_ROW_SKIP_BUSY;
@@ -1941,6 +2350,8 @@ claim_upstream(request_t *r, sl_upstream_t *up, uint32_t max_concurrent)
         }
         breaker = up->breaker;
         pthread_mutex_unlock(&up->lock);
+    }
+    if (admitted) {
         if (skip != SL_ROW_SKIP_NONE && throttle_probe)
             sl_throttle_probe_abandoned(&up->throttle);
         else
@@ -1949,10 +2360,22 @@ claim_upstream(request_t *r, sl_upstream_t *up, uint32_t max_concurrent)
             up->dispatching = true;
             r->dispatching = up;
         }
+        if (skip == SL_ROW_SKIP_NONE && set != NULL && set->n > 0)
+            charge_locked(&r->up_charge, set, wall, &need);
     }
     sl_waitq_unlock();
+    if (r->up_charge.set != NULL && skip == SL_ROW_SKIP_NONE)
+        persist_usage(r, set, wall, &need);
+    if (limits.verdict == SL_LIMIT_NEVER) {
+        char text[SL_LIMIT_TEXT_MAX];
+        sl_limit_describe(&limit, text, sizeof(text));
+        snprintf(r->too_large_limit, sizeof(r->too_large_limit), "%s", text);
+    }
     if (throttle_changed)
         emit_throttle(r, up->name, &throttle);
+    if (limits_changed)
+        emit_limit_throttle(r, up->name, shown_verdict(limits.verdict), limits.recovery_ms, &limit,
+                            &throttle);
     if (breaker_changed)
         emit_health(r, up->name, breaker);
     return skip;
@@ -1987,7 +2410,7 @@ start_hop(request_t *r, size_t cand)
     }
     a->backoff_ms = r->round_backoff_ms;
     r->round_backoff_ms = -1;
-    sl_row_skip_t skip = claim_upstream(r, up, p->max_concurrent);
+    sl_row_skip_t skip = claim_upstream(r, cand);
     if (skip != SL_ROW_SKIP_NONE) {
         if (repeats_a_skip(r, a, skip)) {
             r->n_attempts--;
@@ -2007,8 +2430,13 @@ start_hop(request_t *r, size_t cand)
         return;
     }
     r->up = up;
+    r->hop_rate_limited = false;
+    if (r->key_pause_ms > 0) {
+        a->pause_ms = r->key_pause_ms;
+        r->key_pause_ms = 0;
+    }
     if (r->queued) {
-        a->pause_ms = sl_now_ms() - r->queued_since_ms;
+        a->pause_ms = (a->pause_ms > 0 ? a->pause_ms : 0) + sl_now_ms() - r->queued_since_ms;
         stop_waiting(r, true);
         if (events_on(r)) {
             sl_proto_event_t ev;
@@ -2072,7 +2500,7 @@ next_hop(request_t *r)
         }
     }
     for (size_t i = 0; i < r->n_cands; i++) {
-        if (r->in_round[i] && (r->skips[i] == SL_ROW_SKIP_THROTTLED || r->skips[i] == SL_ROW_SKIP_BUSY)) {
+        if (r->in_round[i] && skip_may_pass(r->skips[i])) {
             wait_or_give_up(r);
             return;
         }
@@ -2144,6 +2572,7 @@ choose_candidates(request_t *r)
     r->in_round = h2o_mem_alloc_pool(&r->req->pool, sizeof(*r->in_round) * (c->n_providers + 1));
     r->failed_temporary =
         h2o_mem_alloc_pool(&r->req->pool, sizeof(*r->failed_temporary) * (c->n_providers + 1));
+    r->recovery_ms = h2o_mem_alloc_pool(&r->req->pool, sizeof(*r->recovery_ms) * (c->n_providers + 1));
     for (size_t i = 0; i <= c->n_providers; i++) {
         r->in_round[i] = true;
         r->failed_temporary[i] = false;
@@ -2200,7 +2629,8 @@ on_start(sl_timer_t *t)
 {
     request_t *r = H2O_STRUCT_FROM_MEMBER(request_t, start_timer, t);
     r->next = 0;
-    next_hop(r);
+    if (admit_key(r))
+        next_hop(r);
 }
 
 /* ---- intake and GET /v1/models -------------------------------------------------------------- */
@@ -2381,6 +2811,8 @@ sl_request_serve(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapsh
         answer_with_failure(r);
         return 0;
     }
+    if (r->in.client != NULL && snapshot->limits.clients != NULL)
+        r->key_limits = snapshot->limits.clients[r->in.client - r->config->clients];
     watch_client(r);
     /*
      * The first hop starts on the next loop turn: an HTTP/2 stream opened and

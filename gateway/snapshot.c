@@ -5,11 +5,12 @@
 #include "core/xalloc.h"
 
 static sl_snapshot_t *
-snapshot_new(sl_config_t *config, sl_upstream_t **upstreams, bool safe_mode)
+snapshot_new(sl_config_t *config, sl_upstream_t **upstreams, sl_limit_sets_t limits, bool safe_mode)
 {
     sl_snapshot_t *s = sl_xcalloc(1, sizeof(*s));
     s->config = config;
     s->upstreams = upstreams;
+    s->limits = limits;
     s->safe_mode = safe_mode;
     atomic_init(&s->refs, 1);
     return s;
@@ -17,17 +18,17 @@ snapshot_new(sl_config_t *config, sl_upstream_t **upstreams, bool safe_mode)
 
 void
 sl_snapshot_holder_init(sl_snapshot_holder_t *holder, sl_config_t *config, sl_upstream_t **upstreams,
-                        bool safe_mode)
+                        sl_limit_sets_t limits, bool safe_mode)
 {
     pthread_mutex_init(&holder->lock, NULL);
-    holder->current = snapshot_new(config, upstreams, safe_mode);
+    holder->current = snapshot_new(config, upstreams, limits, safe_mode);
 }
 
 void
 sl_snapshot_publish(sl_snapshot_holder_t *holder, sl_config_t *config, sl_upstream_t **upstreams,
-                    bool safe_mode)
+                    sl_limit_sets_t limits, bool safe_mode)
 {
-    sl_snapshot_t *fresh = snapshot_new(config, upstreams, safe_mode);
+    sl_snapshot_t *fresh = snapshot_new(config, upstreams, limits, safe_mode);
     pthread_mutex_lock(&holder->lock);
     sl_snapshot_t *old = holder->current;
     holder->current = fresh;
@@ -51,6 +52,7 @@ sl_snapshot_release(sl_snapshot_t *snapshot)
     if (snapshot != NULL && atomic_fetch_sub(&snapshot->refs, 1) == 1) {
         sl_config_free(snapshot->config);
         free(snapshot->upstreams);
+        sl_limit_sets_free(&snapshot->limits);
         free(snapshot);
     }
 }

@@ -12,11 +12,13 @@
 #include <stdbool.h>
 
 #include "config.h"
+#include "limiter.h"
 #include "upstream.h"
 
 typedef struct {
     sl_config_t *config;       /* owned by the snapshot */
     sl_upstream_t **upstreams; /* the shared state of config->providers[i]; the array is owned */
+    sl_limit_sets_t limits;    /* the usage limits of providers and client keys; the arrays are owned */
     bool safe_mode;            /* the file was invalid: serve nothing but errors */
     atomic_uint refs;
 } sl_snapshot_t;
@@ -26,12 +28,15 @@ typedef struct {
     sl_snapshot_t *current;
 } sl_snapshot_holder_t;
 
-/* Starts a holder with a first snapshot; takes ownership of config and the upstreams array (may be NULL). */
+/*
+ * Starts a holder with a first snapshot; takes ownership of config, the
+ * upstreams array (may be NULL) and the arrays of limits (may be zero).
+ */
 void sl_snapshot_holder_init(sl_snapshot_holder_t *holder, sl_config_t *config, sl_upstream_t **upstreams,
-                             bool safe_mode);
+                             sl_limit_sets_t limits, bool safe_mode);
 /* Replaces the current snapshot, taking ownership as above. The old one lives until its last release. */
 void sl_snapshot_publish(sl_snapshot_holder_t *holder, sl_config_t *config, sl_upstream_t **upstreams,
-                         bool safe_mode);
+                         sl_limit_sets_t limits, bool safe_mode);
 /* The current snapshot, with a reference the caller must release. */
 sl_snapshot_t *sl_snapshot_acquire(sl_snapshot_holder_t *holder);
 void sl_snapshot_release(sl_snapshot_t *snapshot);

@@ -145,6 +145,16 @@
       "sluice: no upstream for this model can take the request before its deadline (rate limits, busy "      \
       "slots "                                                                                               \
       "or usage limits)")                                                                                    \
+    X(SL_CODE_GW_LIMIT_TOO_LARGE, "gw.limit.too_large", 429,                                                 \
+      "sluice: the request is larger than a whole usage limit of {subject} allows ({limit})")                \
+    X(SL_CODE_GW_KEY_WINDOW_FULL, "gw.key.window_full", 429,                                                 \
+      "sluice: this key's usage limit ({limit}) is reached until after the request's deadline")              \
+    X(SL_CODE_GW_KEY_USED_UP, "gw.key.used_up", 429,                                                         \
+      "sluice: this key has used up its usage limit ({limit}) until {until}")                                \
+    X(SL_CODE_GW_UPSTREAM_WINDOW_FULL, "gw.upstream.window_full", 0,                                         \
+      "{provider} has reached its usage limit ({limit}) until {until}")                                      \
+    X(SL_CODE_GW_UPSTREAM_PERIOD_USED_UP, "gw.upstream.period_used_up", 0,                                   \
+      "{provider} has used up its usage limit ({limit}) until {until}")                                      \
     X(SL_CODE_GW_WAIT_OVERLOADED, "gw.wait.overloaded", 503,                                                 \
       "sluice: too many requests are already waiting; try again shortly")                                    \
     X(SL_CODE_GW_SAFE_MODE, "gw.safe_mode", 503,                                                             \

@@ -5,6 +5,7 @@
  */
 #include <jansson.h>
 
+#include "core/answer_usage.h"
 #include "core/stream_class.h"
 
 typedef enum { READ_NOTHING, READ_START_USAGE, READ_DELTA_USAGE, READ_ERROR } reading_t;
@@ -24,27 +25,6 @@ static const struct {
     {"error", SL_STREAM_ERROR, READ_ERROR},
 };
 
-/* The counts are running totals: each one reported replaces the one before. */
-static const struct {
-    const char *key;
-    size_t field;
-} usage_keys[] = {
-    {"input_tokens", offsetof(sl_usage_t, input)},
-    {"output_tokens", offsetof(sl_usage_t, output)},
-    {"cache_read_input_tokens", offsetof(sl_usage_t, cache_read)},
-    {"cache_creation_input_tokens", offsetof(sl_usage_t, cache_write)},
-};
-
-static void
-take_usage(const json_t *u, sl_usage_t *usage)
-{
-    for (size_t i = 0; i < sizeof usage_keys / sizeof usage_keys[0]; i++) {
-        const json_t *v = json_object_get(u, usage_keys[i].key);
-        if (json_is_integer(v) && json_integer_value(v) >= 0)
-            *(int64_t *)((char *)usage + usage_keys[i].field) = json_integer_value(v);
-    }
-}
-
 static void
 read_event(reading_t read, const sl_sse_event_t *ev, sl_stream_verdict_t *out, sl_usage_t *usage)
 {
@@ -54,9 +34,10 @@ read_event(reading_t read, const sl_sse_event_t *ev, sl_stream_verdict_t *out, s
         sl__stream_error(out, json_string_value(json_object_get(err, "type")),
                          json_string_value(json_object_get(err, "message")), 0);
     } else if (read == READ_START_USAGE) {
-        take_usage(json_object_get(json_object_get(root, "message"), "usage"), usage);
+        sl_usage_from_json(SL_DIALECT_ANTHROPIC, json_object_get(json_object_get(root, "message"), "usage"),
+                           usage);
     } else {
-        take_usage(json_object_get(root, "usage"), usage);
+        sl_usage_from_json(SL_DIALECT_ANTHROPIC, json_object_get(root, "usage"), usage);
     }
     json_decref(root);
 }

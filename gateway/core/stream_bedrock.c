@@ -7,6 +7,7 @@
 #include <jansson.h>
 #include <strings.h>
 
+#include "core/answer_usage.h"
 #include "core/stream_bedrock.h"
 
 typedef enum { READ_NOTHING, READ_USAGE } reading_t;
@@ -34,16 +35,6 @@ static const struct {
     {"validationException", 400},
 };
 
-static const struct {
-    const char *key;
-    size_t field;
-} usage_keys[] = {
-    {"inputTokens", offsetof(sl_usage_t, input)},
-    {"outputTokens", offsetof(sl_usage_t, output)},
-    {"cacheReadInputTokens", offsetof(sl_usage_t, cache_read)},
-    {"cacheWriteInputTokens", offsetof(sl_usage_t, cache_write)},
-};
-
 static bool
 span_is(const char *p, size_t n, const char *lit)
 {
@@ -66,12 +57,7 @@ static void
 take_usage(const sl_bedrock_message_t *m, sl_usage_t *usage)
 {
     json_t *root = json_loadb(m->payload, m->payload_len, 0, NULL);
-    const json_t *u = json_object_get(root, "usage");
-    for (size_t i = 0; i < sizeof usage_keys / sizeof usage_keys[0]; i++) {
-        const json_t *v = json_object_get(u, usage_keys[i].key);
-        if (json_is_integer(v) && json_integer_value(v) >= 0)
-            *(int64_t *)((char *)usage + usage_keys[i].field) = json_integer_value(v);
-    }
+    sl_usage_from_json(SL_DIALECT_BEDROCK, json_object_get(root, "usage"), usage);
     json_decref(root);
 }
 

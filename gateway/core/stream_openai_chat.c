@@ -9,6 +9,7 @@
  */
 #include <jansson.h>
 
+#include "core/answer_usage.h"
 #include "core/stream_class.h"
 
 static bool
@@ -91,8 +92,7 @@ sl__openai_usage(const json_t *u, const char *input_key, const char *output_key,
 static void
 take_usage(const json_t *root, sl_usage_t *usage)
 {
-    sl__openai_usage(json_object_get(root, "usage"), "prompt_tokens", "completion_tokens",
-                     "prompt_tokens_details", usage);
+    sl_usage_from_json(SL_DIALECT_OPENAI_CHAT, json_object_get(root, "usage"), usage);
 }
 
 /* Opening fields are null, "", [], {} or false: a delta with anything else is content. */

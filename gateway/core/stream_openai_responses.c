@@ -7,6 +7,7 @@
  */
 #include <jansson.h>
 
+#include "core/answer_usage.h"
 #include "core/stream_class.h"
 
 typedef enum { READ_NOTHING, READ_USAGE, READ_FAILED, READ_ERROR_EVENT, READ_TOP_ERROR } reading_t;
@@ -53,8 +54,7 @@ read_event(reading_t read, const sl_sse_event_t *ev, sl_stream_verdict_t *out, s
     const json_t *error = json_object_get(root, "error");
     switch (read) {
     case READ_USAGE:
-        sl__openai_usage(json_object_get(response, "usage"), "input_tokens", "output_tokens",
-                         "input_tokens_details", usage);
+        sl_usage_from_json(SL_DIALECT_OPENAI_RESPONSES, json_object_get(response, "usage"), usage);
         break;
     case READ_FAILED:
         sl__openai_error(json_object_get(response, "error"), out);

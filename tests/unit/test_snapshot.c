@@ -19,11 +19,12 @@ config_with_wait(const char *yaml)
 Test(snapshot, old_config_lives_until_its_last_release)
 {
     sl_snapshot_holder_t h;
-    sl_snapshot_holder_init(&h, config_with_wait("failover: {wait_secs: 1}"), NULL, true);
+    sl_snapshot_holder_init(&h, config_with_wait("failover: {wait_secs: 1}"), NULL, (sl_limit_sets_t){0},
+                            true);
     sl_snapshot_t *held = sl_snapshot_acquire(&h);
     cr_assert(held->safe_mode);
 
-    sl_snapshot_publish(&h, config_with_wait("failover: {wait_secs: 2}"), NULL, false);
+    sl_snapshot_publish(&h, config_with_wait("failover: {wait_secs: 2}"), NULL, (sl_limit_sets_t){0}, false);
     sl_snapshot_t *fresh = sl_snapshot_acquire(&h);
     cr_assert_eq(fresh->config->failover.wait_secs, 2);
     cr_assert_not(fresh->safe_mode);

@@ -66,7 +66,8 @@ same_limits(const sl_limit_set_t *set, const sl_limit_t *limits, size_t n)
     if (set->n != n)
         return false;
     for (size_t i = 0; i < n; i++) {
-        if (!counts_the_same(&set->states[i].limit, &limits[i]) || set->states[i].limit.amount != limits[i].amount)
+        if (!counts_the_same(&set->states[i].limit, &limits[i]) ||
+            set->states[i].limit.amount != limits[i].amount)
             return false;
     }
     return true;
@@ -103,8 +104,8 @@ typedef struct {
 } seeding_t;
 
 static void
-seed_bucket(void *ctx, sl_bucket_kind_t kind, const char *name, int64_t minute, int64_t requests, int64_t tokens,
-            int64_t cost_micros)
+seed_bucket(void *ctx, sl_bucket_kind_t kind, const char *name, int64_t minute, int64_t requests,
+            int64_t tokens, int64_t cost_micros)
 {
     seeding_t *sd = ctx;
     if (kind != sd->set->kind || strcmp(name, sd->set->name) != 0)
@@ -192,8 +193,8 @@ sl_limit_sets_free(sl_limit_sets_t *sets)
 }
 
 bool
-sl_limiter_replace(sl_limiter_t *l, sl_bucket_kind_t kind, const char *name, const sl_limit_t *limits, size_t n,
-                   int64_t now_ms)
+sl_limiter_replace(sl_limiter_t *l, sl_bucket_kind_t kind, const char *name, const sl_limit_t *limits,
+                   size_t n, int64_t now_ms)
 {
     pthread_mutex_lock(&l->lock);
     sl_limit_set_t *set = find(l, kind, name);

@@ -378,7 +378,7 @@ void
 sl_limit_describe(const sl_limit_t *limit, char *out, size_t size)
 {
     static const char *const units[] = {
-        [SL_PER_MINUTE] = "minute", [SL_PER_HOUR] = "hour", [SL_PER_DAY] = "day",
+        [SL_PER_MINUTE] = "minute", [SL_PER_HOUR] = "hour",   [SL_PER_DAY] = "day",
         [SL_PER_WEEK] = "week",     [SL_PER_MONTH] = "month",
     };
     const char *unit = (unsigned)limit->per < sizeof(units) / sizeof(units[0]) ? units[limit->per] : "period";

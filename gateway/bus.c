@@ -595,6 +595,37 @@ sl_bus_throttle_changed(sl_proto_event_t *out, int64_t at_ms, const char *provid
 }
 
 sl_proto_event_t *
+sl_bus_limits_changed(sl_proto_event_t *out, int64_t at_ms, sl_proto_limit_target_t target, const char *name,
+                      const sl_limit_t *limits, size_t n)
+{
+    static const sl_proto_period_t periods[] = {
+        [SL_PER_MINUTE] = SL_PROTO_PERIOD_MINUTE, [SL_PER_HOUR] = SL_PROTO_PERIOD_HOUR,
+        [SL_PER_DAY] = SL_PROTO_PERIOD_DAY,       [SL_PER_WEEK] = SL_PROTO_PERIOD_WEEK,
+        [SL_PER_MONTH] = SL_PROTO_PERIOD_MONTH,
+    };
+    sl_proto_event_init(out, SL_PROTO_EVENT_LIMITS_CHANGED);
+    sl_proto_limits_changed_t *e = &out->limits_changed;
+    e->at_ms = u64_of(at_ms);
+    e->target = target;
+    e->name = str_dup(name);
+    e->limits = n > 0 ? sl_xcalloc(n, sizeof(*e->limits)) : NULL;
+    e->limits_len = n;
+    for (size_t i = 0; i < n; i++) {
+        sl_proto_limit_t *l = &e->limits[i];
+        uint64_t amount = u64_of(limits[i].amount);
+        l->per = periods[limits[i].per];
+        l->every = limits[i].every;
+        l->has_requests = limits[i].measure == SL_MEASURE_REQUESTS;
+        l->requests = l->has_requests ? amount : 0;
+        l->has_tokens = limits[i].measure == SL_MEASURE_TOKENS;
+        l->tokens = l->has_tokens ? amount : 0;
+        l->has_cost_micros = limits[i].measure == SL_MEASURE_COST;
+        l->cost_micros = l->has_cost_micros ? amount : 0;
+    }
+    return out;
+}
+
+sl_proto_event_t *
 sl_bus_rows_dropped(sl_proto_event_t *out, int64_t at_ms, uint64_t count)
 {
     sl_proto_event_init(out, SL_PROTO_EVENT_ROWS_DROPPED);

@@ -231,6 +231,10 @@ sl_proto_event_t *sl_bus_throttle_changed(sl_proto_event_t *out, int64_t at_ms, 
                                           uint32_t consecutive, const sl_msg_t *reason);
 
 /* The pause (or a queue) is over; upstream NULL = not yet known. */
+/* The usage limits of a provider or client key (target) named name were replaced by limits (n). */
+sl_proto_event_t *sl_bus_limits_changed(sl_proto_event_t *out, int64_t at_ms, sl_proto_limit_target_t target,
+                                        const char *name, const sl_limit_t *limits, size_t n);
+
 sl_proto_event_t *sl_bus_request_dequeued(sl_proto_event_t *out, int64_t at_ms, uint64_t id,
                                           const char *upstream);
 

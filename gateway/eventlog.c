@@ -85,6 +85,11 @@ log_event(void *ctx, sl_proto_event_t *ev)
         sl_log_debug("event %s provider=%s state=%s", kind, ev->health_changed.provider,
                      sl_proto_health_state_slug(ev->health_changed.state));
         break;
+    case SL_PROTO_EVENT_LIMITS_CHANGED:
+        sl_log_debug("event %s target=%s name=%s limits=%zu", kind,
+                     sl_proto_limit_target_slug(ev->limits_changed.target), ev->limits_changed.name,
+                     ev->limits_changed.limits_len);
+        break;
     default:
         sl_log_debug("event %s", kind);
         break;

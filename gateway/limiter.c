@@ -10,19 +10,22 @@ struct sl_limiter {
     pthread_mutex_t lock; /* binding and replacing, one at a time */
     sl_retry_params_t params;
     sl_usage_history_fn history;
-    void *history_ctx;
+    sl_limits_changed_fn changed;
+    void *ctx;
     sl_limit_set_t **items;
     size_t n, cap;
 };
 
 sl_limiter_t *
-sl_limiter_new(const sl_retry_params_t *params, sl_usage_history_fn history, void *history_ctx)
+sl_limiter_new(const sl_retry_params_t *params, sl_usage_history_fn history, sl_limits_changed_fn changed,
+               void *ctx)
 {
     sl_limiter_t *l = sl_xcalloc(1, sizeof(*l));
     pthread_mutex_init(&l->lock, NULL);
     l->params = *params;
     l->history = history;
-    l->history_ctx = history_ctx;
+    l->changed = changed;
+    l->ctx = ctx;
     return l;
 }
 
@@ -37,9 +40,10 @@ find(sl_limiter_t *l, sl_bucket_kind_t kind, const char *name)
 }
 
 static sl_limit_set_t *
-find_or_create(sl_limiter_t *l, sl_bucket_kind_t kind, const char *name)
+find_or_create(sl_limiter_t *l, sl_bucket_kind_t kind, const char *name, bool *created)
 {
     sl_limit_set_t *set = find(l, kind, name);
+    *created = set == NULL;
     if (set != NULL)
         return set;
     set = sl_xcalloc(1, sizeof(*set));
@@ -121,9 +125,10 @@ seed_bucket(void *ctx, sl_bucket_kind_t kind, const char *name, int64_t minute, 
     }
 }
 
-/* With l->lock held. */
+/* With l->lock held. A set just created is not "changed": it had no limits to replace. */
 static void
-replace_locked(sl_limiter_t *l, sl_limit_set_t *set, const sl_limit_t *limits, size_t n, int64_t now_ms)
+replace_locked(sl_limiter_t *l, sl_limit_set_t *set, const sl_limit_t *limits, size_t n, int64_t now_ms,
+               bool created)
 {
     if (same_limits(set, limits, n))
         return;
@@ -145,7 +150,7 @@ replace_locked(sl_limiter_t *l, sl_limit_set_t *set, const sl_limit_t *limits, s
     /* A new limit starts from the stored usage, read before the swap so no admission waits for the DB. */
     if (any_fresh && l->history != NULL) {
         seeding_t sd = {set, states, fresh, n, now_ms};
-        l->history(l->history_ctx, since, seed_bucket, &sd);
+        l->history(l->ctx, since, seed_bucket, &sd);
     }
     sl_waitq_lock();
     for (size_t i = 0; i < n; i++) {
@@ -160,6 +165,8 @@ replace_locked(sl_limiter_t *l, sl_limit_set_t *set, const sl_limit_t *limits, s
     sl_waitq_wake(&set->queue, SIZE_MAX);
     sl_waitq_unlock();
     free(old);
+    if (!created && l->changed != NULL)
+        l->changed(l->ctx, set, limits, n);
 }
 
 sl_limit_sets_t
@@ -172,13 +179,15 @@ sl_limiter_bind(sl_limiter_t *l, const sl_config_t *config, int64_t now_ms)
     pthread_mutex_lock(&l->lock);
     for (size_t i = 0; i < config->n_providers; i++) {
         const sl_provider_t *p = &config->providers[i];
-        sets.providers[i] = find_or_create(l, SL_BUCKET_PROVIDER, p->name);
-        replace_locked(l, sets.providers[i], p->limits, p->n_limits, now_ms);
+        bool created;
+        sets.providers[i] = find_or_create(l, SL_BUCKET_PROVIDER, p->name, &created);
+        replace_locked(l, sets.providers[i], p->limits, p->n_limits, now_ms, created);
     }
     for (size_t i = 0; i < config->n_clients; i++) {
         const sl_client_t *c = &config->clients[i];
-        sets.clients[i] = find_or_create(l, SL_BUCKET_CLIENT, c->name);
-        replace_locked(l, sets.clients[i], c->limits, c->n_limits, now_ms);
+        bool created;
+        sets.clients[i] = find_or_create(l, SL_BUCKET_CLIENT, c->name, &created);
+        replace_locked(l, sets.clients[i], c->limits, c->n_limits, now_ms, created);
     }
     pthread_mutex_unlock(&l->lock);
     return sets;
@@ -199,7 +208,7 @@ sl_limiter_replace(sl_limiter_t *l, sl_bucket_kind_t kind, const char *name, con
     pthread_mutex_lock(&l->lock);
     sl_limit_set_t *set = find(l, kind, name);
     if (set != NULL)
-        replace_locked(l, set, limits, n, now_ms);
+        replace_locked(l, set, limits, n, now_ms, false);
     pthread_mutex_unlock(&l->lock);
     return set != NULL;
 }

@@ -49,12 +49,19 @@ typedef struct sl_limiter sl_limiter_t;
  */
 typedef void (*sl_usage_history_fn)(void *history_ctx, int64_t since_ms, sl_usage_cb add, void *add_ctx);
 
+/* Told that the limits of an existing set were replaced (LimitsChanged); on the binding thread. */
+typedef void (*sl_limits_changed_fn)(void *ctx, const sl_limit_set_t *set, const sl_limit_t *limits,
+                                     size_t n);
+
 /*
  * A limiter whose rolling windows are scaled by params (tests), reading
  * past usage through history (may be NULL) whenever a limit starts
- * counting. Lives as long as the process: sets are never freed before it.
+ * counting, and telling changed (may be NULL) when a set it already had
+ * gets other limits. Lives as long as the process: sets are never freed
+ * before it. ctx is passed to both.
  */
-sl_limiter_t *sl_limiter_new(const sl_retry_params_t *params, sl_usage_history_fn history, void *history_ctx);
+sl_limiter_t *sl_limiter_new(const sl_retry_params_t *params, sl_usage_history_fn history,
+                             sl_limits_changed_fn changed, void *ctx);
 
 /*
  * The sets of config's providers and clients (created on first sight),

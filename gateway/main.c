@@ -183,6 +183,24 @@ read_usage_history(void *ctx, int64_t since_ms, sl_usage_cb add, void *add_ctx)
         sl_log_warn("usage limits: the stored usage could not be read (%s); windows start empty", err);
 }
 
+/* LimitsChanged, from the thread that binds a config (this one). */
+static void
+announce_limits_changed(void *ctx, const sl_limit_set_t *set, const sl_limit_t *limits, size_t n)
+{
+    (void)ctx;
+    sl_log_info("usage limits of %s %s replaced (%zu limit%s)",
+                set->kind == SL_BUCKET_CLIENT ? "key" : "upstream", set->name, n, n == 1 ? "" : "s");
+    if (!sl_bus_is_active(gateway.bus))
+        return;
+    static sl_bus_batch_t batch;
+    sl_proto_event_t ev;
+    sl_bus_emit(&batch, sl_bus_limits_changed(&ev, wall_now_ms(),
+                                              set->kind == SL_BUCKET_CLIENT ? SL_PROTO_LIMIT_TARGET_CLIENT
+                                                                            : SL_PROTO_LIMIT_TARGET_PROVIDER,
+                                              set->name, limits, n));
+    sl_bus_flush(gateway.bus, &batch);
+}
+
 /* Calendar periods of limits are in the configured zone (config.md `timezone`). */
 static void
 apply_timezone(const sl_config_t *config)
@@ -343,7 +361,7 @@ main(int argc, char **argv)
     sl_gateway_init(&gateway, open_recorder(config));
     if (gateway.recorder != NULL)
         usage_db_path = sl_xstrdup(config->store_path);
-    limiter = sl_limiter_new(&gateway.retry_params, read_usage_history, NULL);
+    limiter = sl_limiter_new(&gateway.retry_params, read_usage_history, announce_limits_changed, NULL);
     publish(&running, config, safe_mode, true);
     /* Until the control endpoint consumes events, the debug log shows them. */
     sl_eventlog_t *eventlog = sl_log_enabled(SL_LOG_DEBUG) ? sl_eventlog_start(gateway.bus) : NULL;

@@ -46,11 +46,12 @@ TestSuite(limits, .init = setup, .fini = teardown, .timeout = 60);
 #define ANTHROPIC_HEADERS "x-api-key: " GATEWAY_KEY "\r\nanthropic-version: 2023-06-01\r\n"
 /* A whole answer that reports 15 tokens (10 in, 5 out). */
 #define JSON_ANSWER                                                                                          \
-    "{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-x\",\"content\":[{"     \
+    "{\"id\":\"msg_1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-x\",\"content\":[{"    \
     "\"type\":\"text\",\"text\":\"Hi\"}],\"stop_reason\":\"end_turn\",\"stop_sequence\":null,\"usage\":{"    \
     "\"input_tokens\":10,\"output_tokens\":5}}"
 
-/* YAML pieces of a test's config: limits of the provider "one", of the key, and of a second provider "two". */
+/* YAML pieces of a test's config: limits of the provider "one", of the key, and of a second provider "two".
+ */
 typedef struct {
     const char *one_limits, *key_limits, *two_limits;
     const char *failover;
@@ -63,9 +64,10 @@ write_config(const setup_t *s)
 {
     char two[512] = "";
     if (s->two_limits != NULL)
-        snprintf(two, sizeof(two),
-                 "  - {name: two, protocol: anthropic, base_url: \"http://127.0.0.1:%u\", key: k2, limits: %s}\n",
-                 fake_port(up2), s->two_limits);
+        snprintf(
+            two, sizeof(two),
+            "  - {name: two, protocol: anthropic, base_url: \"http://127.0.0.1:%u\", key: k2, limits: %s}\n",
+            fake_port(up2), s->two_limits);
     snprintf(config_yaml, sizeof(config_yaml),
              "listen: {gateway: {bind: 127.0.0.1, port: 0}}\n"
              "clients: [{name: tester, key: \"" GATEWAY_KEY "\", limits: %s}]\n"
@@ -115,7 +117,8 @@ ok(void)
 static fake_reply_t
 ok_json(void)
 {
-    return (fake_reply_t){.status = 200, .headers = "content-type: application/json\r\n", .body = JSON_ANSWER};
+    return (fake_reply_t){
+        .status = 200, .headers = "content-type: application/json\r\n", .body = JSON_ANSWER};
 }
 
 /* A request of about 20 tokens in, with max_tokens out (the estimate: bytes / 4 + max_tokens). */
@@ -164,7 +167,8 @@ Test(limits, a_third_request_in_a_minute_waits_until_the_window_has_room)
     }
     cr_assert_eq(fake_count(up), 3);
     cr_assert_lt(sent_at(up, 1) - sent_at(up, 0), 300, "the second fits at once");
-    cr_assert_geq(sent_at(up, 2) - sent_at(up, 0), 600, "the third only once the first left the minute (scaled)");
+    cr_assert_geq(sent_at(up, 2) - sent_at(up, 0), 600,
+                  "the third only once the first left the minute (scaled)");
     cr_assert(proc_wait_log(&proc, "event request_queued id=3 gates=1 first=one:window_full", 2000), "%s",
               proc.log);
     cr_assert(proc_wait_log(&proc, "event throttle_changed provider=one throttle=window_full", 2000), "%s",
@@ -174,11 +178,13 @@ Test(limits, a_third_request_in_a_minute_waits_until_the_window_has_room)
     kill(proc.pid, SIGTERM);
     cr_assert_eq(proc_wait_exit(&proc, 5000), 0, "%s", proc.log);
     const char *db = temp_file_path(1);
-    cr_assert_eq(db_int(db, "SELECT count(*) FROM attempts WHERE skipped = 'window_full'"), 1, "one skip row");
+    cr_assert_eq(db_int(db, "SELECT count(*) FROM attempts WHERE skipped = 'window_full'"), 1,
+                 "one skip row");
     cr_assert_geq(db_int(db, "SELECT max(pause_ms) FROM attempts WHERE status = 200"), 500,
                   "the served hop says how long it waited");
-    cr_assert_eq(db_int(db, "SELECT sum(requests) FROM usage_buckets WHERE kind = 'provider' AND name = 'one'"),
-                 3, "usage persisted");
+    cr_assert_eq(
+        db_int(db, "SELECT sum(requests) FROM usage_buckets WHERE kind = 'provider' AND name = 'one'"), 3,
+        "usage persisted");
 }
 
 Test(limits, reported_usage_replaces_the_estimate_in_a_tokens_window)
@@ -279,7 +285,8 @@ Test(limits, a_used_up_key_period_answers_429_at_once_without_a_retry)
 Test(limits, sluices_own_retries_are_not_charged_to_the_key)
 {
     start(&(setup_t){.key_limits = "[{per: day, requests: 2}]"});
-    fake_push(up, (fake_reply_t){.status = 503, .headers = "content-type: application/json\r\n",
+    fake_push(up, (fake_reply_t){.status = 503,
+                                 .headers = "content-type: application/json\r\n",
                                  .body = "{\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\"}}"});
     fake_set_default(up, ok());
     post(body(0, 8, true));
@@ -319,6 +326,8 @@ Test(limits, a_changed_limit_takes_effect_at_the_next_request_and_keeps_the_coun
     write_config(&s);
     kill(proc.pid, SIGHUP);
     cr_assert(proc_wait_log(&proc, "config.reloaded", 3000), "%s", proc.log);
+    cr_assert(proc_wait_log(&proc, "event limits_changed target=provider name=one limits=1", 2000), "%s",
+              proc.log);
     post(body(2, 8, false));
     cr_assert_eq(res.status, 200, "room for one more: %d %s", res.status, res.body);
     post(body(3, 8, false));

@@ -15,6 +15,7 @@
 
 #include "core/cidr.h"
 #include "core/answer_usage.h"
+#include "core/bodyedit.h"
 #include "core/classify.h"
 #include "core/dialect.h"
 #include "core/jscan.h"
@@ -164,6 +165,9 @@ typedef struct {
     bool key_waiting;           /* it waits in the key's queue (gate key_window) */
     int64_t key_pause_ms;       /* time it waited for its key: part of the first hop's pause_ms */
     bool hop_rate_limited;      /* the hop was answered 429: its upstream charge is taken back */
+    bool key_counts_tokens;     /* the key's limits count tokens or cost: its usage must be reported */
+    bool hop_needs_usage;       /* so do the hop's upstream's limits (or the key's) */
+    bool strip_usage_chunk;     /* sluice asked a Chat stream for usage the client did not ask for */
     int64_t *recovery_ms;       /* per candidate: when its full window has room, its period resets */
     char too_large_limit[SL_LIMIT_TEXT_MAX]; /* the limit a request too large for it met, for the message */
     attempt_t *attempts;                     /* owned; grows with the hops, most requests make one or two */
@@ -595,6 +599,17 @@ persist_usage(request_t *r, const sl_limit_set_t *set, int64_t at_ms, const sl_a
         return;
     sl_recorder_add_usage(r->gw->recorder, set->kind, set->name, at_ms / 60000, a->requests, a->tokens,
                           a->cost_micros);
+}
+
+/* With the wait lock held: whether set's limits count tokens or cost, so the upstream must report usage. */
+static bool
+counts_tokens(const sl_limit_set_t *set)
+{
+    for (size_t i = 0; set != NULL && i < set->n; i++) {
+        if (set->states[i].limit.measure != SL_MEASURE_REQUESTS)
+            return true;
+    }
+    return false;
 }
 
 /* With the wait lock held: set is charged a at wall time now (the estimate, reserving room). */
@@ -1798,6 +1813,7 @@ admit_key(request_t *r)
     sl_limits_check_t c = sl_limits_check(set->states, set->n, wall, &need);
     if (c.verdict == SL_LIMIT_OK && first) {
         charge_locked(&r->key_charge, set, wall, &need);
+        r->key_counts_tokens = counts_tokens(set);
         if (r->waiter != NULL) {
             sl_waiter_leave_all(r->waiter);
             sl_waitq_wake(&set->queue, 1);
@@ -1954,6 +1970,13 @@ scan_events(request_t *r)
             capture_response_id(r, ev.data, ev.data_len);
         sl_stream_verdict_t v;
         sl_stream_feed(&r->stream, &ev, &v);
+        if (r->strip_usage_chunk && ev.data != NULL && sl_openai_chat_usage_only(ev.data, ev.data_len)) {
+            /* Asked for by sluice, not by the client: its usage is read, the chunk goes no further. */
+            char *at = r->rx->bytes + r->parsed;
+            memmove(at, at + ev.len, r->rx->size - r->parsed - ev.len);
+            r->rx->size -= ev.len;
+            continue;
+        }
         if (v.kind == SL_STREAM_ERROR && r->state == REQ_STREAMING)
             r->told_error = true;
         if (r->state == REQ_HELD && v.kind == SL_STREAM_ERROR) {
@@ -2212,34 +2235,44 @@ static const sl_hop_callbacks_t hop_callbacks = {on_hop_sent, on_hop_head, on_ho
 
 /* ---- hops ---------------------------------------------------------------------------------- */
 
-/* Writes `"model"` (a JSON string) for the upstream into a copy of the client's body. */
+/*
+ * The body for this hop: the client's, or a copy with the upstream's model
+ * name (model_map) and, for a Chat stream whose usage a limit needs, with
+ * `stream_options.include_usage` (then the extra usage chunk is dropped on
+ * the way back unless the client asked for it).
+ */
 static h2o_iovec_t
-body_for_model(request_t *r, const char *model)
+body_for_hop(request_t *r, const char *model, bool needs_usage)
 {
-    if (r->in.endpoint.model[0] != '\0' || strcmp(model, r->in.model) == 0 || r->in.fields.model.len == 0)
-        return h2o_iovec_init(r->in.body, r->in.body_len);
+    sl_body_edit_t edits[2];
+    size_t n = 0;
     sl_strbuf_t quoted = {0};
-    sl_strbuf_append(&quoted, "\"", 1);
-    for (const char *p = model; *p; p++) {
-        if (*p == '"' || *p == '\\')
-            sl_strbuf_appendf(&quoted, "\\%c", *p);
-        else if ((unsigned char)*p < 0x20)
-            sl_strbuf_appendf(&quoted, "\\u%04x", *p);
-        else
-            sl_strbuf_append(&quoted, p, 1);
+    bool rename =
+        r->in.endpoint.model[0] == '\0' && strcmp(model, r->in.model) != 0 && r->in.fields.model.len > 0;
+    if (rename) {
+        sl_strbuf_append(&quoted, "\"", 1);
+        for (const char *p = model; *p; p++) {
+            if (*p == '"' || *p == '\\')
+                sl_strbuf_appendf(&quoted, "\\%c", *p);
+            else if ((unsigned char)*p < 0x20)
+                sl_strbuf_appendf(&quoted, "\\u%04x", *p);
+            else
+                sl_strbuf_append(&quoted, p, 1);
+        }
+        sl_strbuf_append(&quoted, "\"", 1);
+        edits[n++] =
+            (sl_body_edit_t){r->in.fields.model.off, r->in.fields.model.len, quoted.data, quoted.len};
     }
-    sl_strbuf_append(&quoted, "\"", 1);
-    const sl_jspan_t span = r->in.fields.model;
-    size_t len = r->in.body_len - span.len + quoted.len;
-    char *body = sl_xmalloc(len);
+    r->strip_usage_chunk = needs_usage && r->in.endpoint.dialect == SL_DIALECT_OPENAI_CHAT && r->in.stream &&
+                           sl_body_ask_for_usage(r->in.body, r->in.body_len, &r->in.fields, &edits[n]);
+    if (r->strip_usage_chunk)
+        n++;
+    size_t len = 0;
+    char *body = sl_body_apply(r->in.body, r->in.body_len, edits, n, &len);
+    free(sl_strbuf_finish(&quoted));
     free(r->body_copy);
     r->body_copy = body;
-    memcpy(body, r->in.body, span.off);
-    memcpy(body + span.off, quoted.data, quoted.len);
-    memcpy(body + span.off + quoted.len, r->in.body + span.off + span.len,
-           r->in.body_len - span.off - span.len);
-    free(sl_strbuf_finish(&quoted));
-    return h2o_iovec_init(body, len);
+    return body != NULL ? h2o_iovec_init(body, len) : h2o_iovec_init(r->in.body, r->in.body_len);
 }
 
 /* What a set's limits show for an upstream (ThrottleChanged): a full window or a used-up period, else
@@ -2362,6 +2395,7 @@ claim_upstream(request_t *r, size_t cand)
         }
         if (skip == SL_ROW_SKIP_NONE && set != NULL && set->n > 0)
             charge_locked(&r->up_charge, set, wall, &need);
+        r->hop_needs_usage = r->key_counts_tokens || counts_tokens(set);
     }
     sl_waitq_unlock();
     if (r->up_charge.set != NULL && skip == SL_ROW_SKIP_NONE)
@@ -2444,7 +2478,7 @@ start_hop(request_t *r, size_t cand)
         }
     }
     sl_headers_t headers = headers_of(r->req);
-    r->body = body_for_model(r, r->cands[cand].model);
+    r->body = body_for_hop(r, r->cands[cand].model, r->hop_needs_usage);
     sl_upstream_request_t ureq = {
         .method = "POST",
         .target = r->req->path.base,

@@ -191,9 +191,11 @@ typedef enum {
     K_TYPE,
     K_SIGNATURE,
     K_ENCRYPTED,
+    K_STREAM_OPTIONS,
+    K_INCLUDE_USAGE,
 } key_kind_t;
 
-typedef enum { SCOPE_TOP, SCOPE_ELEMENT, SCOPE_ANY } scope_t;
+typedef enum { SCOPE_TOP, SCOPE_ELEMENT, SCOPE_ANY, SCOPE_STREAM_OPTIONS } scope_t;
 
 static const struct {
     const char *name;
@@ -217,6 +219,8 @@ static const struct {
     {NAME("type"), K_TYPE, SCOPE_ANY},
     {NAME("signature"), K_SIGNATURE, SCOPE_ANY},
     {NAME("encrypted_content"), K_ENCRYPTED, SCOPE_ANY},
+    {NAME("stream_options"), K_STREAM_OPTIONS, SCOPE_TOP},
+    {NAME("include_usage"), K_INCLUDE_USAGE, SCOPE_STREAM_OPTIONS},
 #undef NAME
 };
 
@@ -430,6 +434,8 @@ classify_key(const scan_t *s, size_t off, size_t n, bool escaped)
         scope_t sc = known_keys[k].scope;
         if ((sc == SCOPE_TOP && s->depth != 1) || (sc == SCOPE_ELEMENT && !in_element))
             continue;
+        if (sc == SCOPE_STREAM_OPTIONS && !(s->depth == 2 && s->key[0] == K_STREAM_OPTIONS))
+            continue;
         bool eq = escaped ? inner_equals(s->b + off, n, known_keys[k].name, known_keys[k].len)
                           : memcmp(s->b + off, known_keys[k].name, n) == 0;
         if (eq)
@@ -515,6 +521,14 @@ on_value(scan_t *s, int v, size_t off, size_t n)
     case K_ENCRYPTED:
         out->encrypted_content |= str && n > 2;
         break;
+    case K_STREAM_OPTIONS:
+        out->stream_options = v == V_OBJECT ? span : (sl_jspan_t){0};
+        if (v != V_OBJECT)
+            out->include_usage = (sl_jspan_t){0};
+        break;
+    case K_INCLUDE_USAGE:
+        out->include_usage = span;
+        break;
     case K_OTHER:
         break;
     }
@@ -534,6 +548,9 @@ open_container(scan_t *s, int v)
         return fail(s, SL_JSCAN_E_PREVIOUS_TYPE, s->pos);
     if (k == K_STREAM)
         return fail(s, SL_JSCAN_E_STREAM_TYPE, s->pos);
+    /* A later stream_options replaces an earlier one, include_usage and all. */
+    if (k == K_STREAM_OPTIONS)
+        s->out->include_usage = (sl_jspan_t){0};
     if ((k == K_MESSAGES || k == K_CONTENTS) && v == V_ARRAY) {
         start_conversation(s, k);
         s->convo_depth = s->depth + 1;

@@ -69,6 +69,13 @@ typedef struct {
     int64_t max_tokens;
     bool has_stream, stream; /* `stream`: null counts as absent */
     /*
+     * OpenAI Chat streams report usage only when asked: the top-level
+     * `stream_options` object (absent when missing or not an object) and
+     * the value of its `include_usage` member, whatever its type.
+     */
+    sl_jspan_t stream_options;
+    sl_jspan_t include_usage;
+    /*
      * History bound to one upstream account (behaviour.md §1.5, sealed):
      * a member `encrypted_content` anywhere whose value is a non-empty
      * string (Responses reasoning items), and an object anywhere holding

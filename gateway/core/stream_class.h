@@ -234,4 +234,12 @@ typedef enum {
  */
 sl_gemini_bare_t sl_gemini_bare_error(const char *buf, size_t len, size_t *taken, sl_stream_verdict_t *out);
 
+/*
+ * Whether a Chat stream chunk's data is the usage-only chunk that
+ * `stream_options.include_usage` adds before [DONE] (`"choices":[]` and a
+ * non-null usage): the gateway drops it when it asked for usage and the
+ * client did not (behaviour.md §7). A byte scan, no parse.
+ */
+bool sl_openai_chat_usage_only(const char *data, size_t len);
+
 #endif

@@ -205,3 +205,15 @@ const sl_stream_class_vtable_t sl__stream_openai_chat = {
     .end_is_content = false,
     .classify = do_classify,
 };
+
+bool
+sl_openai_chat_usage_only(const char *data, size_t len)
+{
+    const char *end = data + len;
+    const char *v = sl__json_value_of(data, end, "\"choices\"");
+    if (v == NULL || *v != '[')
+        return false;
+    for (v++; v < end && is_json_space(*v); v++)
+        ;
+    return v < end && *v == ']' && sl__json_has_non_null(data, len, "\"usage\"");
+}

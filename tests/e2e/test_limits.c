@@ -55,6 +55,7 @@ TestSuite(limits, .init = setup, .fini = teardown, .timeout = 60);
 typedef struct {
     const char *one_limits, *key_limits, *two_limits;
     const char *failover;
+    bool chat; /* "one" speaks OpenAI Chat */
 } setup_t;
 
 static char config_yaml[4096];
@@ -72,12 +73,12 @@ write_config(const setup_t *s)
              "listen: {gateway: {bind: 127.0.0.1, port: 0}}\n"
              "clients: [{name: tester, key: \"" GATEWAY_KEY "\", limits: %s}]\n"
              "providers:\n"
-             "  - {name: one, protocol: anthropic, base_url: \"http://127.0.0.1:%u\", key: k1, limits: %s}\n"
+             "  - {name: one, protocol: %s, base_url: \"http://127.0.0.1:%u%s\", key: k1, limits: %s}\n"
              "%s"
              "failover: {%s}\n"
              "store: {path: %s}\n",
-             s->key_limits != NULL ? s->key_limits : "[]", fake_port(up),
-             s->one_limits != NULL ? s->one_limits : "[]", two,
+             s->key_limits != NULL ? s->key_limits : "[]", s->chat ? "openai-chat" : "anthropic",
+             fake_port(up), s->chat ? "/v1" : "", s->one_limits != NULL ? s->one_limits : "[]", two,
              s->failover != NULL ? s->failover : "wait_secs: 600", temp_file_path(1));
     write_temp_file(0, config_yaml);
 }
@@ -333,4 +334,59 @@ Test(limits, a_changed_limit_takes_effect_at_the_next_request_and_keeps_the_coun
     post(body(3, 8, false));
     cr_assert_eq(res.status, 429, "the first still counts under the new limit");
     cr_assert_eq(fake_count(up), 2);
+}
+
+#define CHAT_HEADERS "authorization: Bearer " GATEWAY_KEY "\r\n"
+
+/* The client's view of chat-ok.sse: every event but the usage-only chunk. */
+static char *
+chat_without_usage_chunk(void)
+{
+    const char *all = fixture("chat-ok.sse", NULL);
+    const char *usage = strstr(all, "data: {\"id\":\"chatcmpl-fake5\",\"object\":\"chat.completion.chunk\","
+                                    "\"created\":1795969439,\"model\":\"gpt-x\",\"system_fingerprint\":null,"
+                                    "\"choices\":[]");
+    cr_assert_not_null(usage);
+    const char *after = strstr(usage, "\n\n") + 2;
+    size_t head = (size_t)(usage - all);
+    char *out = malloc(strlen(all) + 1);
+    memcpy(out, all, head);
+    strcpy(out + head, after);
+    return out;
+}
+
+Test(limits, a_chat_stream_is_asked_for_its_usage_and_the_extra_chunk_dropped)
+{
+    start(&(setup_t){.one_limits = "[{per: hour, tokens: 100000}]", .chat = true});
+    fake_set_default(up, (fake_reply_t){.status = 200,
+                                        .headers = "content-type: text/event-stream\r\n",
+                                        .body = fixture("chat-ok.sse", NULL),
+                                        .chunked = true});
+    cr_assert(http_request_h(
+        port, "POST", "/v1/chat/completions", CHAT_HEADERS,
+        "{\"model\":\"gpt-x\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", &res));
+    cr_assert_eq(res.status, 200, "%d %s", res.status, res.body);
+    char *want = chat_without_usage_chunk();
+    cr_assert_str_eq(res.body, want, "the client did not ask for the usage chunk");
+    free(want);
+    fake_request_t sent;
+    cr_assert(fake_request(up, 0, &sent));
+    cr_assert_str_eq(sent.body,
+                     "{\"stream_options\":{\"include_usage\":true},\"model\":\"gpt-x\",\"stream\":true,"
+                     "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}");
+
+    /* A client that asks gets the chunk, and its body goes unchanged. */
+    const char *asking = "{\"model\":\"gpt-x\",\"stream\":true,\"stream_options\":{\"include_usage\":true},"
+                         "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+    http_response_free(&res);
+    cr_assert(http_request_h(port, "POST", "/v1/chat/completions", CHAT_HEADERS, asking, &res));
+    cr_assert_eq(res.status, 200);
+    cr_assert_str_eq(res.body, fixture("chat-ok.sse", NULL));
+    cr_assert(fake_request(up, 1, &sent));
+    cr_assert_str_eq(sent.body, asking);
+
+    kill(proc.pid, SIGTERM);
+    cr_assert_eq(proc_wait_exit(&proc, 5000), 0, "%s", proc.log);
+    cr_assert_eq(db_int(temp_file_path(1), "SELECT sum(tokens) FROM usage_buckets WHERE name = 'one'"), 30,
+                 "15 reported tokens each, read from the chunk either way");
 }

@@ -49,11 +49,13 @@ function configYaml(providers, storePath, waitSecs) {
 // resolves to sluice's exit code (null when it had to be killed) and may be
 // called again once it has exited.
 // options.waitSecs sets failover.wait_secs (0 by default: no retries, failover only);
-// options.threads the worker threads (2 by default).
+// options.threads the worker threads (2 by default); options.storePath the request DB
+// (by default in the temp dir, removed by stop(); a path given here is left for the caller to read).
 export async function startGateway(providers, options = {}) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "sluice-sdk-"));
   const config = path.join(dir, "sluice.yaml");
-  fs.writeFileSync(config, configYaml(providers, path.join(dir, "sluice.db"), options.waitSecs ?? 0));
+  const store = options.storePath ?? path.join(dir, "sluice.db");
+  fs.writeFileSync(config, configYaml(providers, store, options.waitSecs ?? 0));
   const args = ["--config", config, "--threads", String(options.threads ?? 2)];
   if (process.env.SLUICE_LOG_LEVEL) args.push("--log-level", process.env.SLUICE_LOG_LEVEL);
   const child = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"] });

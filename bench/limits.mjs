@@ -76,15 +76,15 @@ const upstream = http.createServer((req, res) => {
     }
     // Its own count: characters (not bytes) / 3.5; output up to max_tokens (4096 when absent).
     const chars = raw.toString("utf8").length;
-    const allInput = Math.ceil(chars / 3.5);
+    const allInput = Math.ceil(chars / Number(process.env.DIV ?? 3.5));
     const maxTokens = body.max_tokens ?? 4096;
     const output = rand(1, maxTokens);
     const cacheRead = Math.random() < 0.3 ? Math.floor(allInput * 0.4) : 0;
     const input = allInput - cacheRead;
     const tokens = input + cacheRead + output;
-    records.push({ t, tokens });
-    billedTotal += tokens;
     const estimate = Math.floor(raw.length / 4) + maxTokens;
+    records.push({ t, tokens, estimate });
+    billedTotal += tokens;
     if (tokens > estimate) {
       aboveEstimate++;
       maxAbove = Math.max(maxAbove, tokens - estimate);
@@ -236,6 +236,15 @@ for (let j = 0, i = 0; j < records.length; j++) {
     maxCount = j - i + 1;
   }
 }
+// The same, each request counted at most at sluice's estimate of it: what sluice can be held to.
+let maxCapped = 0;
+for (let j = 0, i = 0, sum = 0; j < records.length; j++) {
+  sum += Math.min(records[j].tokens, records[j].estimate);
+  while (records[i].t <= records[j].t - windowMs) sum -= Math.min(records[i].tokens, records[i++].estimate);
+  maxCapped = Math.max(maxCapped, sum);
+}
+if (process.env.SLUICE_BENCH_RECORDS)
+  fs.writeFileSync(process.env.SLUICE_BENCH_RECORDS, records.map((r) => `${(performance.timeOrigin + r.t).toFixed(3)} ${r.tokens} ${r.estimate}`).join("\n"));
 const runMs = records.length > 0 ? records[records.length - 1].t - records[0].t : 0;
 
 // ---- what sluice recorded -----------------------------------------------------------------------------
@@ -267,6 +276,7 @@ console.log(`upstream: ${records.length} requests, ${billedTotal} tokens billed 
 console.log(`max tokens the upstream saw in any ${windowMs} ms window: ${maxWindow} ` +
             `(${maxCount} requests, window ending at +${((maxAt - (records[0]?.t ?? 0)) / 1000).toFixed(2)} s) ` +
             `${over ? "OVER" : "OK"}: limit ${N} (${((100 * maxWindow) / N).toFixed(1)}%)`);
+console.log(`capped at sluice's estimates: ${maxCapped} ${maxCapped > N ? "OVER" : "OK"}`);
 console.log(`the limit bound ${binding} times (requests queued on window_full; need >= ${minBinding})`);
 console.log(`request DB: ${dbRows}; usage recorded ${dbUsage} tokens, usage buckets ${dbBuckets} tokens ` +
             `(upstream billed ${billedTotal})`);

@@ -213,6 +213,22 @@ sl_limiter_replace(sl_limiter_t *l, sl_bucket_kind_t kind, const char *name, con
     return set != NULL;
 }
 
+size_t
+sl_limit_set_views(sl_limit_set_t *set, int64_t now_ms, sl_limit_view_t *out, size_t cap)
+{
+    sl_waitq_lock();
+    size_t n = set->n;
+    for (size_t i = 0; i < n && i < cap; i++) {
+        out[i] = (sl_limit_view_t){
+            .limit = set->states[i].limit,
+            .used = sl_limit_used(&set->states[i], now_ms),
+            .resets_at_ms = sl_limit_resets_at_ms(&set->states[i], now_ms),
+        };
+    }
+    sl_waitq_unlock();
+    return n;
+}
+
 void
 sl_limiter_free(sl_limiter_t *l)
 {

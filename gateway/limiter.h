@@ -82,6 +82,20 @@ void sl_limit_sets_free(sl_limit_sets_t *sets);
 bool sl_limiter_replace(sl_limiter_t *l, sl_bucket_kind_t kind, const char *name, const sl_limit_t *limits,
                         size_t n, int64_t now_ms);
 
+/* One limit as a view shows it (LimitView): the limit, what counts now, when it resets. */
+typedef struct {
+    sl_limit_t limit;
+    int64_t used;         /* in the limit's measure */
+    int64_t resets_at_ms; /* wall clock (sl_limit_resets_at_ms) */
+} sl_limit_view_t;
+
+/*
+ * The views of set's limits at now_ms (wall clock) into out (room for
+ * cap), in config order; takes the wait lock. Returns how many limits the
+ * set has (may be more than cap: then only cap are written).
+ */
+size_t sl_limit_set_views(sl_limit_set_t *set, int64_t now_ms, sl_limit_view_t *out, size_t cap);
+
 /* Frees the limiter and every set; nothing may use them any more. */
 void sl_limiter_free(sl_limiter_t *l);
 

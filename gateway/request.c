@@ -164,11 +164,12 @@ typedef struct {
     charge_t up_charge;         /* the current hop's upstream charge, from when it was sent */
     bool key_waiting;           /* it waits in the key's queue (gate key_window) */
     int64_t key_pause_ms;       /* time it waited for its key: part of the first hop's pause_ms */
-    bool hop_rate_limited;      /* the hop was answered 429: its upstream charge is taken back */
-    bool key_counts_tokens;     /* the key's limits count tokens or cost: its usage must be reported */
-    bool hop_needs_usage;       /* so do the hop's upstream's limits (or the key's) */
-    bool strip_usage_chunk;     /* sluice asked a Chat stream for usage the client did not ask for */
-    int64_t *recovery_ms;       /* per candidate: when its full window has room, its period resets */
+    bool hop_uncounted;     /* a 429, or resent on a fresh connection: its upstream charge is taken back */
+    bool key_counts_tokens; /* the key's limits count tokens or cost: its usage must be reported */
+    uint32_t hops_sent;     /* a request answered by the gateway alone costs its key nothing */
+    bool hop_needs_usage;   /* so do the hop's upstream's limits (or the key's) */
+    bool strip_usage_chunk; /* sluice asked a Chat stream for usage the client did not ask for */
+    int64_t *recovery_ms;   /* per candidate: when its full window has room, its period resets */
     char too_large_limit[SL_LIMIT_TEXT_MAX]; /* the limit a request too large for it met, for the message */
     attempt_t *attempts;                     /* owned; grows with the hops, most requests make one or two */
     size_t n_attempts, cap_attempts;
@@ -648,9 +649,9 @@ release_upstream(request_t *r)
     if (r->up == NULL)
         return;
     sl_upstream_t *up = r->up;
-    /* A 429 is not counted against the upstream's limits; anything else counts what it used. */
+    /* A 429 (or a request the upstream never read) is not counted against its limits; anything else is. */
     bool served = r->answer_started && !r->handing_over;
-    sl_amounts_t used = r->hop_rate_limited ? (sl_amounts_t){0} : usage_real(r, &r->up_charge, served);
+    sl_amounts_t used = r->hop_uncounted ? (sl_amounts_t){0} : usage_real(r, &r->up_charge, served);
     settle(r, &r->up_charge, &used, NULL);
     pthread_mutex_lock(&up->lock);
     up->in_flight--;
@@ -722,8 +723,12 @@ finish(request_t *r, sl_row_outcome_t outcome, int status, bool has_error, sl_co
     unwatch_client(r);
     stop_waiting(r, false);
     if (r->key_charge.set != NULL) {
-        /* The key was charged once, at admission; sluice's own retries are not its client's. */
-        sl_amounts_t used = usage_real(r, &r->key_charge, outcome == SL_ROW_SERVED);
+        /*
+         * The key was charged once, at admission; sluice's own retries are not its client's, and neither is
+         * a request the gateway answered without any upstream (a final 429, an estimate).
+         */
+        sl_amounts_t used =
+            r->hops_sent > 0 ? usage_real(r, &r->key_charge, outcome == SL_ROW_SERVED) : (sl_amounts_t){0};
         settle(r, &r->key_charge, &used, &r->key_charge.set->queue);
     }
     if (!r->recorded && r->in.endpoint.op != SL_OP_LIST_MODELS)
@@ -1030,7 +1035,7 @@ fail_over(request_t *r, const sl_failure_t *f, const char *detail, int64_t hint_
         sl_throttle_t throttle = up->throttle;
         sl_waitq_unlock();
         r->throttle_probe = false;
-        r->hop_rate_limited = true;
+        r->hop_uncounted = true;
         if (changed)
             emit_throttle(r, up->name, &throttle);
         close_attempt(r, f->source == SL_FAILURE_STATUS ? SL_ROW_HOP_STATUS : SL_ROW_HOP_ERROR, code, detail);
@@ -2170,6 +2175,7 @@ on_hop_end(void *data, sl_hop_end_t how, const char *detail)
          * gone anywhere (stack-notes.md). Once per request, so a truly broken upstream still fails. */
         if (how == SL_HOP_END_BROKEN_BEFORE_HEAD && !r->resent_on_fresh_connection) {
             r->resent_on_fresh_connection = true;
+            r->hop_uncounted = true;
             r->n_attempts--;
             release_upstream(r);
             free(r->head);
@@ -2464,7 +2470,7 @@ start_hop(request_t *r, size_t cand)
         return;
     }
     r->up = up;
-    r->hop_rate_limited = false;
+    r->hop_uncounted = false;
     if (r->key_pause_ms > 0) {
         a->pause_ms = r->key_pause_ms;
         r->key_pause_ms = 0;
@@ -2520,6 +2526,7 @@ start_hop(request_t *r, size_t cand)
         .idle_ms = fo->idle_timeout_secs * 1000,
         .total_ms = fo->total_timeout_secs * 1000,
     };
+    r->hops_sent++;
     r->hop = sl_hop_start(r->io, &params, &hop_callbacks, r);
 }
 

@@ -39,7 +39,8 @@ sl_body_apply(const char *body, size_t len, const sl_body_edit_t *edits, size_t 
 
 #define LIT(s) s, sizeof(s) - 1
 
-/* The first byte after the opening brace of the object at span (whitespace skipped), and whether it is empty. */
+/* The first byte after the opening brace of the object at span (whitespace skipped), and whether it is empty.
+ */
 static size_t
 inside_object(const char *body, sl_jspan_t span, bool *empty)
 {

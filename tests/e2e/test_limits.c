@@ -390,3 +390,28 @@ Test(limits, a_chat_stream_is_asked_for_its_usage_and_the_extra_chunk_dropped)
     cr_assert_eq(db_int(temp_file_path(1), "SELECT sum(tokens) FROM usage_buckets WHERE name = 'one'"), 30,
                  "15 reported tokens each, read from the chunk either way");
 }
+
+Test(limits, a_request_the_gateway_answered_alone_costs_the_key_nothing)
+{
+    setup_t s = {.key_limits = "[{per: day, requests: 2}]",
+                 .one_limits = "[{per: hour, requests: 1}]",
+                 .failover = "wait_secs: 1"};
+    start(&s);
+    fake_set_default(up, ok());
+    post(body(0, 8, false));
+    cr_assert_eq(res.status, 200);
+    post(body(1, 8, false));
+    cr_assert_eq(res.status, 429);
+    expect_header("x-sluice-error", "gw.wait.window_full");
+    /* The upstream's hour gets room: the key still has its second request. */
+    s.one_limits = "[{per: hour, requests: 10}]";
+    write_config(&s);
+    kill(proc.pid, SIGHUP);
+    cr_assert(proc_wait_log(&proc, "config.reloaded", 3000), "%s", proc.log);
+    post(body(2, 8, false));
+    cr_assert_eq(res.status, 200, "the final 429 was not charged to the key: %d %s", res.status, res.body);
+    post(body(3, 8, false));
+    cr_assert_eq(res.status, 429);
+    expect_header("x-sluice-error", "gw.key.used_up");
+    cr_assert_eq(fake_count(up), 2);
+}

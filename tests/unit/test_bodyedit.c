@@ -38,7 +38,8 @@ expect_asks(const char *body, const char *keep_key)
     json_error_t err;
     json_t *root = json_loads(out, 0, &err);
     cr_assert_not_null(root, "%s -> %s: %s", body, out, err.text);
-    cr_assert(json_is_true(json_object_get(json_object_get(root, "stream_options"), "include_usage")), "%s", out);
+    cr_assert(json_is_true(json_object_get(json_object_get(root, "stream_options"), "include_usage")), "%s",
+              out);
     if (keep_key != NULL)
         cr_assert_not_null(json_object_get(root, keep_key), "%s lost %s: %s", body, keep_key, out);
     json_decref(root);
@@ -56,7 +57,8 @@ Test(bodyedit, a_body_without_stream_options_gets_them_after_its_brace)
 Test(bodyedit, stream_options_without_include_usage_get_the_member)
 {
     char *out = asked("{\"stream_options\":{\"include_obfuscation\":false},\"stream\":true}");
-    cr_assert_str_eq(out, "{\"stream_options\":{\"include_usage\":true,\"include_obfuscation\":false},\"stream\":true}");
+    cr_assert_str_eq(
+        out, "{\"stream_options\":{\"include_usage\":true,\"include_obfuscation\":false},\"stream\":true}");
     free(out);
     expect_asks("{\"stream_options\":{ },\"stream\":true}", "stream");
 }
@@ -119,13 +121,15 @@ Test(bodyedit, edits_apply_in_offset_order_whatever_their_order)
 
 Test(bodyedit, the_usage_only_chunk_is_told_from_content_chunks)
 {
-    const char *usage = "{\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":5}}";
+    const char *usage =
+        "{\"id\":\"c\",\"choices\":[],\"usage\":{\"prompt_tokens\":10,\"completion_tokens\":5}}";
     cr_assert(sl_openai_chat_usage_only(usage, strlen(usage)));
     const char *spaced = "{\"choices\": [ ] ,\"usage\" : {\"prompt_tokens\":1}}";
     cr_assert(sl_openai_chat_usage_only(spaced, strlen(spaced)));
     const char *content = "{\"choices\":[{\"delta\":{\"content\":\"hi\"}}],\"usage\":null}";
     cr_assert_not(sl_openai_chat_usage_only(content, strlen(content)));
-    const char *last = "{\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":1}}";
+    const char *last =
+        "{\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":1}}";
     cr_assert_not(sl_openai_chat_usage_only(last, strlen(last)), "usage on a choice chunk is content's");
     const char *nothing = "{\"choices\":[],\"usage\":null}";
     cr_assert_not(sl_openai_chat_usage_only(nothing, strlen(nothing)));

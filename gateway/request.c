@@ -533,6 +533,12 @@ record(request_t *r, sl_row_outcome_t outcome, int status, bool has_error, sl_co
                                       (uint64_t)u->cache_write, outcome == SL_ROW_ANSWERED_LOCALLY};
     }
     row->cost_micros = SL_ROW_ABSENT;
+    if (row->has_usage && row->provider != NULL) {
+        const sl_price_t *price =
+            sl_price_for(r->config->pricing, r->config->n_pricing, r->cands[r->cur].model);
+        if (price != NULL)
+            row->cost_micros = sl_cost_micros(price, u);
+    }
     for (size_t i = 0; i < r->n_attempts; i++) {
         const attempt_t *a = &r->attempts[i];
         sl_attempt_row_t *ar = &row->attempts[i];

@@ -55,7 +55,8 @@ TestSuite(limits, .init = setup, .fini = teardown, .timeout = 60);
 typedef struct {
     const char *one_limits, *key_limits, *two_limits;
     const char *failover;
-    bool chat; /* "one" speaks OpenAI Chat */
+    bool chat;         /* "one" speaks OpenAI Chat */
+    const char *extra; /* more top-level YAML */
 } setup_t;
 
 static char config_yaml[4096];
@@ -76,10 +77,11 @@ write_config(const setup_t *s)
              "  - {name: one, protocol: %s, base_url: \"http://127.0.0.1:%u%s\", key: k1, limits: %s}\n"
              "%s"
              "failover: {%s}\n"
-             "store: {path: %s}\n",
+             "store: {path: %s}\n%s",
              s->key_limits != NULL ? s->key_limits : "[]", s->chat ? "openai-chat" : "anthropic",
              fake_port(up), s->chat ? "/v1" : "", s->one_limits != NULL ? s->one_limits : "[]", two,
-             s->failover != NULL ? s->failover : "wait_secs: 600", temp_file_path(1));
+             s->failover != NULL ? s->failover : "wait_secs: 600", temp_file_path(1),
+             s->extra != NULL ? s->extra : "");
     write_temp_file(0, config_yaml);
 }
 
@@ -414,4 +416,26 @@ Test(limits, a_request_the_gateway_answered_alone_costs_the_key_nothing)
     cr_assert_eq(res.status, 429);
     expect_header("x-sluice-error", "gw.key.used_up");
     cr_assert_eq(fake_count(up), 2);
+}
+
+Test(limits, a_cost_limit_counts_micro_dollars_at_the_configured_prices)
+{
+    /* $3 / $15 per million tokens: each answer reports 10 in + 5 out = 105 micro-dollars; the estimate (25
+     * tokens in from 97 bytes, 8 out) reserves 195. 400 micro-dollars take two answers, not a third. */
+    start(&(setup_t){.one_limits = "[{per: day, cost: 0.0004}]",
+                     .extra = "pricing: {\"claude-*\": {input: 3, output: 15}}\n"});
+    fake_set_default(up, ok());
+    post(body(0, 8, true));
+    cr_assert_eq(res.status, 200);
+    post(body(1, 8, true));
+    cr_assert_eq(res.status, 200, "105 spent + 195 reserved fit in 400");
+    post(body(2, 8, true));
+    cr_assert_eq(res.status, 429, "210 spent + 195 reserved do not");
+    expect_header("x-sluice-error", "gw.wait.used_up");
+    kill(proc.pid, SIGTERM);
+    cr_assert_eq(proc_wait_exit(&proc, 5000), 0, "%s", proc.log);
+    const char *db = temp_file_path(1);
+    cr_assert_eq(db_int(db, "SELECT sum(cost_micros) FROM usage_buckets WHERE name = 'one'"), 210);
+    cr_assert_eq(db_int(db, "SELECT count(*) FROM requests WHERE cost_micros = 105"), 2,
+                 "each row has its cost");
 }

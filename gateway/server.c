@@ -49,6 +49,7 @@ struct sl_server {
     atomic_bool exiting;
     atomic_uint in_flight;
     sem_t parked; /* posted by each worker whose loop has ended */
+    sem_t ready;  /* posted by each worker once its loop, queue and listener exist */
 };
 
 /* One per request: holds the config snapshot the request started with. */
@@ -152,10 +153,38 @@ on_wake(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messages)
     }
 }
 
+static void init_worker_io(sl_worker_io_t *io, h2o_loop_t *loop, h2o_multithread_queue_t *queue,
+                           SSL_CTX *upstream_ssl, SSL_CTX *upstream_ssl_by_address);
+
+/*
+ * Everything of h2o a worker uses is made on the worker's own thread: a
+ * socket takes the creating thread's buffer prototype (thread-local in h2o
+ * 2.2.5), so a queue made on the main thread would have two workers recycle
+ * their read buffers through the main thread's free list at once — a race
+ * seen as a use-after-free inside h2o's read.
+ */
+static void
+init_worker(worker_t *w)
+{
+    sl_server_t *s = w->server;
+    h2o_context_init(&w->ctx, h2o_evloop_create(), &s->globalconf);
+    w->accept_ctx.ctx = &w->ctx;
+    w->accept_ctx.hosts = s->globalconf.hosts;
+    w->accept_ctx.ssl_ctx = s->ssl_ctx;
+    w->queue = h2o_multithread_create_queue(w->ctx.loop);
+    h2o_multithread_register_receiver(w->queue, &w->wake, on_wake);
+    init_worker_io(&w->io, w->ctx.loop, w->queue, s->upstream_ssl_ctx, s->upstream_ssl_ctx_by_address);
+    w->listener = h2o_evloop_socket_create(w->ctx.loop, w->listen_fd, H2O_SOCKET_FLAG_DONT_READ);
+    w->listener->data = w;
+    h2o_socket_read_start(w->listener, on_accept);
+}
+
 static void *
 worker_main(void *arg)
 {
     worker_t *w = arg;
+    init_worker(w);
+    sem_post(&w->server->ready);
     size_t fired = 0;
     while (!atomic_load(&w->server->exiting)) {
         /*
@@ -268,6 +297,7 @@ free_partial(sl_server_t *s)
     SSL_CTX_free(s->upstream_ssl_ctx);
     SSL_CTX_free(s->upstream_ssl_ctx_by_address);
     sem_destroy(&s->parked);
+    sem_destroy(&s->ready);
     h2o_config_dispose(&s->globalconf);
     free(s);
 }
@@ -281,6 +311,7 @@ sl_server_start(const sl_listen_t *listen, unsigned threads, sl_snapshot_holder_
     s->gateway = gateway;
     s->n_workers = threads > 0 ? threads : 1;
     sem_init(&s->parked, 0, 0);
+    sem_init(&s->ready, 0, 0);
     h2o_config_init(&s->globalconf);
     s->globalconf.server_name = h2o_iovec_init(H2O_STRLIT("sluice"));
     /* Bodies a little over the limit still reach intake, which answers 413 in the client's dialect;
@@ -325,17 +356,12 @@ sl_server_start(const sl_listen_t *listen, unsigned threads, sl_snapshot_holder_
     for (unsigned i = 0; i < s->n_workers; i++) {
         worker_t *w = &s->workers[i];
         w->server = s;
-        h2o_context_init(&w->ctx, h2o_evloop_create(), &s->globalconf);
-        w->accept_ctx.ctx = &w->ctx;
-        w->accept_ctx.hosts = s->globalconf.hosts;
-        w->accept_ctx.ssl_ctx = s->ssl_ctx;
-        w->queue = h2o_multithread_create_queue(w->ctx.loop);
-        h2o_multithread_register_receiver(w->queue, &w->wake, on_wake);
-        init_worker_io(&w->io, w->ctx.loop, w->queue, s->upstream_ssl_ctx, s->upstream_ssl_ctx_by_address);
-        w->listener = h2o_evloop_socket_create(w->ctx.loop, w->listen_fd, H2O_SOCKET_FLAG_DONT_READ);
-        w->listener->data = w;
-        h2o_socket_read_start(w->listener, on_accept);
         h2o_multithread_create_thread(&w->tid, NULL, worker_main, w);
+    }
+    /* Only once every worker can take wake-ups and connections does the server exist for others. */
+    for (unsigned i = 0; i < s->n_workers; i++) {
+        while (sem_wait(&s->ready) != 0 && errno == EINTR)
+            ;
     }
     return s;
 }

@@ -628,6 +628,32 @@ charge_locked(charge_t *c, sl_limit_set_t *set, int64_t now_wall, const sl_amoun
 }
 
 /*
+ * The hop's bytes go out now: its upstream charge moves from when it was
+ * admitted to now. A connection may take a while (a handshake, a busy
+ * loop), and the upstream counts a request from when it arrives; counted
+ * from admission, it would leave sluice's window before it leaves the
+ * upstream's, and the requests let in then would overshoot the limit there.
+ */
+static void
+recharge_at_send(request_t *r)
+{
+    charge_t *c = &r->up_charge;
+    int64_t now = wall_ms();
+    if (c->set == NULL || now <= c->at_ms)
+        return;
+    sl_amounts_t back = {-c->amounts.requests, -c->amounts.tokens, -c->amounts.cost_micros};
+    sl_waitq_lock();
+    sl_limits_add(c->set->states, c->set->n, c->at_ms, now, &back);
+    sl_limits_add(c->set->states, c->set->n, now, now, &c->amounts);
+    sl_waitq_unlock();
+    if (c->at_ms / 60000 != now / 60000) {
+        persist_usage(r, c->set, c->at_ms, &back);
+        persist_usage(r, c->set, now, &c->amounts);
+    }
+    c->at_ms = now;
+}
+
+/*
  * The estimate charged before is replaced by real, at the charge's own
  * time. When room came free, the head of waiters (may be NULL) may go.
  */
@@ -2240,7 +2266,9 @@ on_hop_end(void *data, sl_hop_end_t how, const char *detail)
 static void
 on_hop_sent(void *data)
 {
-    end_dispatch(data);
+    request_t *r = data;
+    end_dispatch(r);
+    recharge_at_send(r);
 }
 
 static const sl_hop_callbacks_t hop_callbacks = {on_hop_sent, on_hop_head, on_hop_body, on_hop_end};

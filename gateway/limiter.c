@@ -88,17 +88,6 @@ old_state(const sl_limit_set_t *set, const sl_limit_t *limit)
     return NULL;
 }
 
-/* How far back stored usage can still count for a fresh state at now. */
-static int64_t
-lookback_ms(const sl_limit_state_t *s, int64_t now_ms)
-{
-    int64_t start, end;
-    if (sl_calendar_period(s->limit.per, now_ms, &start, &end))
-        return start;
-    /* A bucket counts as used at its minute's end: one minute more than the window. */
-    return now_ms - s->window_ms - 60000;
-}
-
 typedef struct {
     const sl_limit_set_t *set;
     sl_limit_state_t *states; /* the fresh states of the new array (others are skipped) */
@@ -142,7 +131,8 @@ replace_locked(sl_limiter_t *l, sl_limit_set_t *set, const sl_limit_t *limits, s
             continue;
         sl_limit_state_init(&states[i], &limits[i],
                             sl_retry_scaled_ms(sl_limit_window_ms(&limits[i]), &l->params));
-        int64_t back = lookback_ms(&states[i], now_ms);
+        /* A bucket is taken as spent at its minute's end: the minute holding this time is the oldest read. */
+        int64_t back = sl_limit_counts_since_ms(&states[i], now_ms);
         if (back < since)
             since = back;
         any_fresh = true;

@@ -7,12 +7,14 @@
 
 /*
  * The ring holds the slots that can still count. At now in slot h, slot k
- * counts while now < (k + 1) * slot_ms + window_ms; since window_ms <=
- * SL_LIMIT_SLOTS * slot_ms, that needs k >= h - SL_LIMIT_SLOTS: SLOTS + 1
- * slots at most, so SLOTS + 2 entries always leave one spare. Whether a slot
- * in the ring still counts is decided by its end, never by its place.
+ * counts while now < (k + 1 + MARGIN_SLOTS) * slot_ms + window_ms; since
+ * window_ms <= SL_LIMIT_SLOTS * slot_ms, that needs k >= h - SL_LIMIT_SLOTS
+ * - MARGIN_SLOTS: SLOTS + 2 slots at most, so SLOTS + 3 entries always leave
+ * one spare. Whether a slot in the ring still counts is decided by its end,
+ * never by its place.
  */
-#define RING ((int64_t)(SL_LIMIT_SLOTS + 2))
+#define MARGIN_SLOTS 1
+#define RING         ((int64_t)(SL_LIMIT_SLOTS + 2 + MARGIN_SLOTS))
 
 static int64_t
 floor_div(int64_t a, int64_t b)
@@ -52,14 +54,14 @@ slot_at(sl_limit_state_t *s, int64_t k)
     return &s->ring[floor_mod(k, RING)];
 }
 
-/* When a charge in slot k stops counting. */
+/* When a charge in slot k stops counting: its slot's end, the margin slot, and the window. */
 static int64_t
 slot_end_ms(const sl_limit_state_t *s, int64_t k)
 {
     int64_t start;
     if (__builtin_mul_overflow(k, s->slot_ms, &start))
         return k > 0 ? INT64_MAX : INT64_MIN;
-    return sat_add(sat_add(start, s->slot_ms), s->window_ms);
+    return sat_add(sat_add(start, s->slot_ms * (1 + MARGIN_SLOTS)), s->window_ms);
 }
 
 static int64_t
@@ -400,4 +402,22 @@ sl_limit_describe(const sl_limit_t *limit, char *out, size_t size)
     }
     snprintf(out, size, "%lld %s per %s", (long long)limit->amount,
              limit->measure == SL_MEASURE_TOKENS ? "tokens" : "requests", per);
+}
+
+int64_t
+sl_limit_counts_since_ms(sl_limit_state_t *s, int64_t now_ms)
+{
+    if (!is_rolling(&s->limit)) {
+        int64_t start, end;
+        if (sl_calendar_period(s->limit.per, now_ms, &start, &end))
+            return start;
+        return now_ms;
+    }
+    /* Slot k counts while now < (k + 1 + MARGIN_SLOTS) * slot + window: k >= floor((now - window) / slot) -
+     * MARGIN_SLOTS. */
+    int64_t first = floor_div(sat_add(now_ms, -s->window_ms), s->slot_ms) - MARGIN_SLOTS;
+    int64_t start;
+    if (__builtin_mul_overflow(first, s->slot_ms, &start))
+        return INT64_MIN;
+    return start;
 }

@@ -8,9 +8,14 @@
  * a time zone, and usage persists per epoch minute).
  *
  *   - minute / hour: a rolling window of `every` units. Usage charged at t
- *     counts while now < end of t's slot + window: a window is cut into
- *     SL_LIMIT_SLOTS slots, and a charge leaves the window with its slot, at
- *     most one slot late (never early: the limit is never overshot).
+ *     counts while now < end of t's slot + one more slot + window: a window
+ *     is cut into SL_LIMIT_SLOTS slots, and a charge leaves the window with
+ *     its slot, one to two slots late, never early. The extra slot is for
+ *     the upstream, which counts a request from when it reads it: a cold
+ *     connection or its own backlog may put that tens of milliseconds after
+ *     sluice sent it, while the request let in when the charge expires may
+ *     arrive at once over a warm one. Both would then be in the upstream's
+ *     window together.
  *   - day / week / month: the calendar period holding now, in the process's
  *     time zone (TZ; the shell sets it from config `timezone`); weeks start
  *     on Monday. Usage charged inside the period counts until it ends.
@@ -47,7 +52,7 @@ typedef struct {
     int64_t window_ms; /* rolling: the window's length; 0 for a calendar period */
     int64_t slot_ms;   /* rolling: the length of one slot (window_ms / SL_LIMIT_SLOTS, rounded up, >= 1) */
     int64_t head_slot; /* rolling: the number (time / slot_ms) of the newest slot the ring holds */
-    int64_t ring[SL_LIMIT_SLOTS + 2]; /* rolling: the amount per slot, indexed slot number mod its length */
+    int64_t ring[SL_LIMIT_SLOTS + 3]; /* rolling: the amount per slot, indexed slot number mod its length */
     int64_t period_start_ms, period_end_ms; /* calendar: the current period, [start, end) */
     int64_t period_used;                    /* calendar: the amount counted in it */
 } sl_limit_state_t;
@@ -97,6 +102,14 @@ void sl_limit_add(sl_limit_state_t *s, int64_t at_ms, int64_t now_ms, int64_t am
 
 /* What counts at now_ms (LimitView.used). Moves the window to now first. */
 int64_t sl_limit_used(sl_limit_state_t *s, int64_t now_ms);
+
+/*
+ * The earliest charge time that can still count at now_ms: for a rolling
+ * window, the start of the oldest slot not yet expired (margin included);
+ * for a calendar period, the period's start. Stored usage from before it
+ * no longer matters. Moves the period to now first.
+ */
+int64_t sl_limit_counts_since_ms(sl_limit_state_t *s, int64_t now_ms);
 
 /*
  * LimitView.resets_at_ms: for a rolling window, when everything counted at

@@ -304,8 +304,11 @@ Test(limiter, a_reloaded_limit_with_the_same_per_every_and_measure_keeps_its_cou
     cr_assert_eq(up1->states[0].window_ms, 5 * MIN);
     cr_assert_eq(sl_limit_used(&up1->states[0], T0 + SEC), 400);
     cr_assert_eq(sl_limit_used(&up1->states[1], T0 + SEC), 3);
-    /* The count also leaves the window when it would have: the slot came along. */
-    cr_assert_eq(sl_limit_resets_at_ms(&up1->states[1], T0 + SEC), T0 + SEC + HOUR);
+    /*
+     * The count also leaves the window when it would have: the slot came along. Hour slots are 60 s: T0's is
+     * [T0 - 59 s, T0 + 1 s), and it leaves a margin slot and the hour after its end.
+     */
+    cr_assert_eq(sl_limit_resets_at_ms(&up1->states[1], T0 + SEC), T0 + SEC + MIN + HOUR);
     cr_assert_eq(alice->states[0].limit.amount, 40);
     cr_assert_eq(sl_limit_used(&alice->states[0], T0 + SEC), 2);
 }
@@ -364,7 +367,10 @@ Test(limiter, history_is_asked_from_the_lookback_of_the_new_limits_only)
     sl_limit_sets_t *s = bind_at(load(config_a), T0);
     cr_assert_eq(s->clients[1]->n, 0);
     cr_assert_eq(fake.history_calls, 3, "one read per set with limits: up1, up2, alice");
-    cr_assert_eq(fake.since_ms[0], T0 - HOUR - MIN, "up1: its hour (+ a minute), longer than its 5 minutes");
+    /* A rolling window reads from the oldest slot that can still count: the window back, down to its slot's
+     * start, and the margin slot before it (T0 is 59 s into a minute). */
+    cr_assert_eq(fake.since_ms[0], T0 - HOUR - 59 * SEC - MIN,
+                 "up1: its hour and two 1-minute slots, longer than its 5 minutes");
     cr_assert_eq(fake.since_ms[1], WEEK0, "up2: Monday");
     cr_assert_eq(fake.since_ms[2], DAY0, "alice: today, earlier than her minute");
 
@@ -373,9 +379,9 @@ Test(limiter, history_is_asked_from_the_lookback_of_the_new_limits_only)
         sl_limit_t limit;
         int64_t since_ms;
     } rows[] = {
-        {{SL_PER_MINUTE, 1, SL_MEASURE_REQUESTS, 10}, T0 - MIN - MIN},
-        {{SL_PER_MINUTE, 5, SL_MEASURE_REQUESTS, 10}, T0 - 5 * MIN - MIN},
-        {{SL_PER_HOUR, 2, SL_MEASURE_TOKENS, 10}, T0 - 2 * HOUR - MIN},
+        {{SL_PER_MINUTE, 1, SL_MEASURE_REQUESTS, 10}, T0 - MIN - SEC},                    /* 1 s slots */
+        {{SL_PER_MINUTE, 5, SL_MEASURE_REQUESTS, 10}, T0 - 5 * MIN - 4 * SEC - 5 * SEC},  /* 5 s slots */
+        {{SL_PER_HOUR, 2, SL_MEASURE_TOKENS, 10}, T0 - 2 * HOUR - 119 * SEC - 120 * SEC}, /* 2 min slots */
         {{SL_PER_DAY, 1, SL_MEASURE_COST, 10}, DAY0},
         {{SL_PER_WEEK, 1, SL_MEASURE_TOKENS, 10}, WEEK0},
         {{SL_PER_MONTH, 1, SL_MEASURE_REQUESTS, 10}, MONTH0},
@@ -430,9 +436,49 @@ Test(limiter, a_bucket_older_than_the_window_does_not_count)
     sl_limit_sets_t *s = bind_at(load(config_a), T0);
     sl_limit_set_t *alice = s->clients[0];
     cr_assert_eq(sl_limit_used(&alice->states[0], T0), 20 + 3);
-    /* The previous minute counts as spent at its end (T0 - 59 s - 1 ms): it leaves one slot after. */
-    cr_assert_eq(sl_limit_used(&alice->states[0], T0 + SEC - 1), 23);
-    cr_assert_eq(sl_limit_used(&alice->states[0], T0 + SEC), 3);
+    /*
+     * The previous minute counts as spent at its end (T0 - 59 s - 1 ms), in the 1 s slot ending at T0 - 59 s:
+     * it leaves a margin slot and the minute after that, at T0 + 2 s.
+     */
+    cr_assert_eq(sl_limit_used(&alice->states[0], T0 + 2 * SEC - 1), 23);
+    cr_assert_eq(sl_limit_used(&alice->states[0], T0 + 2 * SEC), 3);
+}
+
+/*
+ * The margin slot in history: a minute bucket is spent at its last ms, and the slot holding that counts for
+ * a margin slot and the window past its end. With slots longer than 30 s, that can be more than the window
+ * and one minute, the look-back the limiter reads history for.
+ */
+Test(limiter, a_bucket_still_counting_by_its_margin_slot_is_read_back)
+{
+    /*
+     * 45 minutes in slots of 45 s. Minute MIN0 - 47 is [T0 - 47 min 59 s, T0 - 46 min 59 s); its last ms is
+     * in the slot [T0 - 47 min 14 s, T0 - 46 min 29 s), which counts until + 45 s + 45 min: T0 - 44 s. The
+     * limiter reads history from now - 45 min - 1 min, the end of that minute at now = T0 - 50 s.
+     */
+    static const bucket_t history[] = {
+        {SL_BUCKET_CLIENT, "bob", MIN0 - 47, 7, 0, 0},
+    };
+    static const sl_limit_t limits[] = {{SL_PER_MINUTE, 45, SL_MEASURE_REQUESTS, 10}};
+    GIVE_HISTORY(history);
+    start(0);
+    int64_t now = T0 - 50 * SEC;
+    sl_limit_sets_t *s = bind_at(load(config_a), now);
+    cr_assert(sl_limiter_replace(lim, SL_BUCKET_CLIENT, "bob", limits, N(limits), now));
+    sl_limit_state_t *bob = &s->clients[1]->states[0];
+    cr_assert_eq(bob->slot_ms, 45 * SEC);
+
+    /* The same usage charged live counts until T0 - 44 s. */
+    sl_limit_state_t live;
+    sl_limit_state_init(&live, &limits[0], 45 * MIN);
+    sl_limit_add(&live, (MIN0 - 46) * MIN - 1, (MIN0 - 46) * MIN - 1, 7);
+    cr_assert_eq(sl_limit_used(&live, now), 7);
+    cr_assert_eq(sl_limit_resets_at_ms(&live, now), T0 - 44 * SEC);
+
+    cr_expect_lt(fake.since_ms[fake.history_calls - 1], (MIN0 - 46) * MIN,
+                 "history read from before the bucket's minute ends");
+    cr_expect_eq(sl_limit_used(bob, now), 7, "seeded like the live count");
+    cr_expect_eq(sl_limit_resets_at_ms(bob, now), T0 - 44 * SEC);
 }
 
 Test(limiter, a_bucket_before_the_calendar_period_does_not_count)
@@ -470,9 +516,10 @@ Test(limiter, a_bucket_of_the_current_minute_counts_as_of_now)
     sl_limit_sets_t *s = bind_at(load(config_a), now);
     sl_limit_state_t *minute = &s->clients[0]->states[0];
     cr_assert_eq(sl_limit_used(minute, now), 3);
-    cr_assert_eq(sl_limit_resets_at_ms(minute, now), now + SEC + MIN);
-    cr_assert_eq(sl_limit_used(minute, now + SEC + MIN - 1), 3);
-    cr_assert_eq(sl_limit_used(minute, now + SEC + MIN), 0);
+    /* Charged as of now: now's slot end (now + 1 s), a margin slot and the minute. */
+    cr_assert_eq(sl_limit_resets_at_ms(minute, now), now + 2 * SEC + MIN);
+    cr_assert_eq(sl_limit_used(minute, now + 2 * SEC + MIN - 1), 3);
+    cr_assert_eq(sl_limit_used(minute, now + 2 * SEC + MIN), 0);
 }
 
 /* ---- LimitsChanged ---------------------------------------------------------------------------- */
@@ -615,13 +662,14 @@ Test(limiter, rolling_windows_are_scaled_by_the_time_scale)
     cr_assert_eq(s->clients[0]->states[1].window_ms, 0, "a day is a day");
     cr_assert_eq(fake.since_ms[2], DAY0, "alice's day still reaches back to midnight");
     cr_assert_eq(sl_limit_used(minute, T0), 3);
-    cr_assert_eq(sl_limit_resets_at_ms(minute, T0), T0 + 10 + 600);
+    cr_assert_eq(sl_limit_resets_at_ms(minute, T0), T0 + 10 + 10 + 600,
+                 "slot end, a margin slot, the window");
 
     /* A limit new in a live change is scaled too. */
     static const sl_limit_t limits[] = {{SL_PER_MINUTE, 2, SL_MEASURE_TOKENS, 10}};
     cr_assert(sl_limiter_replace(lim, SL_BUCKET_CLIENT, "bob", limits, 1, T0));
     cr_assert_eq(s->clients[1]->states[0].window_ms, 1200);
-    cr_assert_eq(fake.since_ms[3], T0 - 1200 - MIN);
+    cr_assert_eq(fake.since_ms[3], T0 - 1200 - 20, "the window and the margin slot (20 ms)");
 }
 
 /* ---- views ------------------------------------------------------------------------------------ */
@@ -637,7 +685,8 @@ Test(limiter, views_show_each_limit_with_its_use_and_reset_time_in_config_order)
     cr_assert_eq(sl_limit_set_views(alice, T0 + SEC / 2, v, N(v)), 2);
     assert_limit_eq(&v[0].limit, &(sl_limit_t){SL_PER_MINUTE, 1, SL_MEASURE_REQUESTS, 30}, "view 0");
     cr_assert_eq(v[0].used, 3);
-    cr_assert_eq(v[0].resets_at_ms, T0 + SEC + MIN, "when T0's slot leaves the window");
+    cr_assert_eq(v[0].resets_at_ms, T0 + 2 * SEC + MIN,
+                 "when T0's slot leaves the window: its end, a margin slot and the minute later");
     assert_limit_eq(&v[1].limit, &(sl_limit_t){SL_PER_DAY, 1, SL_MEASURE_COST, 20000000}, "view 1");
     cr_assert_eq(v[1].used, 2500000);
     cr_assert_eq(v[1].resets_at_ms, NEXT_DAY);

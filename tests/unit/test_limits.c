@@ -1,8 +1,10 @@
 /*
  * The usage limits of behaviour.md §7: rolling windows cut into slots
- * (expiry by slot end, long idle gaps, the clock stepping back), admission
- * and its recovery time, reservations settled up and down, and calendar
- * periods in Europe/Berlin (month ends, Monday weeks, 23 and 25 hour days).
+ * (a charge leaves one margin slot and the window after its slot's end, a
+ * ring that holds every slot still counting, long idle gaps, the clock
+ * stepping back), admission and its recovery time, reservations settled up
+ * and down, and calendar periods in Europe/Berlin (month ends, Monday
+ * weeks, 23 and 25 hour days).
  */
 #include <criterion/criterion.h>
 #include <stdlib.h>
@@ -115,11 +117,11 @@ Test(limits, a_charge_leaves_a_rolling_window_with_its_slot)
     sl_limit_state_t s = five_minutes(10000);
     sl_limit_add(&s, T0 + 1234, T0 + 1234, 700);
     cr_expect_eq(sl_limit_used(&s, T0 + 1234), 700);
-    /* The slot [T0, T0 + 5 s) ends at T0 + 5 s; the charge counts one window past that. */
-    cr_expect_eq(sl_limit_used(&s, T0 + 5 * SEC + 5 * MIN - 1), 700);
-    cr_expect_eq(sl_limit_resets_at_ms(&s, T0 + 5 * SEC + 5 * MIN - 1), T0 + 5 * SEC + 5 * MIN);
-    cr_expect_eq(sl_limit_used(&s, T0 + 5 * SEC + 5 * MIN), 0, "gone at the instant of expiry");
-    cr_expect_eq(sl_limit_resets_at_ms(&s, T0 + 5 * SEC + 5 * MIN), T0 + 5 * SEC + 5 * MIN,
+    /* The slot [T0, T0 + 5 s) ends at T0 + 5 s; the charge counts a margin slot and a window past that. */
+    cr_expect_eq(sl_limit_used(&s, T0 + 10 * SEC + 5 * MIN - 1), 700);
+    cr_expect_eq(sl_limit_resets_at_ms(&s, T0 + 10 * SEC + 5 * MIN - 1), T0 + 10 * SEC + 5 * MIN);
+    cr_expect_eq(sl_limit_used(&s, T0 + 10 * SEC + 5 * MIN), 0, "gone at the instant of expiry");
+    cr_expect_eq(sl_limit_resets_at_ms(&s, T0 + 10 * SEC + 5 * MIN), T0 + 10 * SEC + 5 * MIN,
                  "nothing counts: resets now");
 }
 
@@ -128,22 +130,72 @@ Test(limits, a_charge_exactly_at_a_slot_boundary_belongs_to_the_slot_it_opens)
     sl_limit_state_t s = five_minutes(10000);
     sl_limit_add(&s, T0 + 5 * SEC - 1, T0 + 5 * SEC, 1); /* last ms of slot 0 */
     sl_limit_add(&s, T0 + 5 * SEC, T0 + 5 * SEC, 10);    /* first ms of slot 1 */
-    cr_expect_eq(sl_limit_used(&s, T0 + 5 * SEC + 5 * MIN - 1), 11);
-    cr_expect_eq(sl_limit_used(&s, T0 + 5 * SEC + 5 * MIN), 10);
-    cr_expect_eq(sl_limit_used(&s, T0 + 10 * SEC + 5 * MIN - 1), 10);
-    cr_expect_eq(sl_limit_used(&s, T0 + 10 * SEC + 5 * MIN), 0);
+    cr_expect_eq(sl_limit_used(&s, T0 + 10 * SEC + 5 * MIN - 1), 11);
+    cr_expect_eq(sl_limit_used(&s, T0 + 10 * SEC + 5 * MIN), 10);
+    cr_expect_eq(sl_limit_used(&s, T0 + 15 * SEC + 5 * MIN - 1), 10);
+    cr_expect_eq(sl_limit_used(&s, T0 + 15 * SEC + 5 * MIN), 0);
+}
+
+Test(limits, a_charge_counts_one_margin_slot_past_its_slots_end_for_the_upstreams_lag)
+{
+    /* 1 request per minute: slots of 1 s. */
+    sl_limit_state_t s = rolling(SL_PER_MINUTE, 1, SL_MEASURE_REQUESTS, 1);
+    cr_assert_eq(s.slot_ms, SEC);
+    /* Sent in the last ms of slot [T0, T0 + 1 s); the upstream reads it 41 ms later (a cold connection). */
+    int64_t sent = T0 + 999, read = sent + 41;
+    sl_limit_add(&s, sent, sent, 1);
+    /* The upstream counts it until read + 60 s. Slot end + window alone would let the next one in before. */
+    cr_expect_lt(T0 + SEC + MIN, read + MIN);
+    expect_check(&s, T0 + SEC + MIN, 1, SL_LIMIT_WINDOW_FULL, T0 + 2 * SEC + MIN);
+    expect_check(&s, read + MIN - 1, 1, SL_LIMIT_WINDOW_FULL, T0 + 2 * SEC + MIN);
+    /* It leaves with its slot's end + one margin slot + the window: sent + 1 ms + 1 s + 60 s. */
+    cr_expect_eq(sl_limit_resets_at_ms(&s, sent), T0 + 2 * SEC + MIN);
+    cr_expect_eq(sl_limit_used(&s, T0 + 2 * SEC + MIN - 1), 1);
+    expect_check(&s, T0 + 2 * SEC + MIN, 1, SL_LIMIT_OK, UNSET);
+
+    /* Sent in a slot's first ms, it counts two slots past the window: one to two slots late, never early. */
+    sl_limit_state_t f = rolling(SL_PER_MINUTE, 1, SL_MEASURE_REQUESTS, 1);
+    sl_limit_add(&f, T0, T0, 1);
+    cr_expect_eq(sl_limit_resets_at_ms(&f, T0), T0 + 2 * SEC + MIN);
+    expect_check(&f, T0 + 2 * SEC + MIN - 1, 1, SL_LIMIT_WINDOW_FULL, T0 + 2 * SEC + MIN);
+    expect_check(&f, T0 + 2 * SEC + MIN, 1, SL_LIMIT_OK, UNSET);
+}
+
+Test(limits, the_ring_holds_every_slot_that_still_counts)
+{
+    /* 5 minutes in 5 s slots: at the last ms of slot 61, slots 0 to 61 (62 of them) all still count. */
+    sl_limit_state_t s = five_minutes(1000);
+    cr_assert_eq(N(s.ring), 63);
+    for (int64_t k = 0; k <= 61; k++)
+        sl_limit_add(&s, T0 + k * 5 * SEC, T0 + k * 5 * SEC, 1);
+    cr_expect_eq(sl_limit_used(&s, T0 + 310 * SEC - 1), 62);
+    cr_expect_eq(sl_limit_resets_at_ms(&s, T0 + 310 * SEC - 1), T0 + 615 * SEC);
+    expect_check(&s, T0 + 310 * SEC - 1, 939, SL_LIMIT_WINDOW_FULL, T0 + 310 * SEC);
+    cr_expect_eq(sl_limit_used(&s, T0 + 310 * SEC), 61, "slot 0 leaves at its end + 5 s + 5 min");
+
+    /* Jumping straight from slot 0 to slot 61 keeps slot 0 too. */
+    sl_limit_state_t j = five_minutes(1000);
+    sl_limit_add(&j, T0, T0, 9);
+    cr_expect_eq(sl_limit_used(&j, T0 + 310 * SEC - 1), 9);
+    sl_limit_add(&j, T0 + 310 * SEC - 1, T0 + 310 * SEC - 1, 1);
+    cr_expect_eq(sl_limit_used(&j, T0 + 310 * SEC - 1), 10);
+    cr_expect_eq(sl_limit_used(&j, T0 + 310 * SEC), 1);
 }
 
 Test(limits, an_odd_window_expires_by_slot_end_not_by_ring_place)
 {
-    /* 61 ms in slots of 2 ms: the ring spans 124 ms, twice the window. */
+    /* 61 ms in slots of 2 ms: the ring spans 126 ms, more than twice the window. */
     sl_limit_t limit = {.per = SL_PER_MINUTE, .every = 1, .measure = SL_MEASURE_REQUESTS, .amount = 5};
     sl_limit_state_t s;
     sl_limit_state_init(&s, &limit, 61);
+    cr_assert_eq(N(s.ring), 63);
     sl_limit_add(&s, T0 + 1, T0 + 1, 3);
-    cr_expect_eq(sl_limit_used(&s, T0 + 62), 3);
-    cr_expect_eq(sl_limit_used(&s, T0 + 63), 0, "slot end (T0 + 2) + 61 ms");
-    expect_check(&s, T0 + 63, 5, SL_LIMIT_OK, UNSET);
+    cr_expect_eq(sl_limit_used(&s, T0 + 64), 3);
+    cr_expect_eq(sl_limit_used(&s, T0 + 65), 0, "slot end (T0 + 2) + margin slot (2 ms) + 61 ms");
+    expect_check(&s, T0 + 65, 5, SL_LIMIT_OK, UNSET);
+    /* Expired, yet still in its ring place: the head is slot 32 after it, the ring holds 63. */
+    cr_expect_eq(s.head_slot - (T0 / 2), 32);
+    cr_expect_eq(s.ring[(T0 / 2) % (int64_t)N(s.ring)], 3);
 }
 
 Test(limits, a_long_idle_gap_empties_the_ring)
@@ -152,9 +204,10 @@ Test(limits, a_long_idle_gap_empties_the_ring)
     for (int64_t t = 0; t < 5 * MIN; t += 5 * SEC)
         sl_limit_add(&s, T0 + t, T0 + t, 1);
     cr_expect_eq(sl_limit_used(&s, T0 + 5 * MIN - 1), 60);
-    expect_check(&s, T0 + 5 * MIN - 1, 41, SL_LIMIT_WINDOW_FULL, T0 + 5 * SEC + 5 * MIN);
+    expect_check(&s, T0 + 5 * MIN - 1, 41, SL_LIMIT_WINDOW_FULL, T0 + 10 * SEC + 5 * MIN);
 
-    /* Three days later: nothing from before counts, not even in a slot whose ring place is reused. */
+    /* Three days (51840 slots, far more than the ring's 63) later: nothing from before counts, not even in a
+     * slot whose ring place is reused. */
     int64_t later = T0 + 3 * DAY;
     cr_expect_eq(sl_limit_used(&s, later), 0);
     cr_expect_eq(sl_limit_resets_at_ms(&s, later), later);
@@ -169,16 +222,17 @@ Test(limits, a_long_idle_gap_empties_the_ring)
 Test(limits, a_short_gap_empties_the_ring_places_it_reuses)
 {
     sl_limit_state_t s = five_minutes(100);
-    sl_limit_add(&s, T0, T0, 1);                       /* slot 0, ends +305 s */
-    sl_limit_add(&s, T0 + 50 * SEC, T0 + 50 * SEC, 2); /* slot 10, ends +355 s */
-    cr_expect_eq(sl_limit_used(&s, T0 + 304 * SEC), 3);
-    /* Slot 62 takes slot 0's ring place: moving there empties it. */
-    cr_expect_eq(sl_limit_used(&s, T0 + 310 * SEC), 2);
-    sl_limit_add(&s, T0 + 310 * SEC, T0 + 310 * SEC, 4);
-    cr_expect_eq(sl_limit_used(&s, T0 + 310 * SEC), 6);
-    cr_expect_eq(sl_limit_used(&s, T0 + 355 * SEC), 4);
-    cr_expect_eq(sl_limit_used(&s, T0 + 615 * SEC - 1), 4);
-    cr_expect_eq(sl_limit_used(&s, T0 + 615 * SEC), 0);
+    sl_limit_add(&s, T0, T0, 1);                       /* slot 0, ends +310 s */
+    sl_limit_add(&s, T0 + 50 * SEC, T0 + 50 * SEC, 2); /* slot 10, ends +360 s */
+    cr_expect_eq(sl_limit_used(&s, T0 + 309 * SEC), 3);
+    cr_expect_eq(s.head_slot - T0 / (5 * SEC), 61);
+    /* Slot 63 takes slot 0's ring place: moving there (two slots on) empties it. */
+    cr_expect_eq(sl_limit_used(&s, T0 + 315 * SEC), 2);
+    sl_limit_add(&s, T0 + 315 * SEC, T0 + 315 * SEC, 4);
+    cr_expect_eq(sl_limit_used(&s, T0 + 315 * SEC), 6);
+    cr_expect_eq(sl_limit_used(&s, T0 + 360 * SEC), 4);
+    cr_expect_eq(sl_limit_used(&s, T0 + 625 * SEC - 1), 4);
+    cr_expect_eq(sl_limit_used(&s, T0 + 625 * SEC), 0);
 }
 
 Test(limits, a_reservation_settles_down_and_up_at_its_own_time)
@@ -191,8 +245,8 @@ Test(limits, a_reservation_settles_down_and_up_at_its_own_time)
     sl_limit_add(&s, T0, T0 + 40 * SEC, 250); /* a later correction upwards */
     cr_expect_eq(sl_limit_used(&s, T0 + 40 * SEC), 3550);
     /* Settled at the charge's time: it leaves with the admission's slot, not the settlement's. */
-    cr_expect_eq(sl_limit_used(&s, T0 + 5 * SEC + 5 * MIN - 1), 3550);
-    cr_expect_eq(sl_limit_used(&s, T0 + 5 * SEC + 5 * MIN), 100);
+    cr_expect_eq(sl_limit_used(&s, T0 + 10 * SEC + 5 * MIN - 1), 3550);
+    cr_expect_eq(sl_limit_used(&s, T0 + 10 * SEC + 5 * MIN), 100);
 }
 
 Test(limits, taking_back_more_than_a_slot_holds_stops_at_zero)
@@ -211,12 +265,12 @@ Test(limits, a_settlement_after_its_slot_left_is_dropped)
     sl_limit_state_t s = five_minutes(10000);
     sl_limit_add(&s, T0, T0, 300);
     sl_limit_add(&s, T0 + 5 * MIN, T0 + 5 * MIN, 40);
-    sl_limit_add(&s, T0, T0 + 5 * SEC + 5 * MIN, 999); /* its slot ended at this very instant */
-    cr_expect_eq(sl_limit_used(&s, T0 + 5 * SEC + 5 * MIN), 40);
+    sl_limit_add(&s, T0, T0 + 10 * SEC + 5 * MIN, 999); /* its slot left the window at this very instant */
+    cr_expect_eq(sl_limit_used(&s, T0 + 10 * SEC + 5 * MIN), 40);
     /* Dropped, not parked in the expired slot: a clock stepping back finds slot 0 as it was. */
     cr_expect_eq(sl_limit_used(&s, T0 + SEC), 340);
-    sl_limit_add(&s, T0, T0 + 5 * SEC + 5 * MIN, -999);
-    cr_expect_eq(sl_limit_used(&s, T0 + 5 * SEC + 5 * MIN), 40);
+    sl_limit_add(&s, T0, T0 + 10 * SEC + 5 * MIN, -999);
+    cr_expect_eq(sl_limit_used(&s, T0 + 10 * SEC + 5 * MIN), 40);
     cr_expect_eq(sl_limit_used(&s, T0 + SEC), 340);
 }
 
@@ -225,23 +279,23 @@ Test(limits, a_charge_in_the_future_counts_as_now)
     sl_limit_state_t s = five_minutes(10000);
     sl_limit_add(&s, T0 + HOUR, T0, 9);
     cr_expect_eq(sl_limit_used(&s, T0), 9);
-    cr_expect_eq(sl_limit_resets_at_ms(&s, T0), T0 + 5 * SEC + 5 * MIN, "in now's slot, not an hour later");
+    cr_expect_eq(sl_limit_resets_at_ms(&s, T0), T0 + 10 * SEC + 5 * MIN, "in now's slot, not an hour later");
 }
 
 Test(limits, a_full_window_recovers_when_enough_has_left)
 {
     sl_limit_state_t s = five_minutes(100);
-    sl_limit_add(&s, T0, T0, 30);                       /* ends +305 s */
-    sl_limit_add(&s, T0 + 10 * SEC, T0 + 10 * SEC, 30); /* ends +315 s */
-    sl_limit_add(&s, T0 + 20 * SEC, T0 + 20 * SEC, 40); /* ends +325 s */
-    expect_check(&s, T0 + MIN, 50, SL_LIMIT_WINDOW_FULL, T0 + 315 * SEC);
-    expect_check(&s, T0 + MIN, 30, SL_LIMIT_WINDOW_FULL, T0 + 305 * SEC);
-    expect_check(&s, T0 + MIN, 31, SL_LIMIT_WINDOW_FULL, T0 + 315 * SEC);
-    expect_check(&s, T0 + MIN, 100, SL_LIMIT_WINDOW_FULL, T0 + 325 * SEC);
-    expect_check(&s, T0 + 315 * SEC - 1, 50, SL_LIMIT_WINDOW_FULL, T0 + 315 * SEC);
-    expect_check(&s, T0 + 315 * SEC, 50, SL_LIMIT_OK, UNSET);
-    expect_check(&s, T0 + 315 * SEC, 61, SL_LIMIT_WINDOW_FULL, T0 + 325 * SEC);
-    cr_expect_eq(sl_limit_used(&s, T0 + 315 * SEC), 40, "a check charges nothing");
+    sl_limit_add(&s, T0, T0, 30);                       /* ends +310 s */
+    sl_limit_add(&s, T0 + 10 * SEC, T0 + 10 * SEC, 30); /* ends +320 s */
+    sl_limit_add(&s, T0 + 20 * SEC, T0 + 20 * SEC, 40); /* ends +330 s */
+    expect_check(&s, T0 + MIN, 50, SL_LIMIT_WINDOW_FULL, T0 + 320 * SEC);
+    expect_check(&s, T0 + MIN, 30, SL_LIMIT_WINDOW_FULL, T0 + 310 * SEC);
+    expect_check(&s, T0 + MIN, 31, SL_LIMIT_WINDOW_FULL, T0 + 320 * SEC);
+    expect_check(&s, T0 + MIN, 100, SL_LIMIT_WINDOW_FULL, T0 + 330 * SEC);
+    expect_check(&s, T0 + 320 * SEC - 1, 50, SL_LIMIT_WINDOW_FULL, T0 + 320 * SEC);
+    expect_check(&s, T0 + 320 * SEC, 50, SL_LIMIT_OK, UNSET);
+    expect_check(&s, T0 + 320 * SEC, 61, SL_LIMIT_WINDOW_FULL, T0 + 330 * SEC);
+    cr_expect_eq(sl_limit_used(&s, T0 + 320 * SEC), 40, "a check charges nothing");
 }
 
 Test(limits, a_need_that_fits_exactly_is_admitted)
@@ -249,7 +303,7 @@ Test(limits, a_need_that_fits_exactly_is_admitted)
     sl_limit_state_t s = five_minutes(100);
     sl_limit_add(&s, T0, T0, 60);
     expect_check(&s, T0 + SEC, 40, SL_LIMIT_OK, UNSET);
-    expect_check(&s, T0 + SEC, 41, SL_LIMIT_WINDOW_FULL, T0 + 305 * SEC);
+    expect_check(&s, T0 + SEC, 41, SL_LIMIT_WINDOW_FULL, T0 + 310 * SEC);
 }
 
 Test(limits, a_zero_need_on_a_used_up_window_waits)
@@ -258,11 +312,11 @@ Test(limits, a_zero_need_on_a_used_up_window_waits)
     sl_limit_add(&s, T0, T0, 99);
     expect_check(&s, T0, 0, SL_LIMIT_OK, UNSET);
     sl_limit_add(&s, T0 + 7 * SEC, T0 + 7 * SEC, 1);
-    expect_check(&s, T0 + 7 * SEC, 0, SL_LIMIT_WINDOW_FULL, T0 + 305 * SEC);
+    expect_check(&s, T0 + 7 * SEC, 0, SL_LIMIT_WINDOW_FULL, T0 + 310 * SEC);
     /* Settled above the limit: slot 0 leaving is not enough, slot 1 alone holds the whole amount. */
     sl_limit_add(&s, T0 + 7 * SEC, T0 + 7 * SEC, 99);
-    expect_check(&s, T0 + 8 * SEC, 0, SL_LIMIT_WINDOW_FULL, T0 + 310 * SEC);
-    expect_check(&s, T0 + 8 * SEC, -5, SL_LIMIT_WINDOW_FULL, T0 + 310 * SEC);
+    expect_check(&s, T0 + 8 * SEC, 0, SL_LIMIT_WINDOW_FULL, T0 + 315 * SEC);
+    expect_check(&s, T0 + 8 * SEC, -5, SL_LIMIT_WINDOW_FULL, T0 + 315 * SEC);
 }
 
 Test(limits, a_need_larger_than_the_whole_limit_is_never)
@@ -290,65 +344,72 @@ Test(limits, a_one_hour_window_with_every_24_is_a_rolling_day)
     cr_expect_eq(s.slot_ms, 24 * MIN);
     sl_limit_add(&s, T0 + 10 * MIN, T0 + 10 * MIN, 1); /* slot [T0, T0 + 24 min) */
     sl_limit_add(&s, T0 + 3 * HOUR, T0 + 3 * HOUR, 1); /* slot [T0 + 168 min, T0 + 192 min) */
-    expect_check(&s, T0 + 12 * HOUR, 1, SL_LIMIT_WINDOW_FULL, T0 + 24 * MIN + DAY);
-    cr_expect_eq(sl_limit_used(&s, T0 + 24 * MIN + DAY - 1), 2);
-    cr_expect_eq(sl_limit_used(&s, T0 + 24 * MIN + DAY), 1);
-    cr_expect_eq(sl_limit_resets_at_ms(&s, T0 + 24 * MIN + DAY), T0 + 192 * MIN + DAY);
+    /* Each leaves one margin slot (24 min) after its slot's end, plus the day. */
+    expect_check(&s, T0 + 12 * HOUR, 1, SL_LIMIT_WINDOW_FULL, T0 + 48 * MIN + DAY);
+    cr_expect_eq(sl_limit_used(&s, T0 + 48 * MIN + DAY - 1), 2);
+    cr_expect_eq(sl_limit_used(&s, T0 + 48 * MIN + DAY), 1);
+    cr_expect_eq(sl_limit_resets_at_ms(&s, T0 + 48 * MIN + DAY), T0 + 216 * MIN + DAY);
 }
 
 Test(limits, a_past_minute_bucket_counts_while_it_is_in_the_window)
 {
-    /* Restored after a restart at +10 min: each persisted minute as of its bucket's last ms. */
+    /* Restored after a restart at +10 min 5 s: each persisted minute as of its bucket's last ms. */
     sl_limit_state_t s = five_minutes(10000);
-    int64_t now = T0 + 10 * MIN;
-    sl_limit_add(&s, T0 + 5 * MIN - 1, now, 100); /* bucket [4, 5) min: its slot ended at +5 min + 5 min */
-    sl_limit_add(&s, T0 + 6 * MIN - 1, now, 20);  /* bucket [5, 6): counts until +11 min */
-    sl_limit_add(&s, T0 + 10 * MIN - 1, now, 3);  /* bucket [9, 10): counts until +15 min */
+    int64_t now = T0 + 10 * MIN + 5 * SEC;
+    sl_limit_add(&s, T0 + 5 * MIN - 1, now, 100); /* bucket [4, 5) min: left at +5 min + 5 s + 5 min */
+    sl_limit_add(&s, T0 + 6 * MIN - 1, now, 20);  /* bucket [5, 6): counts until +11 min 5 s */
+    sl_limit_add(&s, T0 + 10 * MIN - 1, now, 3);  /* bucket [9, 10): counts until +15 min 5 s */
     sl_limit_add(&s, T0 - DAY, now, 1000);        /* yesterday */
     cr_expect_eq(sl_limit_used(&s, now), 23);
-    cr_expect_eq(sl_limit_used(&s, T0 + 11 * MIN - 1), 23);
-    cr_expect_eq(sl_limit_used(&s, T0 + 11 * MIN), 3);
-    cr_expect_eq(sl_limit_used(&s, T0 + 15 * MIN), 0);
+    cr_expect_eq(sl_limit_used(&s, T0 + 11 * MIN + 5 * SEC - 1), 23);
+    cr_expect_eq(sl_limit_used(&s, T0 + 11 * MIN + 5 * SEC), 3);
+    cr_expect_eq(sl_limit_used(&s, T0 + 15 * MIN + 5 * SEC - 1), 3);
+    cr_expect_eq(sl_limit_used(&s, T0 + 15 * MIN + 5 * SEC), 0);
 }
 
 Test(limits, a_small_clock_step_back_expires_nothing_and_charges_its_own_slot)
 {
     sl_limit_state_t s = five_minutes(100);
-    sl_limit_add(&s, T0 + 100 * SEC, T0 + 100 * SEC, 7); /* ends +405 s */
+    sl_limit_add(&s, T0 + 100 * SEC, T0 + 100 * SEC, 7); /* ends +410 s */
     int64_t back = T0 + 50 * SEC;
     cr_expect_eq(sl_limit_used(&s, back), 7);
     cr_expect_eq(s.head_slot, (T0 + 100 * SEC) / (5 * SEC), "the head stays");
-    sl_limit_add(&s, back, back, 3);           /* its own slot, ends +355 s */
+    sl_limit_add(&s, back, back, 3);           /* its own slot, ends +360 s */
     sl_limit_add(&s, T0 + 100 * SEC, back, 1); /* "later" than now: counts as now */
     cr_expect_eq(sl_limit_used(&s, back), 11);
-    expect_check(&s, back, 90, SL_LIMIT_WINDOW_FULL, T0 + 355 * SEC);
-    cr_expect_eq(sl_limit_resets_at_ms(&s, back), T0 + 405 * SEC);
-    cr_expect_eq(sl_limit_used(&s, T0 + 355 * SEC - 1), 11);
-    cr_expect_eq(sl_limit_used(&s, T0 + 355 * SEC), 7);
-    cr_expect_eq(sl_limit_used(&s, T0 + 405 * SEC), 0);
+    expect_check(&s, back, 90, SL_LIMIT_WINDOW_FULL, T0 + 360 * SEC);
+    cr_expect_eq(sl_limit_resets_at_ms(&s, back), T0 + 410 * SEC);
+    cr_expect_eq(sl_limit_used(&s, T0 + 360 * SEC - 1), 11);
+    cr_expect_eq(sl_limit_used(&s, T0 + 360 * SEC), 7);
+    cr_expect_eq(sl_limit_used(&s, T0 + 410 * SEC - 1), 7);
+    cr_expect_eq(sl_limit_used(&s, T0 + 410 * SEC), 0);
 }
 
 Test(limits, a_clock_step_back_beyond_the_ring_counts_a_charge_too_long_not_too_short)
 {
     sl_limit_state_t s = five_minutes(100);
-    sl_limit_add(&s, T0 + 10 * MIN, T0 + 10 * MIN, 10); /* slot 120, ends +905 s */
-    /* Ten minutes back: slot 0 is 120 slots behind the head, the ring holds 62. */
+    sl_limit_add(&s, T0 + 10 * MIN, T0 + 10 * MIN, 10); /* slot 120, ends +910 s */
+    /* Ten minutes back: slot 0 is 120 slots behind the head, the ring holds 63 (slots 58 to 120). */
     cr_expect_eq(sl_limit_used(&s, T0), 10);
-    sl_limit_add(&s, T0, T0, 5); /* into the oldest slot held, 59: ends +600 s instead of +305 s */
+    sl_limit_add(&s, T0, T0, 5); /* into the oldest slot held, 58: ends +600 s instead of +310 s */
+    cr_expect_eq(s.ring[(T0 / (5 * SEC) + 58) % (int64_t)N(s.ring)], 5);
     cr_expect_eq(sl_limit_used(&s, T0), 15);
-    cr_expect_eq(sl_limit_used(&s, T0 + 305 * SEC), 15);
+    cr_expect_eq(sl_limit_used(&s, T0 + 310 * SEC), 15);
     cr_expect_eq(sl_limit_used(&s, T0 + 600 * SEC - 1), 15);
     cr_expect_eq(sl_limit_used(&s, T0 + 600 * SEC), 10);
-    cr_expect_eq(sl_limit_used(&s, T0 + 905 * SEC), 0);
+    cr_expect_eq(sl_limit_used(&s, T0 + 910 * SEC - 1), 10);
+    cr_expect_eq(sl_limit_used(&s, T0 + 910 * SEC), 0);
     /*
-     * Back to 1970 and before: slot 120 is still in the ring and counts again
-     * until the clock catches up with its end; a charge there joins the oldest
-     * slot held, 120. Nothing is indexed out of range (the sanitizer build).
+     * Back to 1970 and before: the head is slot 182, and slot 120, the oldest
+     * the ring holds, is still in it and counts again until the clock catches
+     * up with its end; a charge there joins slot 120. Nothing is indexed out
+     * of range (the sanitizer build).
      */
+    cr_expect_eq(s.head_slot - T0 / (5 * SEC), 182);
     cr_expect_eq(sl_limit_used(&s, 0), 10);
     sl_limit_add(&s, -5 * DAY, -5 * DAY, 1);
     cr_expect_eq(sl_limit_used(&s, -5 * DAY), 11);
-    cr_expect_eq(sl_limit_resets_at_ms(&s, -5 * DAY), T0 + 905 * SEC);
+    cr_expect_eq(sl_limit_resets_at_ms(&s, -5 * DAY), T0 + 910 * SEC);
 }
 
 Test(limits, amounts_of_1e15_tokens_neither_overflow_nor_wrap)
@@ -358,14 +419,14 @@ Test(limits, amounts_of_1e15_tokens_neither_overflow_nor_wrap)
     expect_check(&s, T0, big, SL_LIMIT_OK, UNSET);
     sl_limit_add(&s, T0, T0, big - 1);
     expect_check(&s, T0, 1, SL_LIMIT_OK, UNSET);
-    expect_check(&s, T0, 2, SL_LIMIT_WINDOW_FULL, T0 + 305 * SEC);
-    expect_check(&s, T0, big, SL_LIMIT_WINDOW_FULL, T0 + 305 * SEC);
+    expect_check(&s, T0, 2, SL_LIMIT_WINDOW_FULL, T0 + 310 * SEC);
+    expect_check(&s, T0, big, SL_LIMIT_WINDOW_FULL, T0 + 310 * SEC);
     /* Runaway settlements saturate instead of wrapping negative. */
     sl_limit_add(&s, T0, T0, INT64_MAX);
     sl_limit_add(&s, T0 + 5 * SEC, T0 + 5 * SEC, INT64_MAX);
     cr_expect_eq(sl_limit_used(&s, T0 + 5 * SEC), INT64_MAX);
-    expect_check(&s, T0 + 5 * SEC, 0, SL_LIMIT_WINDOW_FULL, T0 + 310 * SEC);
-    cr_expect_eq(sl_limit_resets_at_ms(&s, T0 + 5 * SEC), T0 + 310 * SEC);
+    expect_check(&s, T0 + 5 * SEC, 0, SL_LIMIT_WINDOW_FULL, T0 + 315 * SEC);
+    cr_expect_eq(sl_limit_resets_at_ms(&s, T0 + 5 * SEC), T0 + 315 * SEC);
 }
 
 /* ---- calendar periods ------------------------------------------------------------------------ */
@@ -528,17 +589,17 @@ Test(limits, a_subject_takes_the_worst_verdict_and_the_latest_recovery)
     };
     sl_limits_add(st, N(st), now, now, &(sl_amounts_t){.requests = 2, .tokens = 400});
 
-    /* The minute window is full: it frees at now + 1 s (slot) + 60 s. */
+    /* The minute window is full: it frees at now + 1 s (slot) + 1 s (margin slot) + 60 s. */
     sl_limits_check_t c = sl_limits_check(st, N(st), now, &(sl_amounts_t){.requests = 1, .tokens = 100});
     cr_expect_eq(c.verdict, SL_LIMIT_WINDOW_FULL);
-    cr_expect_eq(c.recovery_ms, now + 61 * SEC);
+    cr_expect_eq(c.recovery_ms, now + 62 * SEC);
 
     /* The hour window too: the later recovery wins. */
     sl_limits_add(st, N(st), now + 2 * SEC, now + 2 * SEC, &(sl_amounts_t){.requests = 1});
     c = sl_limits_check(st, N(st), now + 2 * SEC, &(sl_amounts_t){.requests = 1, .tokens = 100});
     cr_expect_eq(c.verdict, SL_LIMIT_WINDOW_FULL);
-    cr_expect_eq(c.recovery_ms, now + HOUR + 60 * SEC,
-                 "hour slots are 60 s: [now, now + 60 s) ends +1 h later");
+    cr_expect_eq(c.recovery_ms, now + HOUR + 120 * SEC,
+                 "hour slots are 60 s: [now, now + 60 s) leaves a margin slot and 1 h after its end");
 
     /* A used-up period outranks a full window and sets the recovery. */
     c = sl_limits_check(st, N(st), now + 2 * SEC, &(sl_amounts_t){.requests = 1, .tokens = 601});
@@ -548,7 +609,7 @@ Test(limits, a_subject_takes_the_worst_verdict_and_the_latest_recovery)
     /* NEVER outranks everything; its recovery is the others'. */
     c = sl_limits_check(st, N(st), now + 2 * SEC, &(sl_amounts_t){.requests = 3, .tokens = 100});
     cr_expect_eq(c.verdict, SL_LIMIT_NEVER);
-    cr_expect_eq(c.recovery_ms, now + HOUR + 60 * SEC);
+    cr_expect_eq(c.recovery_ms, now + HOUR + 120 * SEC);
 
     /* When the windows have drained, only the period is in the way. */
     c = sl_limits_check(st, N(st), now + 2 * HOUR, &(sl_amounts_t){.requests = 1, .tokens = 601});

@@ -1987,11 +1987,51 @@ release_hold(request_t *r)
 }
 
 /* Classifies the whole events in rx; returns false when the hop was abandoned meanwhile. */
+/*
+ * Gemini may send an error after earlier chunks as bare JSON, which SSE
+ * cannot frame: it is rewritten in place as the `data:` event it stands
+ * for, so everything after sees one shape (and a client's SDK can read
+ * it). Returns false while the object has not closed yet: wait for more.
+ */
+static bool
+frame_bare_gemini_error(request_t *r)
+{
+    const char *at = r->rx->bytes + r->parsed;
+    size_t n = r->rx->size - r->parsed, i = 0;
+    while (i < n && (at[i] == ' ' || at[i] == '\t' || at[i] == '\r' || at[i] == '\n'))
+        i++;
+    if (i == n || at[i] != '{')
+        return true;
+    size_t taken = 0;
+    sl_stream_verdict_t v;
+    switch (sl_gemini_bare_error(at, n, &taken, &v)) {
+    case SL_GEMINI_BARE_MORE:
+        return false;
+    case SL_GEMINI_BARE_NONE:
+        return true;
+    default:
+        break;
+    }
+    static const char prefix[] = "data: ", suffix[] = "\n\n";
+    size_t grow = sizeof(prefix) - 1 + sizeof(suffix) - 1;
+    h2o_buffer_reserve(&r->rx, grow);
+    char *base = r->rx->bytes + r->parsed;
+    size_t rest = r->rx->size - r->parsed - taken;
+    memmove(base + taken + grow, base + taken, rest);
+    memmove(base + i + sizeof(prefix) - 1, base + i, taken - i);
+    memcpy(base + i, prefix, sizeof(prefix) - 1);
+    memcpy(base + taken + sizeof(prefix) - 1, suffix, sizeof(suffix) - 1);
+    r->rx->size += grow;
+    return true;
+}
+
 static bool
 scan_events(request_t *r)
 {
     sl_sse_event_t ev;
     for (;;) {
+        if (r->in.endpoint.dialect == SL_DIALECT_GEMINI && !frame_bare_gemini_error(r))
+            return true;
         sl_sse_status_t st = sl_sse_next(&r->scanner, r->rx->bytes + r->parsed, r->rx->size - r->parsed, &ev);
         if (st == SL_SSE_MORE)
             return true;

@@ -80,8 +80,6 @@ is_served(const sl_endpoint_t *e, sl_intake_refusal_t *r)
 {
     if (e->op == SL_OP_WEBSOCKET)
         return refuse(r, 501, SL_CODE_GW_DIALECT_NOT_SERVED, "OpenAI Responses WebSocket mode");
-    if (e->dialect == SL_DIALECT_BEDROCK)
-        return refuse(r, 501, SL_CODE_GW_DIALECT_NOT_SERVED, "the Bedrock Converse API");
     return true;
 }
 

@@ -23,8 +23,11 @@
 #include "core/limits.h"
 #include "core/pricing.h"
 #include "core/retry.h"
+#include "core/sigv4.h"
 #include "core/route.h"
 #include "core/sse.h"
+#include "core/eventstream.h"
+#include "core/stream_bedrock.h"
 #include "core/stream_class.h"
 #include "core/xalloc.h"
 #include "hop.h"
@@ -110,7 +113,8 @@ typedef struct {
     int up_status;
     h2o_headers_t up_headers; /* the upstream's answer headers, hop-by-hop ones dropped */
     int64_t up_content_length;
-    bool sse; /* the answer is an SSE stream this gateway understands */
+    bool events; /* the answer is a stream of events this gateway understands: SSE, or (frames) eventstream */
+    bool frames; /* Bedrock: application/vnd.amazon.eventstream frames instead of SSE */
 
     h2o_buffer_t *rx; /* upstream bytes not yet handed to h2o */
     h2o_buffer_t *tx; /* the bytes of the h2o_send in flight */
@@ -901,7 +905,7 @@ start_response(request_t *r)
         }
         /* A whole answer keeps its length; a stream (or one the gateway may extend with an error) is chunked.
          */
-        if (!r->sse && r->up_content_length >= 0)
+        if (!r->events && r->up_content_length >= 0)
             req->res.content_length = (size_t)r->up_content_length;
         r->generator = (h2o_generator_t){on_generator_proceed, on_generator_stop};
         h2o_start_response(req, &r->generator);
@@ -911,7 +915,7 @@ start_response(request_t *r)
         emit(r, sl_bus_request_headers(&ev, wall_ms(), r->id, r->up_status, r->ttfb_ms));
     }
     /* A whole answer's head is its first token; a stream's is its first content event. */
-    if (!r->sse || r->stream.phase == SL_STREAM_FLOWING)
+    if (!r->events || r->stream.phase == SL_STREAM_FLOWING)
         first_token(r);
 }
 
@@ -1012,8 +1016,15 @@ append_stream_error(request_t *r, sl_code_t code, const char *text)
     if (r->rx->size > r->parsed)
         r->rx->size = r->parsed;
     sl_strbuf_t ev = {0};
-    sl_dialect_render_stream_error(r->in.endpoint.dialect, sl_code_status(code), sl_code_slug(code), text,
-                                   &ev);
+    sl_stream_error_t form = sl_dialect_render_stream_error(r->in.endpoint.dialect, sl_code_status(code),
+                                                            sl_code_slug(code), text, &ev);
+    if (form.form == SL_STREAM_ERROR_NEEDS_EXCEPTION_FRAME) {
+        /* Bedrock: the payload goes in an exception frame the AWS SDK raises as that exception. */
+        sl_strbuf_t frame = {0};
+        sl_es_encode_exception(&frame, form.exception_type, ev.data, ev.len);
+        free(sl_strbuf_finish(&ev));
+        ev = frame;
+    }
     h2o_iovec_t dst = h2o_buffer_reserve(&r->rx, ev.len);
     memcpy(dst.base, ev.data, ev.len);
     r->rx->size += ev.len;
@@ -1126,7 +1137,7 @@ pass_through(request_t *r)
     }
     r->handing_over = true;
     r->state = REQ_STREAMING;
-    r->sse = false;
+    r->events = false;
     r->parsed = r->rx->size;
     add_should_retry(r);
     start_response(r);
@@ -1200,7 +1211,7 @@ hop_failed_before_content(request_t *r, sl_failure_source_t source, const sl_str
     add_should_retry(r);
     start_response(r);
     if (r->hop == NULL) {
-        if (r->sse && !sl_stream_complete(&r->stream)) {
+        if (r->events && !sl_stream_complete(&r->stream)) {
             sl_msg_t msg = sl_msg_make(r->last.code, "provider", provider_of(r, r->cur)->name, NULL);
             append_stream_error(r, r->last.code, msg.text);
             sl_msg_free(&msg);
@@ -1419,7 +1430,7 @@ static void
 fail_streaming(request_t *r, sl_hop_end_t how, const char *detail)
 {
     end_hop(r);
-    bool before_content = r->sse && r->stream.phase == SL_STREAM_HELD;
+    bool before_content = r->events && r->stream.phase == SL_STREAM_HELD;
     sl_code_t code = !before_content                  ? SL_CODE_GW_UPSTREAM_BROKEN_AFTER_CONTENT
                      : how == SL_HOP_END_EOS          ? SL_CODE_GW_UPSTREAM_STREAM_ENDED_EARLY
                      : how == SL_HOP_END_IDLE_TIMEOUT ? SL_CODE_GW_UPSTREAM_IDLE_TIMEOUT
@@ -1428,12 +1439,12 @@ fail_streaming(request_t *r, sl_hop_end_t how, const char *detail)
     snprintf(secs, sizeof(secs), "%u", r->config->failover.idle_timeout_secs);
     sl_msg_t msg = sl_msg_make(code, "provider", provider_of(r, r->cur)->name, "secs", secs, NULL);
     close_attempt(r, SL_ROW_HOP_ERROR, code, detail);
-    r->gateway_error = r->sse;
+    r->gateway_error = r->events;
     finish(r, SL_ROW_FAILED, r->up_status, true, code, msg.text);
-    if (r->sse)
+    if (r->events)
         append_stream_error(r, code, msg.text);
     sl_msg_free(&msg);
-    queue_final(r, r->sse ? H2O_SEND_STATE_FINAL : H2O_SEND_STATE_ERROR);
+    queue_final(r, r->events ? H2O_SEND_STATE_FINAL : H2O_SEND_STATE_ERROR);
 }
 
 /* ---- waiting on paused and busy upstreams (behaviour.md §6) -------------------------------- */
@@ -2025,34 +2036,87 @@ frame_bare_gemini_error(request_t *r)
     return true;
 }
 
+/* What the next event of a stream is. */
+typedef enum {
+    NEXT_EVENT,   /* *len bytes make an event, classified into *v */
+    NEXT_MORE,    /* no whole event yet */
+    NEXT_DROPPED, /* an event was taken out of the stream (read, not forwarded): look again */
+    NEXT_BROKEN,  /* the framing is broken (*detail says how): the stream cannot go on */
+} next_event_t;
+
+/* The next SSE event of rx[parsed..), classified. */
+static next_event_t
+next_sse_event(request_t *r, size_t *len, sl_stream_verdict_t *v, const char **detail)
+{
+    if (r->in.endpoint.dialect == SL_DIALECT_GEMINI && !frame_bare_gemini_error(r))
+        return NEXT_MORE;
+    sl_sse_event_t ev;
+    sl_sse_status_t st = sl_sse_next(&r->scanner, r->rx->bytes + r->parsed, r->rx->size - r->parsed, &ev);
+    if (st == SL_SSE_MORE)
+        return NEXT_MORE;
+    if (st == SL_SSE_TOO_LARGE) {
+        *detail = "an event is too large";
+        return NEXT_BROKEN;
+    }
+    if (ev.data != NULL && sl_sse_event_is(&ev, "response.created"))
+        capture_response_id(r, ev.data, ev.data_len);
+    sl_stream_feed(&r->stream, &ev, v);
+    if (r->strip_usage_chunk && ev.data != NULL && sl_openai_chat_usage_only(ev.data, ev.data_len)) {
+        /* Asked for by sluice, not by the client: its usage is read, the chunk goes no further. */
+        char *at = r->rx->bytes + r->parsed;
+        memmove(at, at + ev.len, r->rx->size - r->parsed - ev.len);
+        r->rx->size -= ev.len;
+        return NEXT_DROPPED;
+    }
+    *len = ev.len;
+    return NEXT_EVENT;
+}
+
+/* The next eventstream frame of rx[parsed..) (Bedrock), classified; a bad frame breaks the stream. */
+static next_event_t
+next_frame(request_t *r, size_t *len, sl_stream_verdict_t *v, const char **detail)
+{
+    sl_es_message_t frame;
+    sl_es_status_t st =
+        sl_es_next(r->rx->bytes + r->parsed, r->rx->size - r->parsed, SL_ES_MAX_MESSAGE_DEFAULT, &frame);
+    if (st == SL_ES_NEED_MORE)
+        return NEXT_MORE;
+    if (st != SL_ES_MESSAGE) {
+        *detail = st == SL_ES_TOO_LARGE ? "an eventstream frame is too large" : "a broken eventstream frame";
+        return NEXT_BROKEN;
+    }
+    sl_bedrock_message_t m;
+    sl_bedrock_message_from(&frame, &m);
+    sl_bedrock_stream_feed(&r->stream, &m, v);
+    *len = frame.len;
+    return NEXT_EVENT;
+}
+
+/*
+ * Reads the stream's whole events: a held answer is released at its first
+ * content, or fails over on an error before it; an error after content is
+ * the client's to see. Returns false when the request moved on (failed
+ * over, failed), true when it waits for more bytes.
+ */
 static bool
 scan_events(request_t *r)
 {
-    sl_sse_event_t ev;
     for (;;) {
-        if (r->in.endpoint.dialect == SL_DIALECT_GEMINI && !frame_bare_gemini_error(r))
-            return true;
-        sl_sse_status_t st = sl_sse_next(&r->scanner, r->rx->bytes + r->parsed, r->rx->size - r->parsed, &ev);
-        if (st == SL_SSE_MORE)
-            return true;
-        if (st == SL_SSE_TOO_LARGE) {
-            if (r->state == REQ_HELD) {
-                hop_failed_before_content(r, SL_FAILURE_BROKEN_BEFORE_CONTENT, NULL, "an event is too large");
-            } else {
-                fail_streaming(r, SL_HOP_END_BROKEN, "an event is too large");
-            }
-            return false;
-        }
-        if (ev.data != NULL && sl_sse_event_is(&ev, "response.created"))
-            capture_response_id(r, ev.data, ev.data_len);
+        size_t len = 0;
         sl_stream_verdict_t v;
-        sl_stream_feed(&r->stream, &ev, &v);
-        if (r->strip_usage_chunk && ev.data != NULL && sl_openai_chat_usage_only(ev.data, ev.data_len)) {
-            /* Asked for by sluice, not by the client: its usage is read, the chunk goes no further. */
-            char *at = r->rx->bytes + r->parsed;
-            memmove(at, at + ev.len, r->rx->size - r->parsed - ev.len);
-            r->rx->size -= ev.len;
+        const char *broken = NULL;
+        next_event_t next =
+            r->frames ? next_frame(r, &len, &v, &broken) : next_sse_event(r, &len, &v, &broken);
+        if (next == NEXT_MORE)
+            return true;
+        if (next == NEXT_DROPPED)
             continue;
+        if (next == NEXT_BROKEN) {
+            if (r->state == REQ_HELD)
+                hop_failed_before_content(r, SL_FAILURE_BROKEN_BEFORE_CONTENT, NULL, broken);
+            else
+                fail_streaming(r, SL_HOP_END_BROKEN, broken);
+            return false;
         }
         if (v.kind == SL_STREAM_ERROR && r->state == REQ_STREAMING)
             r->told_error = true;
@@ -2060,11 +2124,11 @@ scan_events(request_t *r)
             char detail[128];
             snprintf(detail, sizeof(detail), "%s", v.code[0] ? v.code : "in-stream error");
             /* The error event itself belongs to what the client may get. */
-            r->parsed += ev.len;
+            r->parsed += len;
             hop_failed_before_content(r, SL_FAILURE_STREAM_ERROR, &v, detail);
             return false;
         }
-        r->parsed += ev.len;
+        r->parsed += len;
         if (r->state == REQ_HELD && r->stream.phase == SL_STREAM_FLOWING)
             release_hold(r);
         else if (r->stream.phase == SL_STREAM_FLOWING && !r->first_token_seen && r->answer_started) {
@@ -2116,24 +2180,24 @@ static void
 process(request_t *r)
 {
     /* A whole Responses answer names its own id first: it is in the first bytes. */
-    if (!r->sse && (r->state == REQ_HELD || r->state == REQ_STREAMING) && r->up_status < 300)
+    if (!r->events && (r->state == REQ_HELD || r->state == REQ_STREAMING) && r->up_status < 300)
         capture_response_id(r, r->rx->bytes, r->rx->size);
     switch (r->state) {
     case REQ_HELD:
-        if (r->sse) {
+        if (r->events) {
             if (!scan_events(r))
                 return;
         }
         if (r->state == REQ_HELD && r->rx->size > HOLD_CAP)
             release_hold(r);
         if (r->state == REQ_STREAMING) {
-            if (!r->sse)
+            if (!r->events)
                 pass_whole_answer_bytes(r);
             flush_to_client(r);
         }
         break;
     case REQ_STREAMING:
-        if (r->sse) {
+        if (r->events) {
             if (!scan_events(r))
                 return;
         } else {
@@ -2160,16 +2224,18 @@ on_hop_head(void *data, int status, const h2o_header_t *headers, size_t n)
     r->ttfb_ms = sl_now_ms() - r->started_ms;
     r->up_content_length = -1;
     memset(&r->up_headers, 0, sizeof(r->up_headers));
-    bool event_stream = false;
+    bool event_stream = false, frames = false;
     h2o_mem_pool_t *pool = r->req != NULL ? &r->req->pool : NULL;
     for (size_t i = 0; i < n && pool != NULL; i++) {
         const h2o_iovec_t *name = headers[i].name;
         if (h2o_memis(name->base, name->len, H2O_STRLIT("content-length")))
             r->up_content_length = (int64_t)h2o_strtosize(headers[i].value.base, headers[i].value.len);
-        if (h2o_memis(name->base, name->len, H2O_STRLIT("content-type")) &&
-            h2o_strstr(headers[i].value.base, headers[i].value.len, H2O_STRLIT("text/event-stream")) !=
-                SIZE_MAX)
-            event_stream = true;
+        if (h2o_memis(name->base, name->len, H2O_STRLIT("content-type"))) {
+            event_stream |= h2o_strstr(headers[i].value.base, headers[i].value.len,
+                                       H2O_STRLIT("text/event-stream")) != SIZE_MAX;
+            frames |= h2o_strstr(headers[i].value.base, headers[i].value.len,
+                                 H2O_STRLIT("application/vnd.amazon.eventstream")) != SIZE_MAX;
+        }
         if (is_hop_by_hop(name))
             continue;
         h2o_iovec_t v = h2o_strdup(pool, headers[i].value.base, headers[i].value.len);
@@ -2177,8 +2243,11 @@ on_hop_head(void *data, int status, const h2o_header_t *headers, size_t n)
         h2o_add_header_by_str(pool, &r->up_headers, nm.base, nm.len, 0, NULL, v.base, v.len);
     }
     const sl_stream_class_vtable_t *vt = sl_stream_class_for(r->in.endpoint.dialect);
-    r->sse = event_stream && vt != NULL;
-    if (r->sse) {
+    r->frames = frames && r->in.endpoint.dialect == SL_DIALECT_BEDROCK;
+    r->events = (event_stream && vt != NULL) || r->frames;
+    if (r->frames) {
+        sl_bedrock_stream_init(&r->stream);
+    } else if (r->events) {
         sl_stream_init(&r->stream, vt);
         sl_sse_init(&r->scanner, SL_SSE_MAX_EVENT_DEFAULT, r->scratch, sizeof(r->scratch));
     }
@@ -2190,12 +2259,12 @@ on_hop_head(void *data, int status, const h2o_header_t *headers, size_t n)
      * Held until its first content, so an early failure can fail over or be retried invisibly: a hop to a
      * non-last candidate always; the last one when the client streams and the request may still wait.
      */
-    if (has_next_candidate(r) || (r->sse && r->in.stream && may_wait(r))) {
+    if (has_next_candidate(r) || (r->events && r->in.stream && may_wait(r))) {
         r->state = REQ_HELD;
     } else {
         r->state = REQ_STREAMING;
         /* A whole answer is the upstream's success now; a stream's is its first content. */
-        if (!r->sse) {
+        if (!r->events) {
             throttle_answered(r);
             breaker_account(r, NULL);
             remember_conversation(r);
@@ -2258,7 +2327,7 @@ on_hop_end(void *data, sl_hop_end_t how, const char *detail)
         hop_failed_before_content(r, source_of_end(how, false), NULL, detail);
         break;
     case REQ_HELD:
-        if (how == SL_HOP_END_EOS && !r->sse) {
+        if (how == SL_HOP_END_EOS && !r->events) {
             release_hold(r);
             pass_whole_answer_bytes(r);
             read_answer_usage(r);
@@ -2278,8 +2347,8 @@ on_hop_end(void *data, sl_hop_end_t how, const char *detail)
         /* An answer handed over after a failure is forwarded as the upstream ends it. */
         /* A stream that told its own error after content needs no second one from the gateway. */
         bool whole = how == SL_HOP_END_EOS &&
-                     (!r->sse || r->handing_over || r->told_error || sl_stream_complete(&r->stream));
-        if (whole && !r->sse)
+                     (!r->events || r->handing_over || r->told_error || sl_stream_complete(&r->stream));
+        if (whole && !r->events)
             read_answer_usage(r);
         release_upstream(r);
         if (whole) {
@@ -2511,6 +2580,22 @@ repeats_a_skip(const request_t *r, const attempt_t *a, sl_row_skip_t skip)
     return false;
 }
 
+/*
+ * Bedrock without a key: the head is signed with SigV4, with the provider's
+ * `aws` credentials or else the standard AWS_* environment (config.md).
+ */
+static bool
+sign_for_aws(request_t *r, const sl_provider_t *p, const sl_upstream_head_t *info)
+{
+    sl_aws_credentials_t creds = {p->aws_access_key_id, p->aws_secret_access_key, p->aws_session_token};
+    if (creds.access_key_id == NULL || creds.secret_access_key == NULL)
+        creds = (sl_aws_credentials_t){getenv("AWS_ACCESS_KEY_ID"), getenv("AWS_SECRET_ACCESS_KEY"),
+                                       getenv("AWS_SESSION_TOKEN")};
+    if (creds.access_key_id == NULL || creds.secret_access_key == NULL || p->region == NULL)
+        return false;
+    return sl_dialect_sign_head(&r->head, info, r->body.base, r->body.len, p->region, &creds, wall_ms());
+}
+
 static void
 start_hop(request_t *r, size_t cand)
 {
@@ -2584,6 +2669,15 @@ start_hop(request_t *r, size_t cand)
         return;
     }
     r->head = sl_strbuf_finish(&head);
+    if (info.auth == SL_UPSTREAM_AUTH_SIGV4_PENDING && !sign_for_aws(r, p, &info)) {
+        end_hop(r);
+        r->last.any = true;
+        r->last.code = SL_CODE_GW_UPSTREAM_UNUSABLE;
+        snprintf(r->last.detail, sizeof(r->last.detail), "%s", "no AWS credentials to sign with");
+        close_attempt(r, SL_ROW_HOP_ERROR, r->last.code, r->last.detail);
+        answer_with_failure(r);
+        return;
+    }
     r->up_status = 0;
     r->state = REQ_WAITING_HEAD;
     h2o_buffer_consume(&r->rx, r->rx->size);

@@ -166,6 +166,20 @@ typedef struct {
 sl_head_status_t sl_dialect_upstream_head(const sl_provider_t *p, const sl_upstream_request_t *req,
                                           sl_strbuf_t *out, sl_upstream_head_t *info);
 
+/*
+ * Signs a head that sl_dialect_upstream_head left SL_UPSTREAM_AUTH_SIGV4_PENDING
+ * (Bedrock without a key) with AWS SigV4 for service "bedrock" in region:
+ * the method and target as written in the head, its host header, and the
+ * body; x-amz-date, x-amz-security-token (with a session token) and
+ * authorization are inserted before the head's final blank line. head is a
+ * NUL-terminated string of the head (malloc), replaced by the signed one.
+ * Returns false, head untouched, when the head has no host header or the
+ * signer refuses. Pure: the time is passed in.
+ */
+struct sl_aws_credentials;
+bool sl_dialect_sign_head(char **head, const sl_upstream_head_t *info, const char *body, size_t body_len,
+                          const char *region, const struct sl_aws_credentials *creds, int64_t unix_ms);
+
 /* ---- errors the gateway writes, keep-alives ---------------------------------------------------- */
 
 /* The head fields an error answer needs besides its status and x-sluice-error. */

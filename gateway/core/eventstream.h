@@ -63,7 +63,7 @@ typedef enum {
  * One frame. The spans point into the caller's buffer and stay valid until
  * the caller drops or changes those bytes.
  */
-typedef struct {
+typedef struct sl_es_message {
     size_t len;          /* bytes of the buffer this frame took (its total_len) */
     const char *headers; /* the header block, already checked to parse exactly */
     size_t headers_len;  /* its bytes */

@@ -21,7 +21,7 @@
 
 #include "core/xalloc.h"
 
-typedef struct {
+typedef struct sl_aws_credentials {
     const char *access_key_id;
     const char *secret_access_key;
     const char *session_token; /* NULL or "" for long-term credentials */

@@ -10,6 +10,8 @@
 #include "core/answer_usage.h"
 #include "core/stream_bedrock.h"
 
+#include "core/eventstream.h"
+
 typedef enum { READ_NOTHING, READ_USAGE } reading_t;
 
 static const struct {
@@ -142,4 +144,15 @@ sl_bedrock_stream_feed(sl_stream_t *st, const sl_bedrock_message_t *m, sl_stream
     if (out->kind == SL_STREAM_CONTENT || out->kind == SL_STREAM_END)
         st->phase = SL_STREAM_FLOWING;
     st->finished = st->finished || out->finished;
+}
+
+void
+sl_bedrock_message_from(const sl_es_message_t *frame, sl_bedrock_message_t *out)
+{
+    *out = (sl_bedrock_message_t){.payload = frame->payload, .payload_len = frame->payload_len};
+    sl_es_header_string(frame, ":message-type", &out->message_type, &out->message_type_len);
+    sl_es_header_string(frame, ":event-type", &out->event_type, &out->event_type_len);
+    sl_es_header_string(frame, ":exception-type", &out->exception_type, &out->exception_type_len);
+    sl_es_header_string(frame, ":error-code", &out->error_code, &out->error_code_len);
+    sl_es_header_string(frame, ":error-message", &out->error_message, &out->error_message_len);
 }

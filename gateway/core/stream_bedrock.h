@@ -57,6 +57,10 @@ typedef struct {
 void sl_bedrock_classify(sl_stream_phase_t phase, const sl_bedrock_message_t *m, sl_stream_verdict_t *out,
                          sl_usage_t *usage);
 
+/* The message of a decoded eventstream frame: its naming headers (absent: NULL, 0) and payload. */
+struct sl_es_message;
+void sl_bedrock_message_from(const struct sl_es_message *frame, sl_bedrock_message_t *out);
+
 /*
  * Starts tracking a Bedrock stream in st. st->vt stays NULL: feed it with
  * sl_bedrock_stream_feed, never sl_stream_feed; sl_stream_complete applies.

@@ -46,7 +46,8 @@ setup(void)
              "failover: {wait_secs: 120}\n"
              "store: {path: %s}\n",
              fake_port(up), write_temp_file(1, ""));
-    const char *args[] = {"--config", write_temp_file(0, yaml), "--log-level", "info", "--threads", "2", NULL};
+    const char *args[] = {"--config", write_temp_file(0, yaml), "--log-level", "info", "--threads", "2",
+                          NULL};
     proc_start(&proc, args);
     port = proc_wait_port(&proc, 5000);
     cr_assert_neq(port, 0, "%s", proc.log);
@@ -66,8 +67,8 @@ TestSuite(gemini, .init = setup, .fini = teardown, .timeout = 60);
 static fake_reply_t
 sse(const char *body)
 {
-    return (fake_reply_t){.status = 200, .headers = "content-type: text/event-stream\r\n", .body = body,
-                          .chunked = true};
+    return (fake_reply_t){
+        .status = 200, .headers = "content-type: text/event-stream\r\n", .body = body, .chunked = true};
 }
 
 static void
@@ -98,8 +99,8 @@ Test(gemini, a_stream_passes_through_with_the_upstreams_key_and_model)
 
 Test(gemini, a_whole_answer_passes_through_and_a_query_key_is_not_forwarded)
 {
-    fake_push(up, (fake_reply_t){.status = 200, .headers = "content-type: application/json\r\n",
-                                 .body = WHOLE_ANSWER});
+    fake_push(up, (fake_reply_t){
+                      .status = 200, .headers = "content-type: application/json\r\n", .body = WHOLE_ANSWER});
     cr_assert(http_request_h(port, "POST", WHOLE_PATH "?key=" GATEWAY_KEY, "", BODY, &res));
     cr_assert_eq(res.status, 200, "%d %s", res.status, res.body);
     cr_assert_str_eq(res.body, WHOLE_ANSWER);
@@ -140,11 +141,12 @@ Test(gemini, a_bare_json_error_after_content_reaches_the_client_as_an_event)
 
 Test(gemini, a_429_resource_exhausted_waits_for_its_retry_delay)
 {
-    fake_push(up, (fake_reply_t){.status = 429,
-                                 .headers = "content-type: application/json\r\n",
-                                 .body = "{\"error\":{\"code\":429,\"message\":\"exhausted\",\"status\":"
-                                         "\"RESOURCE_EXHAUSTED\",\"details\":[{\"@type\":\"type.googleapis.com/"
-                                         "google.rpc.RetryInfo\",\"retryDelay\":\"20s\"}]}}"});
+    fake_push(up,
+              (fake_reply_t){.status = 429,
+                             .headers = "content-type: application/json\r\n",
+                             .body = "{\"error\":{\"code\":429,\"message\":\"exhausted\",\"status\":"
+                                     "\"RESOURCE_EXHAUSTED\",\"details\":[{\"@type\":\"type.googleapis.com/"
+                                     "google.rpc.RetryInfo\",\"retryDelay\":\"20s\"}]}}"});
     fake_push(up, sse(fixture("gemini-ok.sse", NULL)));
     cr_assert(http_request_h(port, "POST", STREAM_PATH, KEY_HEADER, BODY, &res));
     cr_assert_eq(res.status, 200);

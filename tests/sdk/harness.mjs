@@ -21,8 +21,8 @@ export function fixture(name) {
   return fs.readFileSync(path.join(fixtures, name));
 }
 
-// `providers` are {name, protocol, port, path?, fields?} (fields: more YAML flow-map
-// entries, starting with a comma); they are tried in the order
+// `providers` are {name, protocol, port, path?, fields?, key?} (fields: more YAML flow-map
+// entries, starting with a comma; key: null for none, e.g. Bedrock signing with SigV4); they are tried in the order
 // given. Breaker pauses are kept out of the way (failures_to_pause) so that one
 // test's upstream failures do not change which upstream the next test reaches.
 function configYaml(providers, storePath, waitSecs) {
@@ -35,7 +35,8 @@ function configYaml(providers, storePath, waitSecs) {
     ...providers.map(
       (p) =>
         `  - {name: ${p.name}, protocol: ${p.protocol}, ` +
-        `base_url: "http://127.0.0.1:${p.port}${p.path ?? ""}", key: upstream-key-${p.name}${p.fields ?? ""}}`,
+        `base_url: "http://127.0.0.1:${p.port}${p.path ?? ""}"` +
+        `${p.key === null ? "" : `, key: upstream-key-${p.name}`}${p.fields ?? ""}}`,
     ),
     `failover: {wait_secs: ${waitSecs}, failures_to_pause: 1000, idle_timeout_secs: 10, connect_timeout_secs: 2}`,
     `store: {path: "${storePath}"}`,

@@ -193,9 +193,10 @@ typedef enum {
     K_ENCRYPTED,
     K_STREAM_OPTIONS,
     K_INCLUDE_USAGE,
+    K_OUTPUT_CONFIG, /* Gemini generationConfig, Bedrock inferenceConfig: where their output cap is */
 } key_kind_t;
 
-typedef enum { SCOPE_TOP, SCOPE_ELEMENT, SCOPE_ANY, SCOPE_STREAM_OPTIONS } scope_t;
+typedef enum { SCOPE_TOP, SCOPE_ELEMENT, SCOPE_ANY, SCOPE_STREAM_OPTIONS, SCOPE_OUTPUT_CONFIG } scope_t;
 
 static const struct {
     const char *name;
@@ -221,6 +222,10 @@ static const struct {
     {NAME("encrypted_content"), K_ENCRYPTED, SCOPE_ANY},
     {NAME("stream_options"), K_STREAM_OPTIONS, SCOPE_TOP},
     {NAME("include_usage"), K_INCLUDE_USAGE, SCOPE_STREAM_OPTIONS},
+    {NAME("generationConfig"), K_OUTPUT_CONFIG, SCOPE_TOP},
+    {NAME("inferenceConfig"), K_OUTPUT_CONFIG, SCOPE_TOP},
+    {NAME("maxOutputTokens"), K_MAX_TOKENS, SCOPE_OUTPUT_CONFIG},
+    {NAME("maxTokens"), K_MAX_TOKENS, SCOPE_OUTPUT_CONFIG},
 #undef NAME
 };
 
@@ -436,6 +441,8 @@ classify_key(const scan_t *s, size_t off, size_t n, bool escaped)
             continue;
         if (sc == SCOPE_STREAM_OPTIONS && !(s->depth == 2 && s->key[0] == K_STREAM_OPTIONS))
             continue;
+        if (sc == SCOPE_OUTPUT_CONFIG && !(s->depth == 2 && s->key[0] == K_OUTPUT_CONFIG))
+            continue;
         bool eq = escaped ? inner_equals(s->b + off, n, known_keys[k].name, known_keys[k].len)
                           : memcmp(s->b + off, known_keys[k].name, n) == 0;
         if (eq)
@@ -528,6 +535,8 @@ on_value(scan_t *s, int v, size_t off, size_t n)
         break;
     case K_INCLUDE_USAGE:
         out->include_usage = span;
+        break;
+    case K_OUTPUT_CONFIG:
         break;
     case K_OTHER:
         break;

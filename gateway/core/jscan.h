@@ -59,8 +59,9 @@ typedef struct {
      */
     sl_jspan_t first_user;
     /*
-     * The output cap, from `max_tokens`, `max_completion_tokens` or
-     * `max_output_tokens` (the last present wins). Only a plain non-negative
+     * The output cap, from `max_tokens`, `max_completion_tokens`,
+     * `max_output_tokens`, Gemini's `generationConfig.maxOutputTokens` or
+     * Bedrock's `inferenceConfig.maxTokens` (the last present wins). Only a plain non-negative
      * integer that fits int64 counts; any other value leaves has_max_tokens
      * false, because the figure only sizes a usage reservation and the
      * upstream, not the gateway, judges the request.

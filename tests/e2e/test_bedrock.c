@@ -27,7 +27,7 @@ static uint16_t port;
 #define WHOLE_PATH    "/model/anthropic.claude-x/converse"
 #define FRAMES_HEADER "content-type: application/vnd.amazon.eventstream\r\n"
 #define WHOLE_ANSWER                                                                                         \
-    "{\"output\":{\"message\":{\"role\":\"assistant\",\"content\":[{\"text\":\"Hello whole\"}]}},"            \
+    "{\"output\":{\"message\":{\"role\":\"assistant\",\"content\":[{\"text\":\"Hello whole\"}]}},"           \
     "\"stopReason\":\"end_turn\",\"usage\":{\"inputTokens\":7,\"outputTokens\":3,\"totalTokens\":10},"       \
     "\"metrics\":{\"latencyMs\":5}}"
 
@@ -37,16 +37,18 @@ setup(void)
     setenv("SLUICE_TEST_TIME_SCALE", "0.01", 1);
     up = fake_start(NULL, NULL, false);
     char yaml[1024];
-    snprintf(yaml, sizeof(yaml),
-             "listen: {gateway: {bind: 127.0.0.1, port: 0}}\n"
-             "clients: [{name: tester, key: \"" GATEWAY_KEY "\"}]\n"
-             "providers:\n"
-             "  - {name: br, protocol: bedrock, region: eu-west-1, base_url: \"http://127.0.0.1:%u\","
-             " aws: {access_key_id: AKIDEXAMPLE, secret_access_key: test-secret, session_token: test-token}}\n"
-             "failover: {wait_secs: 120}\n"
-             "store: {path: %s}\n",
-             fake_port(up), write_temp_file(1, ""));
-    const char *args[] = {"--config", write_temp_file(0, yaml), "--log-level", "info", "--threads", "2", NULL};
+    snprintf(
+        yaml, sizeof(yaml),
+        "listen: {gateway: {bind: 127.0.0.1, port: 0}}\n"
+        "clients: [{name: tester, key: \"" GATEWAY_KEY "\"}]\n"
+        "providers:\n"
+        "  - {name: br, protocol: bedrock, region: eu-west-1, base_url: \"http://127.0.0.1:%u\","
+        " aws: {access_key_id: AKIDEXAMPLE, secret_access_key: test-secret, session_token: test-token}}\n"
+        "failover: {wait_secs: 120}\n"
+        "store: {path: %s}\n",
+        fake_port(up), write_temp_file(1, ""));
+    const char *args[] = {"--config", write_temp_file(0, yaml), "--log-level", "info", "--threads", "2",
+                          NULL};
     proc_start(&proc, args);
     port = proc_wait_port(&proc, 5000);
     cr_assert_neq(port, 0, "%s", proc.log);
@@ -103,8 +105,8 @@ Test(bedrock, a_stream_passes_through_frame_for_frame_and_is_signed_upstream)
 
 Test(bedrock, a_whole_answer_passes_through_with_its_usage)
 {
-    fake_push(up, (fake_reply_t){.status = 200, .headers = "content-type: application/json\r\n",
-                                 .body = WHOLE_ANSWER});
+    fake_push(up, (fake_reply_t){
+                      .status = 200, .headers = "content-type: application/json\r\n", .body = WHOLE_ANSWER});
     cr_assert(http_request_h(port, "POST", WHOLE_PATH, AUTH, BODY, &res));
     cr_assert_eq(res.status, 200);
     cr_assert_str_eq(res.body, WHOLE_ANSWER);

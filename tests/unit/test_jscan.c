@@ -745,3 +745,25 @@ Test(jscan, scans_a_large_agent_body_to_the_last_member)
     cr_assert(r.stream);
     free(b);
 }
+
+Test(jscan, gemini_and_bedrock_output_caps_are_read_where_their_apis_put_them)
+{
+    static const struct {
+        const char *body;
+        bool has;
+        int64_t max;
+    } cases[] = {
+        {"{\"contents\":[],\"generationConfig\":{\"temperature\":0.5,\"maxOutputTokens\":256}}", true, 256},
+        {"{\"messages\":[],\"inferenceConfig\":{\"maxTokens\":1024}}", true, 1024},
+        /* Only inside those objects: a tool schema's property of that name is not the cap. */
+        {"{\"tools\":[{\"maxOutputTokens\":9}],\"maxTokens\":7}", false, 0},
+        {"{\"generationConfig\":{\"nested\":{\"maxOutputTokens\":5}}}", false, 0},
+        {"{\"generationConfig\":{\"maxOutputTokens\":\"many\"}}", false, 0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        sl_jscan_t f;
+        cr_assert(sl_jscan(cases[i].body, strlen(cases[i].body), &f), "%s", cases[i].body);
+        cr_expect_eq(f.has_max_tokens, cases[i].has, "%s", cases[i].body);
+        cr_expect_eq(f.max_tokens, cases[i].max, "%s", cases[i].body);
+    }
+}

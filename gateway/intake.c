@@ -76,10 +76,10 @@ authenticate(const sl_config_t *config, const sl_intake_input_t *in, sl_intake_t
 }
 
 static bool
-is_served(const sl_endpoint_t *e, sl_intake_refusal_t *r)
+is_served(const sl_endpoint_t *e, const sl_intake_input_t *in, sl_intake_refusal_t *r)
 {
-    if (e->op == SL_OP_WEBSOCKET)
-        return refuse(r, 501, SL_CODE_GW_DIALECT_NOT_SERVED, "OpenAI Responses WebSocket mode");
+    if (e->op == SL_OP_WEBSOCKET && !in->websocket)
+        return refuse(r, 426, SL_CODE_GW_WS_UPGRADE_REQUIRED, NULL);
     return true;
 }
 
@@ -93,8 +93,11 @@ sl_intake(const sl_config_t *config, const sl_intake_input_t *in, sl_intake_t *o
         snprintf(detail, sizeof(detail), "%.*s", (int)in->method_len, in->method);
         return refuse(r, 404, SL_CODE_GW_NOT_FOUND, detail);
     }
-    if (!is_served(&out->endpoint, r) || !authenticate(config, in, out, r))
+    if (!is_served(&out->endpoint, in, r) || !authenticate(config, in, out, r))
         return false;
+    /* A WebSocket handshake has no body: its turns come as messages (wsturns.h). */
+    if (out->endpoint.op == SL_OP_WEBSOCKET)
+        return true;
     if (in->body_len > config->max_body_bytes) {
         char detail[64];
         snprintf(detail, sizeof(detail), "%zu", in->body_len);

@@ -46,6 +46,7 @@ typedef struct {
     const char *body;
     size_t body_len;
     bool peer_is_loopback;
+    bool websocket; /* a WebSocket handshake (GET with Upgrade: websocket and its key) */
 } sl_intake_input_t;
 
 /*

@@ -2866,14 +2866,17 @@ on_request_disposed(void *p)
     sl_snapshot_release(r->snapshot);
 }
 
-static bool
-peer_is_loopback(h2o_req_t *req)
+bool
+sl_request_peer_is_loopback(h2o_req_t *req)
 {
     struct sockaddr_storage ss;
     socklen_t len = req->conn->callbacks->get_peername(req->conn, (struct sockaddr *)&ss);
     if (len == 0)
         return false;
     char host[64];
+    /* The worker's internal socket: Responses WebSocket turns, whose client was checked at the upgrade. */
+    if (ss.ss_family == AF_UNIX)
+        return true;
     if (ss.ss_family == AF_INET)
         inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, host, sizeof(host));
     else if (ss.ss_family == AF_INET6)
@@ -2985,7 +2988,7 @@ sl_request_serve(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapsh
         .headers = &headers,
         .body = req->entity.base != NULL ? req->entity.base : "",
         .body_len = req->entity.len,
-        .peer_is_loopback = peer_is_loopback(req),
+        .peer_is_loopback = sl_request_peer_is_loopback(req),
     };
     sl_intake_refusal_t refusal;
     bool accepted = sl_intake(r->config, &input, &r->in, &refusal);

@@ -44,6 +44,9 @@ typedef struct {
 /* The wake-up of a waiting request, on its worker's loop (the inbox callback of waitq.h). */
 void sl_request_wake(void *owner);
 
+/* Whether the client of req is on this machine (a loopback address, or the worker's internal socket). */
+bool sl_request_peer_is_loopback(h2o_req_t *req);
+
 /* Sets up what requests share; recorder may be NULL. The bus starts inactive. */
 void sl_gateway_init(sl_gateway_t *gw, sl_recorder_t *recorder);
 

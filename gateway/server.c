@@ -11,7 +11,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
+
+#include <h2o/websocket.h>
 
 #include <h2o.h>
 
@@ -21,6 +24,7 @@
 #include "request.h"
 #include "tls.h"
 #include "worker.h"
+#include "wsturns.h"
 
 typedef struct {
     h2o_context_t ctx; /* first: a request's conn->ctx leads back to its worker */
@@ -32,6 +36,8 @@ typedef struct {
     h2o_accept_ctx_t accept_ctx;
     h2o_multithread_queue_t *queue;
     h2o_multithread_receiver_t wake;
+    unsigned index;
+    h2o_socket_t *turns_listener; /* the internal socket WebSocket turns come back in on */
 } worker_t;
 
 struct sl_server {
@@ -117,7 +123,53 @@ on_req(h2o_handler_t *self, h2o_req_t *req)
         send_health(req, g->snapshot, atomic_load(&server->gateway->stopping));
         return 0;
     }
+    const char *ws_key = NULL;
+    if (h2o_memis(req->path_normalized.base, req->path_normalized.len, H2O_STRLIT("/v1/responses")) &&
+        h2o_memis(req->method.base, req->method.len, H2O_STRLIT("GET")) && !g->snapshot->safe_mode &&
+        !atomic_load(&server->gateway->stopping) && h2o_is_websocket_handshake(req, &ws_key) == 0 &&
+        ws_key != NULL)
+        return sl_wsturns_upgrade(req, ws_key, &w->io, g->snapshot->config, sl_request_peer_is_loopback(req));
     return sl_request_serve(req, &w->io, server->gateway, g->snapshot);
+}
+
+/* The internal socket: only this process's WebSocket turns connect to it, so no allow_from applies. */
+static void
+on_turns_accept(h2o_socket_t *listener, const char *err)
+{
+    worker_t *w = listener->data;
+    if (err != NULL)
+        return;
+    h2o_socket_t *sock = h2o_evloop_socket_accept(listener);
+    if (sock != NULL)
+        h2o_accept(&w->accept_ctx, sock);
+}
+
+/*
+ * A worker's internal socket for Responses WebSocket turns (wsturns.h): an
+ * abstract UNIX socket, named by process and worker, and the pool the turns
+ * connect through.
+ */
+static void
+open_turns_socket(worker_t *w)
+{
+    struct sockaddr_un addr = {.sun_family = AF_UNIX};
+    int n = snprintf(addr.sun_path + 1, sizeof(addr.sun_path) - 1, "sluice-turns-%ld-%u", (long)getpid(),
+                     w->index);
+    socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&addr, len) != 0 || listen(fd, 128) != 0) {
+        sl_log_error("worker %u: no internal socket for WebSocket turns: %s", w->index, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    w->turns_listener = h2o_evloop_socket_create(w->ctx.loop, fd, H2O_SOCKET_FLAG_DONT_READ);
+    w->turns_listener->data = w;
+    h2o_socket_read_start(w->turns_listener, on_turns_accept);
+    h2o_socketpool_t *pool = sl_xcalloc(1, sizeof(*pool));
+    h2o_socketpool_init_by_address(pool, (struct sockaddr *)&addr, len, 0, SIZE_MAX);
+    h2o_socketpool_set_timeout(pool, w->ctx.loop, 20000);
+    w->io.turns_pool = pool;
 }
 
 static void
@@ -177,6 +229,7 @@ init_worker(worker_t *w)
     w->listener = h2o_evloop_socket_create(w->ctx.loop, w->listen_fd, H2O_SOCKET_FLAG_DONT_READ);
     w->listener->data = w;
     h2o_socket_read_start(w->listener, on_accept);
+    open_turns_socket(w);
 }
 
 static void *
@@ -356,6 +409,7 @@ sl_server_start(const sl_listen_t *listen, unsigned threads, sl_snapshot_holder_
     for (unsigned i = 0; i < s->n_workers; i++) {
         worker_t *w = &s->workers[i];
         w->server = s;
+        w->index = i;
         h2o_multithread_create_thread(&w->tid, NULL, worker_main, w);
     }
     /* Only once every worker can take wake-ups and connections does the server exist for others. */

@@ -155,6 +155,12 @@
       "{provider} has reached its usage limit ({limit}) until {until}")                                      \
     X(SL_CODE_GW_UPSTREAM_PERIOD_USED_UP, "gw.upstream.period_used_up", 0,                                   \
       "{provider} has used up its usage limit ({limit}) until {until}")                                      \
+    X(SL_CODE_GW_WS_UPGRADE_REQUIRED, "gw.ws.upgrade_required", 426,                                         \
+      "sluice: GET /v1/responses is the Responses WebSocket mode: send it as a WebSocket upgrade")           \
+    X(SL_CODE_GW_WS_BAD_EVENT, "gw.ws.bad_event", 400,                                                       \
+      "sluice: a WebSocket message must be a JSON object with \"type\": \"response.create\" ({detail})")     \
+    X(SL_CODE_GW_WS_TURN_FAILED, "gw.ws.turn_failed", 502,                                                   \
+      "sluice: the turn could not be completed ({detail})")                                                  \
     X(SL_CODE_GW_WAIT_OVERLOADED, "gw.wait.overloaded", 503,                                                 \
       "sluice: too many requests are already waiting; try again shortly")                                    \
     X(SL_CODE_GW_SAFE_MODE, "gw.safe_mode", 503,                                                             \

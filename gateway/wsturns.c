@@ -178,10 +178,11 @@ start_next_turn(session_t *s)
     s->current = t;
     s->status = 0;
     sl_strbuf_t head = {0};
-    sl_strbuf_appendf(&head,
-                      "POST /v1/responses HTTP/1.1\r\nhost: sluice.internal\r\ncontent-type: application/json\r\n"
-                      "accept: text/event-stream\r\ncontent-length: %zu\r\n%s%s\r\n",
-                      t->len, s->credential, s->user_agent);
+    sl_strbuf_appendf(
+        &head,
+        "POST /v1/responses HTTP/1.1\r\nhost: sluice.internal\r\ncontent-type: application/json\r\n"
+        "accept: text/event-stream\r\ncontent-length: %zu\r\n%s%s\r\n",
+        t->len, s->credential, s->user_agent);
     s->request = sl_strbuf_finish(&head);
     /* The gateway's own path bounds the turn (deadline, hold, idle timeouts); these are backstops. */
     sl_hop_params_t params = {
@@ -198,7 +199,8 @@ start_next_turn(session_t *s)
 
 /* ---- messages from the client ----------------------------------------------------------------------- */
 
-/* A `response.create` message as the body of POST /v1/responses: its fields, streamed; NULL when it is none. */
+/* A `response.create` message as the body of POST /v1/responses: its fields, streamed; NULL when it is none.
+ */
 static char *
 turn_body(const char *text, size_t len, size_t *out_len, const char **why)
 {
@@ -317,8 +319,11 @@ sl_wsturns_upgrade(h2o_req_t *req, const char *client_key, sl_worker_io_t *io, c
                                 msg.text, &body, &head);
         sl_msg_free(&msg);
         req->res.status = refusal.status;
-        req->res.reason = refusal.status == 401 ? "Unauthorized" : refusal.status == 413 ? "Payload Too Large" : "Error";
-        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL, H2O_STRLIT("application/json"));
+        req->res.reason = refusal.status == 401   ? "Unauthorized"
+                          : refusal.status == 413 ? "Payload Too Large"
+                                                  : "Error";
+        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
+                       H2O_STRLIT("application/json"));
         h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-sluice-error"), 0, NULL,
                               sl_code_slug(refusal.code), strlen(sl_code_slug(refusal.code)));
         h2o_iovec_t copy = h2o_strdup(&req->pool, body.data, body.len);

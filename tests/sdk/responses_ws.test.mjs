@@ -7,9 +7,10 @@ import assert from "node:assert/strict";
 import { after, before, beforeEach, describe, test } from "node:test";
 
 import OpenAI from "openai";
+import WebSocket from "ws";
 import { ResponsesWS } from "openai/resources/responses/ws";
 
-import { sseReply, startFake } from "./fake_upstream.mjs";
+import { jsonReply, sseReply, startFake } from "./fake_upstream.mjs";
 import { GATEWAY_KEY, startGateway, TEST_TIMEOUT_MS } from "./harness.mjs";
 
 const T = { timeout: TEST_TIMEOUT_MS };
@@ -105,5 +106,40 @@ describe("openai ResponsesWS through sluice", () => {
       ws.close({ code: 1000, reason: "done" });
     }
     assert.equal(up.requests.length, 1);
+  });
+
+  test("while a turn waits (a 429 pause), the client gets pings, then the turn", T, async () => {
+    up.push(jsonReply(429, { error: { message: "slow down", type: "rate_limit_error" } }, { "retry-after-ms": "40000" }));
+    up.push(sseReply("responses-ok.sse"));
+    const ws = new WebSocket(`ws://127.0.0.1:${gw.port}/v1/responses`,
+                             { headers: { authorization: `Bearer ${GATEWAY_KEY}` } });
+    let pings = 0;
+    const seen = [];
+    ws.on("ping", () => pings++);
+    const completed = new Promise((resolve, reject) => {
+      ws.on("message", (m) => {
+        const e = JSON.parse(m.toString());
+        seen.push(e.type);
+        if (e.type === "response.completed") resolve();
+      });
+      ws.on("error", reject);
+    });
+    ws.on("open", () => ws.send(JSON.stringify({ type: "response.create", model: "gpt-x", input: "wait" })));
+    await completed;
+    ws.close();
+    assert.ok(pings >= 1, "keep-alives came as pings while the upstream was paused (400 ms scaled, every 150 ms)");
+    assert.ok(!seen.includes("error"), "the 429 never reached the client");
+    assert.equal(up.requests.length, 2);
+  });
+
+  test("an unknown key is refused at the upgrade", T, async () => {
+    const ws = new WebSocket(`ws://127.0.0.1:${gw.port}/v1/responses`, { headers: { authorization: "Bearer nope" } });
+    const status = await new Promise((resolve) => {
+      ws.on("unexpected-response", (req, res) => resolve(res.statusCode));
+      ws.on("open", () => resolve("open"));
+      ws.on("error", () => {});
+    });
+    assert.equal(status, 401);
+    assert.equal(up.requests.length, 0);
   });
 });

@@ -69,17 +69,22 @@ sl_body_ask_for_usage(const char *body, size_t len, const sl_jscan_t *f, sl_body
                       : (sl_body_edit_t){at, 0, LIT("\"include_usage\":true,")};
         return true;
     }
-    /* The body is one object (jscan said so): its first non-space byte is the brace. */
-    size_t open = 0;
-    while (open < len && body[open] != '{')
-        open++;
-    size_t at = open + 1;
-    /* A body "{}" has nothing after the brace but its close: no comma. */
-    size_t p = at;
-    while (p < len && (body[p] == ' ' || body[p] == '\t' || body[p] == '\n' || body[p] == '\r'))
-        p++;
-    empty = p < len && body[p] == '}';
-    *edit = empty ? (sl_body_edit_t){at, 0, LIT("\"stream_options\":{\"include_usage\":true}")}
-                  : (sl_body_edit_t){at, 0, LIT("\"stream_options\":{\"include_usage\":true},")};
+    /*
+     * The body is one object (jscan said so): its last non-space byte is the
+     * closing brace. The member goes right before it, so that it is the last
+     * stream_options and wins over one that is not an object ("stream_options":
+     * null): the upstream reads the last of duplicate members.
+     */
+    size_t close = len;
+    while (close > 0 && body[close - 1] != '}')
+        close--;
+    close = close > 0 ? close - 1 : 0;
+    /* A body "{}" has nothing before the brace but its open: no comma. */
+    size_t p = close;
+    while (p > 0 && (body[p - 1] == ' ' || body[p - 1] == '\t' || body[p - 1] == '\n' || body[p - 1] == '\r'))
+        p--;
+    empty = p > 0 && body[p - 1] == '{';
+    *edit = empty ? (sl_body_edit_t){close, 0, LIT("\"stream_options\":{\"include_usage\":true}")}
+                  : (sl_body_edit_t){close, 0, LIT(",\"stream_options\":{\"include_usage\":true}")};
     return true;
 }

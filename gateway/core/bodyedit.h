@@ -31,8 +31,9 @@ char *sl_body_apply(const char *body, size_t len, const sl_body_edit_t *edits, s
  * (`stream_options.include_usage: true`), given its scan f. Returns false
  * when the body already asks (include_usage is true): nothing to change.
  * Otherwise *edit replaces a present include_usage value, or inserts the
- * member into stream_options, or inserts stream_options itself right after
- * the body's opening brace. The edit's text is static.
+ * member into stream_options, or inserts stream_options itself right before
+ * the body's closing brace, as its last member, so that it also replaces a
+ * stream_options that is not an object (null). The edit's text is static.
  */
 bool sl_body_ask_for_usage(const char *body, size_t len, const sl_jscan_t *f, sl_body_edit_t *edit);
 

@@ -373,9 +373,10 @@ Test(limits, a_chat_stream_is_asked_for_its_usage_and_the_extra_chunk_dropped)
     free(want);
     fake_request_t sent;
     cr_assert(fake_request(up, 0, &sent));
-    cr_assert_str_eq(sent.body,
-                     "{\"stream_options\":{\"include_usage\":true},\"model\":\"gpt-x\",\"stream\":true,"
-                     "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}");
+    cr_assert_str_eq(
+        sent.body,
+        "{\"model\":\"gpt-x\",\"stream\":true,"
+        "\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stream_options\":{\"include_usage\":true}}");
 
     /* A client that asks gets the chunk, and its body goes unchanged. */
     const char *asking = "{\"model\":\"gpt-x\",\"stream\":true,\"stream_options\":{\"include_usage\":true},"

@@ -46,12 +46,25 @@ expect_asks(const char *body, const char *keep_key)
     free(out);
 }
 
-Test(bodyedit, a_body_without_stream_options_gets_them_after_its_brace)
+Test(bodyedit, a_body_without_stream_options_gets_them_before_its_closing_brace)
 {
     expect_asks("{\"model\":\"gpt-x\",\"stream\":true,\"messages\":[]}", "messages");
     expect_asks("  {\n \"model\": \"gpt-x\"}", "model");
+    expect_asks("{\"model\": \"gpt-x\"\n} \n", "model");
     expect_asks("{}", NULL);
     expect_asks("{ }", NULL);
+    char *out = asked("{\"model\":\"m\"}");
+    cr_assert_str_eq(out, "{\"model\":\"m\",\"stream_options\":{\"include_usage\":true}}");
+    free(out);
+}
+
+/* Found by tests/fuzz/fuzz_jscan (corpus chat-stream-options-null): inserted after the opening brace,
+ * the member lost to a later "stream_options": null, the value the upstream reads. */
+Test(bodyedit, a_stream_options_that_is_not_an_object_is_outvoted)
+{
+    expect_asks("{\"model\":\"gpt-4o\",\"stream\":true,\"stream_options\":null}", "model");
+    expect_asks("{\"stream_options\":null}", NULL);
+    expect_asks("{\"stream_options\":{\"include_usage\":true},\"stream_options\":false}", NULL);
 }
 
 Test(bodyedit, stream_options_without_include_usage_get_the_member)

@@ -214,6 +214,24 @@ wall_ms(void)
     return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
 }
 
+/*
+ * Times on the two clocks: waiting runs on sl_now_ms's (monotonic), events
+ * and usage limits on the wall clock. now and wall are the same moment.
+ */
+/* A monotonic time as a wall-clock one for events; -1 and SL_THROTTLE_NEVER become -1 ("none"). */
+static int64_t
+wall_of(int64_t now, int64_t wall, int64_t t)
+{
+    return t < 0 || t == SL_THROTTLE_NEVER ? -1 : wall + (t - now);
+}
+
+/* A wall-clock time (a limit's recovery) on sl_now_ms's clock. */
+static int64_t
+mono_of(int64_t now, int64_t wall, int64_t t)
+{
+    return now + (t - wall);
+}
+
 static const sl_provider_t *
 provider_of(const request_t *r, size_t cand)
 {
@@ -233,8 +251,8 @@ header_at(const void *ctx, size_t i, sl_header_t *out)
     return true;
 }
 
-static sl_headers_t
-headers_of(const h2o_req_t *req)
+sl_headers_t
+sl_request_headers(const h2o_req_t *req)
 {
     return (sl_headers_t){.at = header_at, .ctx = &req->headers};
 }
@@ -788,8 +806,8 @@ send_made_answer(h2o_req_t *req, int status, const char *content_type, sl_strbuf
 }
 
 /* An error made by the gateway, in the client's dialect, as the whole answer. */
-static void
-send_gateway_error(h2o_req_t *req, sl_dialect_t dialect, int status, sl_code_t code, const char *text)
+void
+sl_request_send_error(h2o_req_t *req, sl_dialect_t dialect, int status, sl_code_t code, const char *text)
 {
     sl_strbuf_t body = {0};
     sl_error_head_t head;
@@ -841,7 +859,7 @@ answer_with_failure(request_t *r)
     }
     if (r->req != NULL) {
         add_should_retry(r);
-        send_gateway_error(r->req, r->in.endpoint.dialect, http_status, code, msg.text);
+        sl_request_send_error(r->req, r->in.endpoint.dialect, http_status, code, msg.text);
     }
     finish(r, SL_ROW_FAILED, http_status, true, code, msg.text);
     sl_msg_free(&msg);
@@ -1462,11 +1480,7 @@ emit_throttle(request_t *r, const char *provider, const sl_throttle_t *t)
         [SL_THROTTLE_PROBING] = SL_PROTO_THROTTLE_KIND_PROBING,
         [SL_THROTTLE_MANUAL] = SL_PROTO_THROTTLE_KIND_MANUAL,
     };
-    int64_t until = sl_throttle_shown_until_ms(t);
-    if (until >= 0 && until != SL_THROTTLE_NEVER)
-        until = wall_ms() + (until - sl_now_ms());
-    else
-        until = -1;
+    int64_t until = wall_of(sl_now_ms(), wall_ms(), sl_throttle_shown_until_ms(t));
     sl_code_t code = SL_CODE_GW_UPSTREAM_PAUSED;
     const char *slug = sl_throttle_reason_slug(t);
     if (slug != NULL)
@@ -1615,7 +1629,7 @@ answer_final_429(request_t *r, const sl_wait_decision_t *d, sl_code_t code, sl_m
         }
         const char *should = d->should_retry ? "true" : "false";
         h2o_add_header_by_str(pool, h, H2O_STRLIT("x-should-retry"), 0, NULL, should, strlen(should));
-        send_gateway_error(r->req, r->in.endpoint.dialect, 429, code, msg.text);
+        sl_request_send_error(r->req, r->in.endpoint.dialect, 429, code, msg.text);
     }
     finish(r, SL_ROW_FAILED, 429, true, code, msg.text);
     sl_msg_free(&msg);
@@ -1667,13 +1681,6 @@ start_waiting(request_t *r, int64_t now, const sl_bus_gate_t *gates, size_t n_ga
     }
     sl_timer_arm(&r->io->timers, &r->wait_timer, timer_ms < r->deadline_ms ? timer_ms : r->deadline_ms,
                  on_wait_timer);
-}
-
-/* A time on sl_now_ms's clock as the wall-clock time of events; -1 stays "none". */
-static int64_t
-wall_of(int64_t now, int64_t wall, int64_t t)
-{
-    return t < 0 || t == SL_THROTTLE_NEVER ? -1 : wall + (t - now);
 }
 
 /* The gate a skipped candidate puts on waiting (§2, §6, §7). */
@@ -1883,9 +1890,9 @@ admit_key(request_t *r)
     sl_limit_t which = set->states[c.which].limit;
     sl_wait_gate_t gate = {.skip = SL_WAIT_SKIP_BUSY, .recovery_ms = now}; /* room, but others are first */
     if (c.verdict == SL_LIMIT_WINDOW_FULL)
-        gate = (sl_wait_gate_t){SL_WAIT_SKIP_WINDOW_FULL, now + (c.recovery_ms - wall)};
+        gate = (sl_wait_gate_t){SL_WAIT_SKIP_WINDOW_FULL, mono_of(now, wall, c.recovery_ms)};
     else if (c.verdict == SL_LIMIT_PERIOD_USED_UP)
-        gate = (sl_wait_gate_t){SL_WAIT_SKIP_PERIOD_USED_UP, now + (c.recovery_ms - wall)};
+        gate = (sl_wait_gate_t){SL_WAIT_SKIP_PERIOD_USED_UP, mono_of(now, wall, c.recovery_ms)};
     else if (c.verdict == SL_LIMIT_NEVER)
         gate = (sl_wait_gate_t){SL_WAIT_SKIP_WINDOW_FULL, SL_THROTTLE_NEVER};
     sl_wait_request_t wr = {
@@ -2478,7 +2485,7 @@ claim_upstream(request_t *r, size_t cand)
     sl_limit_set_t *set =
         r->snapshot->limits.providers != NULL ? r->snapshot->limits.providers[r->cands[cand].provider] : NULL;
     uint32_t max_concurrent = provider_of(r, cand)->max_concurrent;
-    sl_amounts_t need = usage_estimate(r, r->cands[cand].model);
+    sl_amounts_t need = {0}; /* the estimate, made only for an upstream with limits */
     int64_t now = sl_now_ms(), wall = wall_ms();
     sl_limits_check_t limits = {.verdict = SL_LIMIT_OK};
     bool limits_changed = false;
@@ -2501,6 +2508,7 @@ claim_upstream(request_t *r, size_t cand)
     bool breaker_changed = false;
     sl_breaker_t breaker = {0};
     if (admitted && set != NULL && set->n > 0) {
+        need = usage_estimate(r, r->cands[cand].model);
         limits = sl_limits_check(set->states, set->n, wall, &need);
         limit = set->states[limits.which].limit;
         if (shown_verdict(limits.verdict) != set->shown && limits.verdict != SL_LIMIT_NEVER) {
@@ -2512,7 +2520,7 @@ claim_upstream(request_t *r, size_t cand)
             skip = limits.verdict == SL_LIMIT_PERIOD_USED_UP ? SL_ROW_SKIP_PERIOD_USED_UP
                                                              : SL_ROW_SKIP_WINDOW_FULL;
             r->recovery_ms[cand] =
-                limits.verdict == SL_LIMIT_NEVER ? SL_THROTTLE_NEVER : now + (limits.recovery_ms - wall);
+                limits.verdict == SL_LIMIT_NEVER ? SL_THROTTLE_NEVER : mono_of(now, wall, limits.recovery_ms);
         }
     }
     if (admitted && skip == SL_ROW_SKIP_NONE) {
@@ -2642,7 +2650,7 @@ start_hop(request_t *r, size_t cand)
             emit(r, sl_bus_request_dequeued(&ev, wall_ms(), r->id, p->name));
         }
     }
-    sl_headers_t headers = headers_of(r->req);
+    sl_headers_t headers = sl_request_headers(r->req);
     r->body = body_for_hop(r, r->cands[cand].model, r->hop_needs_usage);
     sl_upstream_request_t ureq = {
         .method = "POST",
@@ -2973,13 +2981,13 @@ sl_request_serve(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapsh
         sl_msg_t msg = sl_msg_make(refused, NULL);
         emit_started(r);
         r->gateway_error = true;
-        send_gateway_error(req, r->in.endpoint.dialect, sl_code_status(refused), refused, msg.text);
+        sl_request_send_error(req, r->in.endpoint.dialect, sl_code_status(refused), refused, msg.text);
         finish(r, SL_ROW_FAILED, sl_code_status(refused), true, refused, msg.text);
         sl_msg_free(&msg);
         return 0;
     }
 
-    sl_headers_t headers = headers_of(req);
+    sl_headers_t headers = sl_request_headers(req);
     sl_intake_input_t input = {
         .method = req->method.base,
         .method_len = req->method.len,
@@ -3003,7 +3011,7 @@ sl_request_serve(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapsh
         sl_msg_t msg = sl_msg_make(refusal.code, "method", refusal.detail, "path", path, "where",
                                    refusal.detail, "detail", refusal.detail, "size", refusal.detail, "max",
                                    max, "what", refusal.detail, NULL);
-        send_gateway_error(req, r->in.endpoint.dialect, refusal.status, refusal.code, msg.text);
+        sl_request_send_error(req, r->in.endpoint.dialect, refusal.status, refusal.code, msg.text);
         finish(r, SL_ROW_FAILED, refusal.status, true, refusal.code, msg.text);
         sl_msg_free(&msg);
         return 0;

@@ -14,6 +14,7 @@
 #include <h2o.h>
 
 #include "core/affinity.h"
+#include "core/dialect.h"
 #include "core/retry.h"
 #include "bus.h"
 #include "recorder.h"
@@ -43,6 +44,17 @@ typedef struct {
 
 /* The wake-up of a waiting request, on its worker's loop (the inbox callback of waitq.h). */
 void sl_request_wake(void *owner);
+
+/* The request's headers as the pure modules read them (valid while req is). */
+sl_headers_t sl_request_headers(const h2o_req_t *req);
+
+/*
+ * Answers req with the gateway's own error in dialect's shape: status, the
+ * x-sluice-error code header (and a type header where the dialect has one),
+ * text as the message. Headers added before stay.
+ */
+void sl_request_send_error(h2o_req_t *req, sl_dialect_t dialect, int status, sl_code_t code,
+                           const char *text);
 
 /* Whether the client of req is on this machine (a loopback address, or the worker's internal socket). */
 bool sl_request_peer_is_loopback(h2o_req_t *req);

@@ -13,6 +13,7 @@
 #include "hop.h"
 #include "intake.h"
 #include "log.h"
+#include "request.h"
 
 /* A turn's answer is read at most this far when it is an error (its JSON goes back in an error event). */
 #define ERROR_BODY_CAP (64u << 10)
@@ -283,22 +284,11 @@ header_line(h2o_req_t *req, const h2o_token_t *token)
     return sl_strbuf_finish(&line);
 }
 
-static bool
-header_at(const void *ctx, size_t i, sl_header_t *out)
-{
-    const h2o_headers_t *h = ctx;
-    if (i >= h->size)
-        return false;
-    *out = (sl_header_t){h->entries[i].name->base, h->entries[i].name->len, h->entries[i].value.base,
-                         h->entries[i].value.len};
-    return true;
-}
-
 int
 sl_wsturns_upgrade(h2o_req_t *req, const char *client_key, sl_worker_io_t *io, const sl_config_t *config,
                    bool peer_is_loopback)
 {
-    sl_headers_t headers = {.at = header_at, .ctx = &req->headers};
+    sl_headers_t headers = sl_request_headers(req);
     sl_intake_input_t in = {
         .method = req->method.base,
         .method_len = req->method.len,
@@ -313,22 +303,8 @@ sl_wsturns_upgrade(h2o_req_t *req, const char *client_key, sl_worker_io_t *io, c
     sl_intake_refusal_t refusal;
     if (!sl_intake(config, &in, &accepted, &refusal)) {
         sl_msg_t msg = sl_msg_make(refusal.code, "where", refusal.detail, "detail", refusal.detail, NULL);
-        sl_strbuf_t body = {0};
-        sl_error_head_t head;
-        sl_dialect_render_error(SL_DIALECT_OPENAI_RESPONSES, refusal.status, sl_code_slug(refusal.code),
-                                msg.text, &body, &head);
+        sl_request_send_error(req, SL_DIALECT_OPENAI_RESPONSES, refusal.status, refusal.code, msg.text);
         sl_msg_free(&msg);
-        req->res.status = refusal.status;
-        req->res.reason = refusal.status == 401   ? "Unauthorized"
-                          : refusal.status == 413 ? "Payload Too Large"
-                                                  : "Error";
-        h2o_add_header(&req->pool, &req->res.headers, H2O_TOKEN_CONTENT_TYPE, NULL,
-                       H2O_STRLIT("application/json"));
-        h2o_add_header_by_str(&req->pool, &req->res.headers, H2O_STRLIT("x-sluice-error"), 0, NULL,
-                              sl_code_slug(refusal.code), strlen(sl_code_slug(refusal.code)));
-        h2o_iovec_t copy = h2o_strdup(&req->pool, body.data, body.len);
-        free(sl_strbuf_finish(&body));
-        h2o_send_inline(req, copy.base, copy.len);
         return 0;
     }
     session_t *s = sl_xcalloc(1, sizeof(*s));

@@ -735,3 +735,62 @@ Test(sigv4_bedrock, converse_stream_request_is_signed_with_its_path_encoded_twic
     cr_assert_null(s.authorization);
     free(path.data);
 }
+
+/* ---- signing a built upstream head (core/dialect.h, Bedrock without a key) --------------------------- */
+
+#include "core/dialect.h"
+
+#define BEDROCK_HEAD_LINE "POST /model/anthropic.claude%3Ax/converse-stream?x=1 HTTP/1.1\r\n"
+#define BEDROCK_HEAD                                                                                         \
+    BEDROCK_HEAD_LINE "host: bedrock-runtime.us-east-1.amazonaws.com\r\ncontent-length: 2\r\n"               \
+                      "content-type: application/json\r\n\r\n"
+
+Test(sigv4, a_bedrock_head_is_signed_over_its_own_method_target_host_and_body)
+{
+    char *head = strdup(BEDROCK_HEAD);
+    sl_upstream_head_t info = {.auth = SL_UPSTREAM_AUTH_SIGV4_PENDING,
+                               .target_off = 5,
+                               .target_len = strlen(BEDROCK_HEAD_LINE) - 5 - strlen(" HTTP/1.1\r\n")};
+    sl_aws_credentials_t creds = {SUITE_AKID, SUITE_SECRET, "session-token-1"};
+    cr_assert(sl_dialect_sign_head(&head, &info, "{}", 2, "us-east-1", &creds, SUITE_MS));
+
+    /* The same request signed directly: what the head must now carry. */
+    sl_sigv4_header_t host = {"host", "bedrock-runtime.us-east-1.amazonaws.com"};
+    sl_sigv4_request_t req = {.method = "POST",
+                              .path = "/model/anthropic.claude%3Ax/converse-stream",
+                              .query = "x=1",
+                              .headers = &host,
+                              .n_headers = 1,
+                              .payload = "{}",
+                              .payload_len = 2,
+                              .region = "us-east-1",
+                              .service = "bedrock",
+                              .unix_ms = SUITE_MS};
+    sl_sigv4_t want;
+    cr_assert(sl_sigv4_sign(&req, &creds, &want));
+    char expected[2048];
+    snprintf(expected, sizeof(expected),
+             "%shost: bedrock-runtime.us-east-1.amazonaws.com\r\ncontent-length: 2\r\n"
+             "content-type: application/json\r\nx-amz-date: 20150830T123600Z\r\n"
+             "x-amz-security-token: session-token-1\r\nauthorization: %s\r\n\r\n",
+             BEDROCK_HEAD_LINE, want.authorization);
+    cr_assert_str_eq(head, expected, "the signature goes before the blank line, the head is otherwise kept");
+    static const char scope[] =
+        "AWS4-HMAC-SHA256 Credential=AKIDEXAMPLE/20150830/us-east-1/bedrock/aws4_request, "
+        "SignedHeaders=host;x-amz-date;x-amz-security-token, Signature=";
+    cr_assert(strncmp(want.authorization, scope, sizeof(scope) - 1) == 0, "%s", want.authorization);
+    cr_assert_eq(strlen(want.authorization), sizeof(scope) - 1 + 64, "a 64-hex-digit signature");
+    sl_sigv4_free(&want);
+    free(head);
+}
+
+Test(sigv4, a_head_without_a_host_is_left_unsigned)
+{
+    const char *unsigned_head = "POST /model/x/converse HTTP/1.1\r\ncontent-length: 2\r\n\r\n";
+    char *head = strdup(unsigned_head);
+    sl_upstream_head_t info = {.auth = SL_UPSTREAM_AUTH_SIGV4_PENDING, .target_off = 5, .target_len = 17};
+    sl_aws_credentials_t creds = {SUITE_AKID, SUITE_SECRET, NULL};
+    cr_assert_not(sl_dialect_sign_head(&head, &info, "{}", 2, "us-east-1", &creds, SUITE_MS));
+    cr_assert_str_eq(head, unsigned_head);
+    free(head);
+}

@@ -128,6 +128,24 @@ proc_wait_port(proc_t *p, int timeout_ms)
     return colon != NULL ? (uint16_t)atoi(colon + 1) : 0;
 }
 
+uint16_t
+sluice_start(proc_t *p, const char *config_path, const char *log_level, const char *threads)
+{
+    const char *args[8] = {"--config", config_path};
+    size_t n = 2;
+    if (log_level != NULL) {
+        args[n++] = "--log-level";
+        args[n++] = log_level;
+    }
+    if (threads != NULL) {
+        args[n++] = "--threads";
+        args[n++] = threads;
+    }
+    args[n] = NULL;
+    proc_start(p, args);
+    return proc_wait_port(p, 5000);
+}
+
 /* Decodes a chunked body in place; returns its length, or (size_t)-1 when the framing is broken. */
 static size_t
 dechunk(char *body, size_t len, bool *complete)

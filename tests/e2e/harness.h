@@ -28,6 +28,11 @@ int proc_wait_exit(proc_t *p, int timeout_ms);
 void proc_kill(proc_t *p);
 /* The port from the "serving on http://127.0.0.1:PORT" line (waits for it). 0 on timeout. */
 uint16_t proc_wait_port(proc_t *p, int timeout_ms);
+/*
+ * Starts sluice on config_path with --log-level and --threads (either NULL:
+ * sluice's default) and waits up to 5 s for its port; 0 when it did not come up.
+ */
+uint16_t sluice_start(proc_t *p, const char *config_path, const char *log_level, const char *threads);
 
 typedef struct {
     int status;

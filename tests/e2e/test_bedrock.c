@@ -47,10 +47,7 @@ setup(void)
         "failover: {wait_secs: 120}\n"
         "store: {path: %s}\n",
         fake_port(up), write_temp_file(1, ""));
-    const char *args[] = {"--config", write_temp_file(0, yaml), "--log-level", "info", "--threads", "2",
-                          NULL};
-    proc_start(&proc, args);
-    port = proc_wait_port(&proc, 5000);
+    port = sluice_start(&proc, write_temp_file(0, yaml), "info", "2");
     cr_assert_neq(port, 0, "%s", proc.log);
 }
 

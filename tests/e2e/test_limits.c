@@ -90,9 +90,7 @@ start(const setup_t *s)
 {
     write_temp_file(1, "");
     write_config(s);
-    const char *args[] = {"--config", temp_file_path(0), "--log-level", "debug", "--threads", "2", NULL};
-    proc_start(&proc, args);
-    port = proc_wait_port(&proc, 5000);
+    port = sluice_start(&proc, temp_file_path(0), "debug", "2");
     cr_assert_neq(port, 0, "%s", proc.log);
 }
 
@@ -102,9 +100,7 @@ restart(void)
 {
     kill(proc.pid, SIGTERM);
     cr_assert_eq(proc_wait_exit(&proc, 5000), 0, "%s", proc.log);
-    const char *args[] = {"--config", temp_file_path(0), "--log-level", "debug", "--threads", "2", NULL};
-    proc_start(&proc, args);
-    port = proc_wait_port(&proc, 5000);
+    port = sluice_start(&proc, temp_file_path(0), "debug", "2");
     cr_assert_neq(port, 0, "%s", proc.log);
 }
 

@@ -77,10 +77,7 @@ start(const char *provider_extra, const char *failover)
              "%s",
              fake_port(up), provider_extra != NULL ? provider_extra : "", two,
              failover != NULL ? failover : "wait_secs: 120", write_temp_file(1, ""), extra_yaml);
-    const char *args[] = {
-        "--config", write_temp_file(0, yaml), "--log-level", log_level, "--threads", threads, NULL};
-    proc_start(&proc, args);
-    port = proc_wait_port(&proc, 5000);
+    port = sluice_start(&proc, write_temp_file(0, yaml), log_level, threads);
     cr_assert_neq(port, 0, "%s", proc.log);
 }
 

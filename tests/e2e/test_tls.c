@@ -281,9 +281,7 @@ start_gateway(const char *host, uint16_t tls_port, uint16_t plain_port)
              "failover: {wait_secs: 0}\n"
              "store: {path: %s}\n",
              host, tls_port, up2, store_path);
-    const char *args[] = {"--config", write_temp_file(0, yaml), "--log-level", "debug", NULL};
-    proc_start(&proc, args);
-    port = proc_wait_port(&proc, 5000);
+    port = sluice_start(&proc, write_temp_file(0, yaml), "debug", NULL);
     cr_assert_neq(port, 0, "sluice did not start:\n%s", proc.log);
 }
 

@@ -10,10 +10,13 @@
 #include "core/pricing.h"
 
 /* USD per million tokens, as micro-dollars per million tokens. */
-#define USD(x) ((int64_t)((x) * 1000000))
+#define USD(x) ((int64_t)((x)*1000000))
 
 static const sl_price_t pricing[] = {
-    {.model_glob = "claude-sonnet-*", .input = USD(3), .output = USD(15), .cache_read = USD(0.3),
+    {.model_glob = "claude-sonnet-*",
+     .input = USD(3),
+     .output = USD(15),
+     .cache_read = USD(0.3),
      .cache_write = USD(3.75)},
     {.model_glob = "claude-*", .input = USD(1), .output = USD(5)},
 };

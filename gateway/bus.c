@@ -4,11 +4,13 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/dialect.h"
 #include "core/mask.h"
+#include "core/text.h"
 #include "core/xalloc.h"
 
 /* ---- the batch ------------------------------------------------------------------------------- */
@@ -574,35 +576,85 @@ sl_bus_request_queued(sl_proto_event_t *out, int64_t at_ms, uint64_t id, const s
     return out;
 }
 
+sl_proto_throttle_t *
+sl_bus_throttle_view(const char *provider, const sl_bus_throttle_facts_t *f)
+{
+    static const sl_proto_throttle_kind_t kinds[SL_THROTTLE_STATE_COUNT] = {
+        [SL_THROTTLE_PAUSED] = SL_PROTO_THROTTLE_KIND_PAUSED,
+        [SL_THROTTLE_PROBING] = SL_PROTO_THROTTLE_KIND_PROBING,
+        [SL_THROTTLE_MANUAL] = SL_PROTO_THROTTLE_KIND_MANUAL,
+    };
+    sl_throttle_state_t state = f->t != NULL ? sl_throttle_kind(f->t) : SL_THROTTLE_FREE;
+    if (state == SL_THROTTLE_FREE && f->limits == SL_LIMIT_OK)
+        return NULL;
+    sl_proto_throttle_t *view = sl_xcalloc(1, sizeof(*view));
+    char until[64] = "", count[16], text[SL_LIMIT_TEXT_MAX];
+    sl_msg_t reason;
+    if (state != SL_THROTTLE_FREE) {
+        view->kind = kinds[state];
+        view->has_until_ms = f->t_until_ms >= 0;
+        view->until_ms = u64_of(f->t_until_ms);
+        view->consecutive = f->t->consecutive;
+        sl_code_t code = SL_CODE_GW_UPSTREAM_PAUSED;
+        const char *slug = sl_throttle_reason_slug(f->t);
+        if (slug != NULL)
+            sl_code_from_slug(slug, &code);
+        if (f->t_until_ms >= 0)
+            sl_text_local_time(f->t_until_ms, until, sizeof(until));
+        else
+            snprintf(until, sizeof(until), "resumed");
+        snprintf(count, sizeof(count), "%u", f->t->consecutive);
+        reason = sl_msg_make(code, "provider", provider, "count", count, "until", until, NULL);
+    } else {
+        bool full = f->limits == SL_LIMIT_WINDOW_FULL;
+        view->kind = full ? SL_PROTO_THROTTLE_KIND_WINDOW_FULL : SL_PROTO_THROTTLE_KIND_PERIOD_USED_UP;
+        view->has_until_ms = f->limits_until_ms >= 0;
+        view->until_ms = u64_of(f->limits_until_ms);
+        sl_limit_describe(f->limit, text, sizeof(text));
+        sl_text_local_time(f->limits_until_ms, until, sizeof(until));
+        reason = sl_msg_make(full ? SL_CODE_GW_UPSTREAM_WINDOW_FULL : SL_CODE_GW_UPSTREAM_PERIOD_USED_UP,
+                             "provider", provider, "limit", text, "until", until, NULL);
+    }
+    view->reason = sl_bus_msg_from(&reason);
+    sl_msg_free(&reason);
+    return view;
+}
+
 sl_proto_event_t *
-sl_bus_throttle_changed(sl_proto_event_t *out, int64_t at_ms, const char *provider,
-                        const sl_proto_throttle_kind_t *kind, int64_t until_ms, uint32_t consecutive,
-                        const sl_msg_t *reason)
+sl_bus_throttle_changed(sl_proto_event_t *out, int64_t at_ms, const char *provider, sl_proto_throttle_t *view)
 {
     sl_proto_event_init(out, SL_PROTO_EVENT_THROTTLE_CHANGED);
     sl_proto_throttle_changed_t *e = &out->throttle_changed;
     e->at_ms = u64_of(at_ms);
     e->provider = str_dup(provider);
-    if (kind != NULL) {
-        e->throttle = sl_xcalloc(1, sizeof(*e->throttle));
-        e->throttle->kind = *kind;
-        e->throttle->has_until_ms = until_ms >= 0;
-        e->throttle->until_ms = until_ms >= 0 ? (uint64_t)until_ms : 0;
-        e->throttle->consecutive = consecutive;
-        e->throttle->reason = sl_bus_msg_from(reason);
-    }
+    e->throttle = view;
     return out;
 }
+
+static const sl_proto_period_t periods[] = {
+    [SL_PER_MINUTE] = SL_PROTO_PERIOD_MINUTE, [SL_PER_HOUR] = SL_PROTO_PERIOD_HOUR,
+    [SL_PER_DAY] = SL_PROTO_PERIOD_DAY,       [SL_PER_WEEK] = SL_PROTO_PERIOD_WEEK,
+    [SL_PER_MONTH] = SL_PROTO_PERIOD_MONTH,
+};
+
+/* A Limit's fields; LimitView extends Limit with the same leading members, so both use this. */
+#define FILL_LIMIT(l, src)                                                                                   \
+    do {                                                                                                     \
+        uint64_t amount_ = u64_of((src)->amount);                                                            \
+        (l)->per = periods[(src)->per];                                                                      \
+        (l)->every = (src)->every;                                                                           \
+        (l)->has_requests = (src)->measure == SL_MEASURE_REQUESTS;                                           \
+        (l)->requests = (l)->has_requests ? amount_ : 0;                                                     \
+        (l)->has_tokens = (src)->measure == SL_MEASURE_TOKENS;                                               \
+        (l)->tokens = (l)->has_tokens ? amount_ : 0;                                                         \
+        (l)->has_cost_micros = (src)->measure == SL_MEASURE_COST;                                            \
+        (l)->cost_micros = (l)->has_cost_micros ? amount_ : 0;                                               \
+    } while (0)
 
 sl_proto_event_t *
 sl_bus_limits_changed(sl_proto_event_t *out, int64_t at_ms, sl_proto_limit_target_t target, const char *name,
                       const sl_limit_t *limits, size_t n)
 {
-    static const sl_proto_period_t periods[] = {
-        [SL_PER_MINUTE] = SL_PROTO_PERIOD_MINUTE, [SL_PER_HOUR] = SL_PROTO_PERIOD_HOUR,
-        [SL_PER_DAY] = SL_PROTO_PERIOD_DAY,       [SL_PER_WEEK] = SL_PROTO_PERIOD_WEEK,
-        [SL_PER_MONTH] = SL_PROTO_PERIOD_MONTH,
-    };
     sl_proto_event_init(out, SL_PROTO_EVENT_LIMITS_CHANGED);
     sl_proto_limits_changed_t *e = &out->limits_changed;
     e->at_ms = u64_of(at_ms);
@@ -610,18 +662,57 @@ sl_bus_limits_changed(sl_proto_event_t *out, int64_t at_ms, sl_proto_limit_targe
     e->name = str_dup(name);
     e->limits = n > 0 ? sl_xcalloc(n, sizeof(*e->limits)) : NULL;
     e->limits_len = n;
-    for (size_t i = 0; i < n; i++) {
-        sl_proto_limit_t *l = &e->limits[i];
-        uint64_t amount = u64_of(limits[i].amount);
-        l->per = periods[limits[i].per];
-        l->every = limits[i].every;
-        l->has_requests = limits[i].measure == SL_MEASURE_REQUESTS;
-        l->requests = l->has_requests ? amount : 0;
-        l->has_tokens = limits[i].measure == SL_MEASURE_TOKENS;
-        l->tokens = l->has_tokens ? amount : 0;
-        l->has_cost_micros = limits[i].measure == SL_MEASURE_COST;
-        l->cost_micros = l->has_cost_micros ? amount : 0;
+    for (size_t i = 0; i < n; i++)
+        FILL_LIMIT(&e->limits[i], &limits[i]);
+    return out;
+}
+
+void
+sl_bus_provider_view(sl_proto_provider_view_t *out, const sl_bus_provider_facts_t *f)
+{
+    const sl_provider_t *p = f->provider;
+    memset(out, 0, sizeof(*out));
+    out->name = str_dup(p->name);
+    out->protocol = (sl_proto_dialect_t)p->protocol;
+    out->base_url = str_dup(p->base_url);
+    out->disabled = p->disabled;
+    out->health = f->health < SL_BREAKER_STATE_COUNT ? health_states[f->health] : SL_PROTO_HEALTH_STATE_OPEN;
+    out->throttle = sl_bus_throttle_view(p->name, &f->throttle);
+    out->limits = f->n_limits > 0 ? sl_xcalloc(f->n_limits, sizeof(*out->limits)) : NULL;
+    out->limits_len = f->n_limits;
+    for (size_t i = 0; i < f->n_limits; i++) {
+        FILL_LIMIT(&out->limits[i], &f->limits[i].limit);
+        out->limits[i].used = u64_of(f->limits[i].used);
+        out->limits[i].resets_at_ms = u64_of(f->limits[i].resets_at_ms);
     }
+    out->in_flight = f->in_flight;
+    out->has_max_concurrent = p->max_concurrent > 0;
+    out->max_concurrent = p->max_concurrent;
+    out->queued = f->queued;
+}
+
+sl_proto_event_t *
+sl_bus_config_reloaded(sl_proto_event_t *out, int64_t at_ms, uint64_t revision,
+                       sl_proto_config_source_t source)
+{
+    sl_proto_event_init(out, SL_PROTO_EVENT_CONFIG_RELOADED);
+    out->config_reloaded =
+        (sl_proto_config_reloaded_t){.at_ms = u64_of(at_ms), .revision = revision, .source = source};
+    return out;
+}
+
+sl_proto_event_t *
+sl_bus_config_rejected(sl_proto_event_t *out, int64_t at_ms, sl_proto_config_source_t source,
+                       const sl_msgs_t *problems)
+{
+    sl_proto_event_init(out, SL_PROTO_EVENT_CONFIG_REJECTED);
+    sl_proto_config_rejected_t *e = &out->config_rejected;
+    e->at_ms = u64_of(at_ms);
+    e->source = source;
+    e->problems = problems->len > 0 ? sl_xcalloc(problems->len, sizeof(*e->problems)) : NULL;
+    e->problems_len = problems->len;
+    for (size_t i = 0; i < problems->len; i++)
+        e->problems[i] = sl_bus_msg_from(&problems->items[i]);
     return out;
 }
 

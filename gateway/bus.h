@@ -29,6 +29,8 @@
 
 #include "config.h"
 #include "core/breaker.h"
+#include "core/limits.h"
+#include "core/throttle.h"
 #include "core/msg.h"
 
 /* The pending-queue cap the gateway uses: at most about 8 MB per buffer (a drain swaps two). */
@@ -225,10 +227,26 @@ typedef struct {
 sl_proto_event_t *sl_bus_request_queued(sl_proto_event_t *out, int64_t at_ms, uint64_t id,
                                         const sl_bus_gate_t *gates, size_t n, int64_t until_ms);
 
-/* An upstream's throttle changed; kind NULL = recovered (no throttle). until_ms < 0 = none. */
+/* What an upstream's Throttle is made of (ProviderView.throttle, ThrottleChanged). Times are wall clock. */
+typedef struct {
+    const sl_throttle_t *t;    /* its 429 / operator state; NULL = free */
+    int64_t t_until_ms;        /* when what t shows ends; < 0 = not known */
+    sl_limit_verdict_t limits; /* what its usage limits hold: OK, WINDOW_FULL or PERIOD_USED_UP */
+    const sl_limit_t *limit;   /* the limit that holds (read when limits is not OK) */
+    int64_t limits_until_ms;   /* when that limit has room again */
+} sl_bus_throttle_facts_t;
+
+/*
+ * The Throttle an upstream named provider shows, or NULL when nothing holds
+ * it: a 429 pause, its probe or an operator's pause first (that is what
+ * holds it), else a full window or used-up period of its usage limits.
+ * Free with sl_proto_throttle_free + free.
+ */
+sl_proto_throttle_t *sl_bus_throttle_view(const char *provider, const sl_bus_throttle_facts_t *f);
+
+/* An upstream's throttle changed to view (taken; NULL = recovered). */
 sl_proto_event_t *sl_bus_throttle_changed(sl_proto_event_t *out, int64_t at_ms, const char *provider,
-                                          const sl_proto_throttle_kind_t *kind, int64_t until_ms,
-                                          uint32_t consecutive, const sl_msg_t *reason);
+                                          sl_proto_throttle_t *view);
 
 /* The pause (or a queue) is over; upstream NULL = not yet known. */
 /* The usage limits of a provider or client key (target) named name were replaced by limits (n). */
@@ -238,7 +256,30 @@ sl_proto_event_t *sl_bus_limits_changed(sl_proto_event_t *out, int64_t at_ms, sl
 sl_proto_event_t *sl_bus_request_dequeued(sl_proto_event_t *out, int64_t at_ms, uint64_t id,
                                           const char *upstream);
 
+/* A new configuration (revision) was applied, from source. */
+sl_proto_event_t *sl_bus_config_reloaded(sl_proto_event_t *out, int64_t at_ms, uint64_t revision,
+                                         sl_proto_config_source_t source);
+
+/* A configuration from source was rejected for problems (copied). */
+sl_proto_event_t *sl_bus_config_rejected(sl_proto_event_t *out, int64_t at_ms,
+                                         sl_proto_config_source_t source, const sl_msgs_t *problems);
+
 sl_proto_event_t *sl_bus_rows_dropped(sl_proto_event_t *out, int64_t at_ms, uint64_t count);
+
+/* ---- views ---------------------------------------------------------------------------------- */
+
+/* An upstream's live state, read by the caller under its locks (ProviderView). */
+typedef struct {
+    const sl_provider_t *provider;
+    sl_breaker_state_t health;
+    sl_bus_throttle_facts_t throttle;
+    const sl_limit_view_t *limits;
+    size_t n_limits;
+    uint32_t in_flight, queued;
+} sl_bus_provider_facts_t;
+
+/* Fills *out (zeroed first) as the ProviderView of f; free it with sl_proto_provider_view_free. */
+void sl_bus_provider_view(sl_proto_provider_view_t *out, const sl_bus_provider_facts_t *f);
 
 /* ---- the in-flight log (pure; the consumer's) -------------------------------------------------- */
 

@@ -25,10 +25,11 @@ on_wake(void *ctx)
     pthread_mutex_unlock(&log->lock);
 }
 
-static void
-log_event(void *ctx, sl_proto_event_t *ev)
+void
+sl_eventlog_write(const sl_proto_event_t *ev)
 {
-    (void)ctx;
+    if (!sl_log_enabled(SL_LOG_DEBUG))
+        return;
     const char *kind = sl_proto_event_kind_slug(ev->kind);
     switch (ev->kind) {
     case SL_PROTO_EVENT_REQUEST_STARTED:
@@ -94,6 +95,13 @@ log_event(void *ctx, sl_proto_event_t *ev)
         sl_log_debug("event %s", kind);
         break;
     }
+}
+
+static void
+log_event(void *ctx, sl_proto_event_t *ev)
+{
+    (void)ctx;
+    sl_eventlog_write(ev);
     sl_proto_event_free(ev);
 }
 

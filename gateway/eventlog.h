@@ -1,13 +1,16 @@
 /*
- * A consumer of the event bus that writes one debug log line per event. It
- * runs when sluice logs at debug level, until the control endpoint is the
- * bus's consumer; it lets an operator (and the end-to-end tests) watch what
- * the data plane reports.
+ * One debug log line per event: lets an operator (and the end-to-end tests)
+ * watch what the data plane reports in the log. The control endpoint writes
+ * them as it consumes the bus; without a control endpoint, a small thread
+ * of its own consumes the bus for them.
  */
 #ifndef SL_EVENTLOG_H
 #define SL_EVENTLOG_H
 
 #include "bus.h"
+
+/* Logs ev at debug level (nothing when debug is off). */
+void sl_eventlog_write(const sl_proto_event_t *ev);
 
 typedef struct sl_eventlog sl_eventlog_t;
 

@@ -34,6 +34,7 @@ typedef struct {
     /* Upstreams: what ThrottleChanged last showed for the limits (OK = nothing). */
     sl_limit_verdict_t shown;
     int64_t shown_until_ms;
+    sl_limit_t shown_limit; /* the limit that holds it, when shown is not OK */
 } sl_limit_set_t;
 
 /* The sets of one config: providers[i] for config->providers[i], clients[i] for config->clients[i]. */
@@ -81,13 +82,6 @@ void sl_limit_sets_free(sl_limit_sets_t *sets);
  */
 bool sl_limiter_replace(sl_limiter_t *l, sl_bucket_kind_t kind, const char *name, const sl_limit_t *limits,
                         size_t n, int64_t now_ms);
-
-/* One limit as a view shows it (LimitView): the limit, what counts now, when it resets. */
-typedef struct {
-    sl_limit_t limit;
-    int64_t used;         /* in the limit's measure */
-    int64_t resets_at_ms; /* wall clock (sl_limit_resets_at_ms) */
-} sl_limit_view_t;
 
 /*
  * The views of set's limits at now_ms (wall clock) into out (room for

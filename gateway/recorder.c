@@ -1030,9 +1030,21 @@ sl_recorder_close(sl_recorder_t *rec)
 
 /* ---- reading back -------------------------------------------------------------- */
 
+/*
+ * A read-only connection of the caller's own. With empty non-NULL, a file that
+ * does not exist, or that the recorder has created but not yet migrated
+ * (user_version 0), returns NULL with *empty set and no error: nothing was
+ * recorded yet.
+ */
 static sqlite3 *
-open_reader(const char *path, char *err, size_t err_size)
+open_reader(const char *path, bool *empty, char *err, size_t err_size)
 {
+    if (empty != NULL) {
+        struct stat st;
+        *empty = stat(path, &st) != 0 && errno == ENOENT;
+        if (*empty)
+            return NULL;
+    }
     sqlite3 *db = NULL;
     if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
         set_err(err, err_size, "cannot open request DB %s: %s", path,
@@ -1042,7 +1054,10 @@ open_reader(const char *path, char *err, size_t err_size)
     }
     sqlite3_busy_timeout(db, SL_RECORDER_DEFAULT_BUSY_MS);
     int version = read_user_version(db, path, err, err_size);
-    if (version >= 0 && version != SL_RECORDER_SCHEMA_VERSION) {
+    if (version == 0 && empty != NULL) {
+        *empty = true;
+        version = -1;
+    } else if (version >= 0 && version != SL_RECORDER_SCHEMA_VERSION) {
         set_err(err, err_size, "request DB %s has schema version %d; this sluice reads version %d", path,
                 version, SL_RECORDER_SCHEMA_VERSION);
         version = -1;
@@ -1061,22 +1076,44 @@ col_str(sqlite3_stmt *st, int i)
     return s != NULL ? sl_xstrdup((const char *)s) : NULL;
 }
 
-static int64_t
-col_opt(sqlite3_stmt *st, int i, int64_t absent)
+/* For NOT NULL columns: the protocol's required strings are never NULL. */
+static char *
+col_text(sqlite3_stmt *st, int i)
 {
-    return sqlite3_column_type(st, i) == SQLITE_NULL ? absent : sqlite3_column_int64(st, i);
+    char *s = col_str(st, i);
+    return s != NULL ? s : sl_xstrdup("");
 }
 
-/* Reads code, text and args at column i, i+1, i+2. */
-static void
-col_msg(sqlite3_stmt *st, int i, sl_row_msg_t *m)
+/* Sets *v and returns true when column i is not NULL. Stored numbers are never negative. */
+static bool
+col_u64(sqlite3_stmt *st, int i, uint64_t *v)
 {
-    m->code = col_str(st, i);
-    if (m->code == NULL)
-        return;
-    m->text = col_str(st, i + 1);
-    if (m->text == NULL)
-        m->text = sl_xstrdup("");
+    if (sqlite3_column_type(st, i) == SQLITE_NULL)
+        return false;
+    sqlite3_int64 x = sqlite3_column_int64(st, i);
+    *v = x > 0 ? (uint64_t)x : 0;
+    return true;
+}
+
+static uint32_t
+col_u32(sqlite3_stmt *st, int i, bool *has)
+{
+    uint64_t v = 0;
+    bool present = col_u64(st, i, &v);
+    if (has != NULL)
+        *has = present;
+    return v <= UINT32_MAX ? (uint32_t)v : UINT32_MAX;
+}
+
+/* The Msg stored at columns i (code), i + 1 (text) and i + 2 (args, a JSON object); NULL when code is. */
+static sl_proto_msg_t *
+col_msg(sqlite3_stmt *st, int i)
+{
+    if (sqlite3_column_type(st, i) == SQLITE_NULL)
+        return NULL;
+    sl_proto_msg_t *m = sl_xcalloc(1, sizeof *m);
+    m->code = col_text(st, i);
+    m->text = col_text(st, i + 1);
     const char *args = (const char *)sqlite3_column_text(st, i + 2);
     json_t *obj = args != NULL ? json_loads(args, 0, NULL) : NULL;
     if (json_is_object(obj) && json_object_size(obj) > 0) {
@@ -1086,13 +1123,14 @@ col_msg(sqlite3_stmt *st, int i, sl_row_msg_t *m)
         json_object_foreach(obj, name, value)
         {
             if (json_is_string(value)) {
-                m->args[m->nargs].name = sl_xstrdup(name);
-                m->args[m->nargs].value = sl_xstrdup(json_string_value(value));
-                m->nargs++;
+                m->args[m->args_len].key = sl_xstrdup(name);
+                m->args[m->args_len].value = sl_xstrdup(json_string_value(value));
+                m->args_len++;
             }
         }
     }
     json_decref(obj);
+    return m;
 }
 
 /* Returns the enum value stored in column i, or -1 (with a reason in err) for a name this code does not know.
@@ -1110,189 +1148,275 @@ col_enum(sqlite3_stmt *st, int i, const char *const *names, int count, int null_
     return v;
 }
 
+/*
+ * The stored names are the protocol's slugs, so the generated parsers read
+ * them back. Each returns false for NULL or a name this code does not know.
+ */
+static bool
+col_dialect(sqlite3_stmt *st, int i, sl_proto_dialect_t *out)
+{
+    const char *s = (const char *)sqlite3_column_text(st, i);
+    return s != NULL && sl_proto_dialect_parse(s, out) == 0;
+}
+
+static bool
+col_outcome(sqlite3_stmt *st, int i, sl_proto_outcome_t *out)
+{
+    const char *s = (const char *)sqlite3_column_text(st, i);
+    return s != NULL && sl_proto_outcome_parse(s, out) == 0;
+}
+
+static bool
+col_skip(sqlite3_stmt *st, int i, sl_proto_serve_skip_t *out)
+{
+    const char *s = (const char *)sqlite3_column_text(st, i);
+    return s != NULL && sl_proto_serve_skip_parse(s, out) == 0;
+}
+
+/*
+ * Keyset pagination on requests_by_time: (?2, ?3) is the (started_at_ms, row)
+ * of the previous page's last row, the largest values without a cursor. A
+ * row value keeps the bound usable by the index, where an OR would scan from
+ * the newest row on every page. The filters are checked on the rows the index
+ * walk finds, within since_ms.
+ */
 static const char history_sql[] =
-    "SELECT row, id, started_at_ms, client, dialect, model, provider, path, status, outcome,"
-    " error_code, error_text, error_args, duration_ms, ttfb_ms, ttft_ms, usage_input, usage_output,"
-    " usage_cache_read, usage_cache_write, usage_estimated, cost_micros"
-    " FROM requests WHERE started_at_ms >= ?1"
-    " AND (?2 IS NULL OR client = ?2) AND (?3 IS NULL OR provider = ?3) AND (?4 IS NULL OR model = ?4)"
-    " AND (?5 IS NULL OR status = ?5)"
-    " AND (?6 IS NULL OR started_at_ms < ?6 OR (started_at_ms = ?6 AND row < ?7))"
+    "SELECT row, id, started_at_ms, client, dialect, model, provider, status, duration_ms, ttft_ms,"
+    " usage_input, usage_output, usage_cache_read, usage_cache_write, usage_estimated, cost_micros"
+    " FROM requests INDEXED BY requests_by_time"
+    " WHERE started_at_ms >= ?1 AND (started_at_ms, row) < (?2, ?3)"
+    " AND (?4 IS NULL OR client = ?4) AND (?5 IS NULL OR provider = ?5) AND (?6 IS NULL OR model = ?6)"
+    " AND (?7 IS NULL OR status = ?7)"
     " ORDER BY started_at_ms DESC, row DESC LIMIT ?8";
+
+enum {
+    HC_ROW,
+    HC_ID,
+    HC_AT,
+    HC_CLIENT,
+    HC_DIALECT,
+    HC_MODEL,
+    HC_PROVIDER,
+    HC_STATUS,
+    HC_DURATION,
+    HC_TTFT,
+    HC_USAGE_INPUT,
+    HC_USAGE_OUTPUT,
+    HC_USAGE_CACHE_READ,
+    HC_USAGE_CACHE_WRITE,
+    HC_USAGE_ESTIMATED,
+    HC_COST
+};
 
 static const char attempts_sql[] =
     "SELECT provider, model, outcome, status, error_code, error_text, error_args, ms,"
     " pause_ms, retry, backoff_ms, skipped FROM attempts WHERE request_row = ?1"
     " ORDER BY n";
 
-static bool
-read_attempts(sqlite3_stmt *st, sqlite3_int64 request_row, sl_request_row_t *row, char *err, size_t err_size)
+enum {
+    AC_PROVIDER,
+    AC_MODEL,
+    AC_OUTCOME,
+    AC_STATUS,
+    AC_ERROR, /* code, text, args */
+    AC_MS = AC_ERROR + 3,
+    AC_PAUSE,
+    AC_RETRY,
+    AC_BACKOFF,
+    AC_SKIPPED
+};
+
+/* Appends the attempts of request_row to row; returns SQLITE_DONE or the failure. */
+static int
+read_attempts(sqlite3_stmt *st, sqlite3_int64 request_row, sl_proto_history_row_t *row)
 {
     sqlite3_bind_int64(st, 1, request_row);
     size_t cap = 0;
-    bool ok = true;
     int rc;
-    while (ok && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-        if (row->n_attempts == cap) {
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+        sl_proto_outcome_t outcome;
+        if (!col_outcome(st, AC_OUTCOME, &outcome))
+            continue; /* a view cannot hold an outcome it has no name for */
+        if (row->attempts_len == cap) {
             cap = cap ? cap * 2 : 4;
             row->attempts = sl_xrealloc(row->attempts, cap * sizeof *row->attempts);
         }
-        sl_attempt_row_t *a = &row->attempts[row->n_attempts++];
-        *a = (sl_attempt_row_t){
-            .provider = col_str(st, 0),
-            .model = col_str(st, 1),
-            .status = (uint32_t)col_opt(st, 3, 0),
-            .ms = sqlite3_column_int64(st, 7),
-            .pause_ms = col_opt(st, 8, SL_ROW_ABSENT),
-            .retry = (uint32_t)col_opt(st, 9, 0),
-            .backoff_ms = col_opt(st, 10, SL_ROW_ABSENT),
-        };
-        col_msg(st, 4, &a->error);
-        int outcome = col_enum(st, 2, hop_names, SL_ROW_HOP_COUNT, -1, err, err_size);
-        int skipped = col_enum(st, 11, skip_names, SL_ROW_SKIP_COUNT, SL_ROW_SKIP_NONE, err, err_size);
-        ok = outcome >= 0 && skipped >= 0;
-        a->outcome = ok ? (sl_row_hop_outcome_t)outcome : SL_ROW_HOP_SERVED;
-        a->skipped = ok ? (sl_row_skip_t)skipped : SL_ROW_SKIP_NONE;
-    }
-    if (ok && rc != SQLITE_DONE) {
-        set_err(err, err_size, "request DB: %s", sqlite3_errstr(rc));
-        ok = false;
+        sl_proto_attempt_view_t *a = &row->attempts[row->attempts_len++];
+        *a = (sl_proto_attempt_view_t){.outcome = outcome};
+        a->provider = col_text(st, AC_PROVIDER);
+        a->model = col_str(st, AC_MODEL);
+        a->status = col_u32(st, AC_STATUS, &a->has_status);
+        a->error = col_msg(st, AC_ERROR);
+        col_u64(st, AC_MS, &a->ms);
+        a->has_pause_ms = col_u64(st, AC_PAUSE, &a->pause_ms);
+        a->retry = col_u32(st, AC_RETRY, &a->has_retry);
+        a->has_backoff_ms = col_u64(st, AC_BACKOFF, &a->backoff_ms);
+        a->has_skipped = col_skip(st, AC_SKIPPED, &a->skipped);
     }
     sqlite3_reset(st);
-    return ok;
+    return rc;
 }
 
-/* Reads the current result row into a new row (returned even on failure, for the caller to free). */
-static sl_request_row_t *
-read_row(sqlite3_stmt *st, bool *ok, char *err, size_t err_size)
-{
-    sl_request_row_t *r = sl_request_row_new(0);
-    r->id = (uint64_t)sqlite3_column_int64(st, 1);
-    r->started_at_ms = sqlite3_column_int64(st, 2);
-    r->client = col_str(st, 3);
-    r->model = col_str(st, 5);
-    r->provider = col_str(st, 6);
-    r->path = col_str(st, 7);
-    r->status = (uint32_t)sqlite3_column_int64(st, 8);
-    col_msg(st, 10, &r->error);
-    r->duration_ms = sqlite3_column_int64(st, 13);
-    r->ttfb_ms = col_opt(st, 14, SL_ROW_ABSENT);
-    r->ttft_ms = col_opt(st, 15, SL_ROW_ABSENT);
-    r->has_usage = sqlite3_column_type(st, 16) != SQLITE_NULL;
-    if (r->has_usage) {
-        r->usage = (sl_row_usage_t){
-            .input = (uint64_t)sqlite3_column_int64(st, 16),
-            .output = (uint64_t)sqlite3_column_int64(st, 17),
-            .cache_read = (uint64_t)sqlite3_column_int64(st, 18),
-            .cache_write = (uint64_t)sqlite3_column_int64(st, 19),
-            .estimated = sqlite3_column_int64(st, 20) != 0,
-        };
-    }
-    r->cost_micros = col_opt(st, 21, SL_ROW_ABSENT);
-    int dialect = col_enum(st, 4, dialect_names, SL_DIALECT_COUNT, -1, err, err_size);
-    int outcome = col_enum(st, 9, outcome_names, SL_ROW_OUTCOME_COUNT, -1, err, err_size);
-    *ok = dialect >= 0 && outcome >= 0;
-    r->dialect = *ok ? (sl_dialect_t)dialect : SL_DIALECT_ANTHROPIC;
-    r->outcome = *ok ? (sl_row_outcome_t)outcome : SL_ROW_SERVED;
-    return r;
-}
-
-/* "<started_at_ms>-<row>" of the last row of a page. */
+/* The current result row without its attempts; false (row untouched) for a dialect this code does not know.
+ */
 static bool
-parse_cursor(const char *s, int64_t *at_ms, int64_t *row)
+read_row(sqlite3_stmt *st, sl_proto_history_row_t *row)
 {
-    char *end;
-    errno = 0;
-    long long at = strtoll(s, &end, 10);
-    if (end == s || *end != '-' || at < 0 || errno != 0)
+    sl_proto_dialect_t dialect;
+    if (!col_dialect(st, HC_DIALECT, &dialect))
         return false;
-    const char *r = end + 1;
-    long long n = strtoll(r, &end, 10);
-    if (end == r || *end != '\0' || n < 0 || errno != 0 || *r == '-' || *r == '+' || *s == '+')
-        return false;
-    *at_ms = at;
-    *row = n;
+    *row = (sl_proto_history_row_t){.dialect = dialect};
+    col_u64(st, HC_ID, &row->id);
+    col_u64(st, HC_AT, &row->at_ms);
+    row->client = col_text(st, HC_CLIENT);
+    row->model = col_text(st, HC_MODEL);
+    row->provider = col_str(st, HC_PROVIDER);
+    row->status = col_u32(st, HC_STATUS, NULL);
+    col_u64(st, HC_DURATION, &row->duration_ms);
+    row->has_ttft_ms = col_u64(st, HC_TTFT, &row->ttft_ms);
+    sl_proto_usage_t u = {0};
+    if (col_u64(st, HC_USAGE_INPUT, &u.input)) {
+        col_u64(st, HC_USAGE_OUTPUT, &u.output);
+        col_u64(st, HC_USAGE_CACHE_READ, &u.cache_read);
+        col_u64(st, HC_USAGE_CACHE_WRITE, &u.cache_write);
+        u.estimated = sqlite3_column_int64(st, HC_USAGE_ESTIMATED) != 0;
+        row->usage = sl_xmalloc(sizeof *row->usage);
+        *row->usage = u;
+    }
+    row->has_cost_micros = col_u64(st, HC_COST, &row->cost_micros);
     return true;
 }
 
-void
-sl_history_page_free(sl_history_page_t *page)
+/* "<started_at_ms>.<row>" of a page's last row: two decimal numbers within int64, nothing else. */
+static bool
+parse_cursor(const char *s, int64_t *at_ms, int64_t *row)
 {
-    for (size_t i = 0; i < page->n; i++)
-        sl_request_row_free(page->rows[i]);
-    free(page->rows);
-    free(page->next_cursor);
-    *page = (sl_history_page_t){0};
+    int64_t v[2] = {0, 0};
+    for (int k = 0; k < 2; k++) {
+        const char *start = s;
+        for (; *s >= '0' && *s <= '9'; s++) {
+            int d = *s - '0';
+            if (v[k] > (INT64_MAX - d) / 10)
+                return false;
+            v[k] = v[k] * 10 + d;
+        }
+        if (s == start || *s != (k == 0 ? '.' : '\0'))
+            return false;
+        s++;
+    }
+    *at_ms = v[0];
+    *row = v[1];
+    return true;
 }
 
-bool
-sl_recorder_history(const char *path, const sl_history_query_t *q, sl_history_page_t *out, char *err,
-                    size_t err_size)
+static void
+free_rows(sl_proto_history_row_t *rows, size_t n)
 {
-    *out = (sl_history_page_t){0};
-    int64_t cur_at = 0, cur_row = 0;
+    for (size_t i = 0; i < n; i++)
+        sl_proto_history_row_free(&rows[i]);
+    free(rows);
+}
+
+static void
+bind_filter(sqlite3_stmt *st, int i, const sl_proto_history_filter_t *f)
+{
+    bind_text(st, i, f != NULL ? f->client : NULL);
+    bind_text(st, i + 1, f != NULL ? f->provider : NULL);
+    bind_text(st, i + 2, f != NULL ? f->model : NULL);
+    if (f != NULL && f->has_status)
+        sqlite3_bind_int64(st, i + 3, f->status);
+    else
+        sqlite3_bind_null(st, i + 3);
+}
+
+int
+sl_recorder_history(const char *db_path, const sl_recorder_history_query_t *q, sl_proto_history_row_t **rows,
+                    size_t *n_rows, char **next_cursor, char *err, size_t err_size)
+{
+    *rows = NULL;
+    *n_rows = 0;
+    *next_cursor = NULL;
+    int64_t cur_at = INT64_MAX, cur_row = INT64_MAX;
     if (q->cursor != NULL && !parse_cursor(q->cursor, &cur_at, &cur_row)) {
-        set_err(err, err_size, "malformed history cursor '%s'", q->cursor);
-        return false;
+        set_err(err, err_size, "bad cursor");
+        return -1;
     }
     uint32_t limit = q->limit == 0 ? SL_HISTORY_DEFAULT_LIMIT : q->limit;
     if (limit > SL_HISTORY_MAX_LIMIT)
         limit = SL_HISTORY_MAX_LIMIT;
-    sqlite3 *db = open_reader(path, err, err_size);
+    bool empty = false;
+    sqlite3 *db = open_reader(db_path, &empty, err, err_size);
     if (db == NULL)
-        return false;
-    sqlite3_stmt *rows = NULL, *attempts = NULL;
-    bool ok = sqlite3_prepare_v2(db, history_sql, -1, &rows, NULL) == SQLITE_OK &&
-              sqlite3_prepare_v2(db, attempts_sql, -1, &attempts, NULL) == SQLITE_OK;
-    if (!ok)
-        set_err(err, err_size, "request DB %s: %s", path, sqlite3_errmsg(db));
-    if (ok) {
-        sqlite3_bind_int64(rows, 1, q->since_ms);
-        bind_text(rows, 2, q->client);
-        bind_text(rows, 3, q->provider);
-        bind_text(rows, 4, q->model);
-        bind_opt(rows, 5, q->status, 0);
-        if (q->cursor != NULL) {
-            sqlite3_bind_int64(rows, 6, cur_at);
-            sqlite3_bind_int64(rows, 7, cur_row);
-        }
+        return empty ? 0 : -1;
+
+    sqlite3_stmt *st = NULL, *attempts = NULL;
+    int rc = sqlite3_prepare_v2(db, history_sql, -1, &st, NULL);
+    if (rc == SQLITE_OK)
+        rc = sqlite3_prepare_v2(db, attempts_sql, -1, &attempts, NULL);
+    sl_proto_history_row_t *out = NULL;
+    size_t n = 0;
+    bool more = false;
+    if (rc == SQLITE_OK) {
+        sqlite3_bind_int64(st, 1, q->since_ms < INT64_MAX ? (sqlite3_int64)q->since_ms : INT64_MAX);
+        sqlite3_bind_int64(st, 2, cur_at);
+        sqlite3_bind_int64(st, 3, cur_row);
+        bind_filter(st, 4, q->filter);
         /* One row past the page says whether a next page exists. */
-        sqlite3_bind_int64(rows, 8, (sqlite3_int64)limit + 1);
-        out->rows = sl_xmalloc(limit * sizeof *out->rows);
-    }
-    int rc = SQLITE_DONE;
-    int64_t last_at = 0, last_row = 0;
-    while (ok && (rc = sqlite3_step(rows)) == SQLITE_ROW) {
-        if (out->n == limit) {
-            char cursor[48];
-            snprintf(cursor, sizeof cursor, "%lld-%lld", (long long)last_at, (long long)last_row);
-            out->next_cursor = sl_xstrdup(cursor);
-            rc = SQLITE_DONE;
-            break;
+        sqlite3_bind_int64(st, 8, (sqlite3_int64)limit + 1);
+        out = sl_xcalloc(limit, sizeof *out);
+        /*
+         * The cursor is the last row looked at, kept or not, so that rows left
+         * out for an unknown name are not looked at again on the next page.
+         */
+        int64_t last_at = 0, last_row = 0;
+        uint32_t seen = 0;
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+            if (seen == limit) {
+                more = true;
+                rc = SQLITE_DONE;
+                break;
+            }
+            seen++;
+            last_row = sqlite3_column_int64(st, HC_ROW);
+            last_at = sqlite3_column_int64(st, HC_AT);
+            if (!read_row(st, &out[n]))
+                continue;
+            /* The attempts are read inside the row statement's read transaction: the same snapshot. */
+            rc = read_attempts(attempts, last_row, &out[n++]);
+            if (rc != SQLITE_DONE)
+                break;
         }
-        sl_request_row_t *r = read_row(rows, &ok, err, err_size);
-        out->rows[out->n++] = r;
-        last_at = r->started_at_ms;
-        last_row = sqlite3_column_int64(rows, 0);
-        ok = ok && read_attempts(attempts, last_row, r, err, err_size);
+        if (more) {
+            char cursor[48];
+            snprintf(cursor, sizeof cursor, "%lld.%lld", (long long)last_at, (long long)last_row);
+            *next_cursor = sl_xstrdup(cursor);
+        }
     }
-    if (ok && rc != SQLITE_DONE) {
-        set_err(err, err_size, "request DB %s: %s", path, sqlite3_errmsg(db));
-        ok = false;
-    }
-    sqlite3_finalize(rows);
+    if (rc != SQLITE_DONE)
+        set_err(err, err_size, "request DB %s: %s", db_path, sqlite3_errmsg(db));
+    sqlite3_finalize(st);
     sqlite3_finalize(attempts);
     sqlite3_close(db);
-    if (!ok)
-        sl_history_page_free(out);
-    return ok;
+    if (rc != SQLITE_DONE) {
+        free_rows(out, n);
+        free(*next_cursor);
+        *next_cursor = NULL;
+        return -1;
+    }
+    if (n == 0) {
+        free(out);
+        out = NULL;
+    }
+    *rows = out;
+    *n_rows = n;
+    return 0;
 }
 
 int64_t
 sl_recorder_load_usage(const char *path, int64_t since_ms, sl_usage_cb cb, void *ctx, char *err,
                        size_t err_size)
 {
-    sqlite3 *db = open_reader(path, err, err_size);
+    sqlite3 *db = open_reader(path, NULL, err, err_size);
     if (db == NULL)
         return -1;
     sqlite3_stmt *st = NULL;

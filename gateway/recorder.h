@@ -26,6 +26,7 @@
 
 #include "config.h"
 #include "core/msg.h"
+#include "sl_proto.h"
 
 /* PRAGMA user_version of the schema this code writes. */
 #define SL_RECORDER_SCHEMA_VERSION 1
@@ -42,7 +43,7 @@
 #define SL_RECORDER_BUCKET_KEEP_DAYS  40      /* usage buckets outlive any calendar month */
 #define SL_RECORDER_MAX_BUCKETS       65536   /* pending usage buckets held in memory */
 #define SL_HISTORY_DEFAULT_LIMIT      100
-#define SL_HISTORY_MAX_LIMIT          1000
+#define SL_HISTORY_MAX_LIMIT          500
 
 /* Optional numbers in rows: absent is -1 for durations, 0 for status and retry. */
 #define SL_ROW_ABSENT (-1)
@@ -219,33 +220,40 @@ void sl_recorder_close(sl_recorder_t *rec);
 
 /* ---- reading back, each call on its own read-only connection ------------ */
 
-/* Which rows a `history` request wants; NULL / 0 fields do not filter. */
+/* Which rows a `history` request wants: the fields of the protocol's `history` message. */
 typedef struct {
-    int64_t since_ms; /* rows started at or after */
-    uint32_t limit;   /* 0 = SL_HISTORY_DEFAULT_LIMIT; capped at SL_HISTORY_MAX_LIMIT */
-    const char *client;
-    const char *provider;
-    const char *model;
-    uint32_t status;
-    const char *cursor; /* a previous page's next_cursor; NULL = the newest rows */
-} sl_history_query_t;
-
-typedef struct {
-    sl_request_row_t **rows; /* newest first; owned */
-    size_t n;
-    char *next_cursor; /* owned; NULL when no older row matches */
-} sl_history_page_t;
+    uint64_t since_ms; /* rows started at or after */
+    uint32_t limit;    /* 0 = SL_HISTORY_DEFAULT_LIMIT; capped at SL_HISTORY_MAX_LIMIT */
+    const sl_proto_history_filter_t *filter; /* borrowed; NULL, and each absent field, do not filter */
+    const char *cursor;                      /* a previous page's next_cursor; NULL = the newest rows */
+} sl_recorder_history_query_t;
 
 /*
- * Reads one page of rows with their attempts, newest first, from the DB at
- * path. Returns true and fills *out (free with sl_history_page_free); false
- * with a reason in err (unreadable DB, other schema version, malformed
- * cursor), *out then empty.
+ * Reads one page of the request DB at db_path as HistoryRows with their
+ * attempts (in hop order), newest first (started_at_ms, then insertion order,
+ * descending). Filters match exactly. Called from the control thread: it opens
+ * a read-only connection of its own, never the writer's.
+ *
+ * Returns 0 with *rows an array of *n_rows rows (NULL when there are none)
+ * and *next_cursor an opaque string to ask for the next page with, NULL
+ * unless older matching rows exist. The caller owns both: each row goes to
+ * sl_proto_history_row_free, then free(*rows) and free(*next_cursor); they
+ * have the shape of the `ok` reply's rows and next_cursor, which may take
+ * them over. A DB file that does not exist yet, or that has no schema yet,
+ * is 0 rows.
+ *
+ * Names stored by a newer sluice are skipped, not fatal: an unknown skip
+ * reason leaves the attempt's skipped absent, an unknown hop outcome leaves
+ * the attempt out, an unknown dialect leaves the row out (a page may then
+ * hold fewer than limit rows with a next_cursor still set).
+ *
+ * Returns -1 with a reason in err ("bad cursor" for a cursor not shaped like
+ * a next_cursor; an unreadable DB or another schema version), *rows NULL,
+ * *n_rows 0 and *next_cursor NULL.
  */
-bool sl_recorder_history(const char *path, const sl_history_query_t *q, sl_history_page_t *out, char *err,
-                         size_t err_size);
-/* Frees the rows and the cursor; the page is empty afterwards. */
-void sl_history_page_free(sl_history_page_t *page);
+int sl_recorder_history(const char *db_path, const sl_recorder_history_query_t *q,
+                        sl_proto_history_row_t **rows, size_t *n_rows, char **next_cursor, char *err,
+                        size_t err_size);
 
 /* One persisted usage bucket; name is valid only during the call. */
 typedef void (*sl_usage_cb)(void *ctx, sl_bucket_kind_t kind, const char *name, int64_t minute,

@@ -29,6 +29,7 @@
 #include "core/eventstream.h"
 #include "core/stream_bedrock.h"
 #include "core/stream_class.h"
+#include "core/text.h"
 #include "core/xalloc.h"
 #include "hop.h"
 #include "waitq.h"
@@ -1475,23 +1476,13 @@ emit_throttle(request_t *r, const char *provider, const sl_throttle_t *t)
                 kind == SL_THROTTLE_FREE ? "rate limit over" : sl_throttle_kind_slug(kind));
     if (!events_on(r))
         return;
-    static const sl_proto_throttle_kind_t kinds[SL_THROTTLE_STATE_COUNT] = {
-        [SL_THROTTLE_PAUSED] = SL_PROTO_THROTTLE_KIND_PAUSED,
-        [SL_THROTTLE_PROBING] = SL_PROTO_THROTTLE_KIND_PROBING,
-        [SL_THROTTLE_MANUAL] = SL_PROTO_THROTTLE_KIND_MANUAL,
+    sl_bus_throttle_facts_t f = {
+        .t = t,
+        .t_until_ms = wall_of(sl_now_ms(), wall_ms(), sl_throttle_shown_until_ms(t)),
+        .limits = SL_LIMIT_OK,
     };
-    int64_t until = wall_of(sl_now_ms(), wall_ms(), sl_throttle_shown_until_ms(t));
-    sl_code_t code = SL_CODE_GW_UPSTREAM_PAUSED;
-    const char *slug = sl_throttle_reason_slug(t);
-    if (slug != NULL)
-        sl_code_from_slug(slug, &code);
-    char count[16];
-    snprintf(count, sizeof(count), "%u", t->consecutive);
-    sl_msg_t reason = sl_msg_make(code, "provider", provider, "count", count, NULL);
     sl_proto_event_t ev;
-    emit(r, sl_bus_throttle_changed(&ev, wall_ms(), provider, kind == SL_THROTTLE_FREE ? NULL : &kinds[kind],
-                                    until, t->consecutive, &reason));
-    sl_msg_free(&reason);
+    emit(r, sl_bus_throttle_changed(&ev, wall_ms(), provider, sl_bus_throttle_view(provider, &f)));
 }
 
 /* The upstream of the hop answered (anything but a 429): its streak resets and a probe passes. */
@@ -1827,16 +1818,6 @@ answer_too_large(request_t *r, const sl_wait_decision_t *d, const char *subject)
                      sl_msg_make(SL_CODE_GW_LIMIT_TOO_LARGE, "subject", subject, "limit", limit, NULL));
 }
 
-/* A wall-clock time for messages, in the gateway's time zone: "2026-11-30 00:00 CET". */
-static void
-format_local_time(int64_t wall, char *out, size_t size)
-{
-    time_t t = (time_t)(wall / 1000);
-    struct tm tm;
-    if (localtime_r(&t, &tm) == NULL || strftime(out, size, "%Y-%m-%d %H:%M %Z", &tm) == 0)
-        snprintf(out, size, "%lld", (long long)wall);
-}
-
 /*
  * A client key's limits (§7), once per request before any candidate: a
  * full minute/hour window holds the request in the key's queue (gate
@@ -1919,7 +1900,7 @@ admit_key(request_t *r)
             answer_too_large(r, &d, "this key");
         } else if (c.verdict == SL_LIMIT_PERIOD_USED_UP) {
             char until[64];
-            format_local_time(c.recovery_ms, until, sizeof(until));
+            sl_text_local_time(c.recovery_ms, until, sizeof(until));
             answer_final_429(r, &d, SL_CODE_GW_KEY_USED_UP,
                              sl_msg_make(SL_CODE_GW_KEY_USED_UP, "limit", limit, "until", until, NULL));
         } else {
@@ -2456,19 +2437,15 @@ emit_limit_throttle(request_t *r, const char *provider, sl_limit_verdict_t v, in
     }
     char text[SL_LIMIT_TEXT_MAX], until[64];
     sl_limit_describe(limit, text, sizeof(text));
-    format_local_time(until_wall, until, sizeof(until));
+    sl_text_local_time(until_wall, until, sizeof(until));
     bool full = v == SL_LIMIT_WINDOW_FULL;
     sl_log_info("upstream %s: %s (%s) until %s", provider, full ? "window full" : "period used up", text,
                 until);
     if (!events_on(r))
         return;
-    sl_code_t code = full ? SL_CODE_GW_UPSTREAM_WINDOW_FULL : SL_CODE_GW_UPSTREAM_PERIOD_USED_UP;
-    sl_proto_throttle_kind_t kind =
-        full ? SL_PROTO_THROTTLE_KIND_WINDOW_FULL : SL_PROTO_THROTTLE_KIND_PERIOD_USED_UP;
-    sl_msg_t reason = sl_msg_make(code, "provider", provider, "limit", text, "until", until, NULL);
+    sl_bus_throttle_facts_t f = {.limits = v, .limit = limit, .limits_until_ms = until_wall};
     sl_proto_event_t ev;
-    emit(r, sl_bus_throttle_changed(&ev, wall_ms(), provider, &kind, until_wall, 0, &reason));
-    sl_msg_free(&reason);
+    emit(r, sl_bus_throttle_changed(&ev, wall_ms(), provider, sl_bus_throttle_view(provider, &f)));
 }
 
 /*
@@ -2514,6 +2491,7 @@ claim_upstream(request_t *r, size_t cand)
         if (shown_verdict(limits.verdict) != set->shown && limits.verdict != SL_LIMIT_NEVER) {
             set->shown = shown_verdict(limits.verdict);
             set->shown_until_ms = limits.recovery_ms;
+            set->shown_limit = set->states[limits.which].limit;
             limits_changed = true;
         }
         if (limits.verdict != SL_LIMIT_OK) {

@@ -412,6 +412,10 @@ def c_header(schema):
         " * fields omitted. Returns 0, or -1 (out unchanged) when out cannot grow or m\n"
         " * holds what cannot be sent: a NULL required string, an enum out of range.\n */\n"
         "int sl_proto_encode(const sl_proto_message_t *m, msgpack_sbuffer *out);\n\n"
+        "/*\n * Appends one event alone (the value of an `event` message's `event` field), as\n"
+        " * sl_proto_encode would write it there: a server encodes an event once and\n"
+        " * wraps it in each subscriber's envelope. Returns as sl_proto_encode.\n */\n"
+        "int sl_proto_encode_event(const sl_proto_event_t *e, msgpack_sbuffer *out);\n\n"
         "/*\n * Decodes the message at the start of buf[0..len): a buffer may hold several\n"
         " * back to back, and *consumed (may be NULL) is set to the first one's length.\n"
         " * Unknown fields are ignored. Returns 0 with *out filled (free it with\n"
@@ -626,6 +630,19 @@ sl_proto_encode(const sl_proto_message_t *m, msgpack_sbuffer *out)
     size_t start = out->size;
     msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
     if (enc_message(&pk, m) != 0) {
+        out->size = start;
+        return -1;
+    }
+    return 0;
+}
+
+int
+sl_proto_encode_event(const sl_proto_event_t *e, msgpack_sbuffer *out)
+{
+    msgpack_packer pk;
+    size_t start = out->size;
+    msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
+    if (enc_event(&pk, e) != 0) {
         out->size = start;
         return -1;
     }

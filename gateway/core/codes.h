@@ -166,7 +166,31 @@
     X(SL_CODE_GW_SAFE_MODE, "gw.safe_mode", 503,                                                             \
       "sluice: the configuration is invalid, so sluice is in safe mode and serves no requests")              \
     X(SL_CODE_GW_NOT_FOUND, "gw.not_found", 404, "sluice: no such endpoint: {method} {path}")                \
-    X(SL_CODE_GW_SHUTTING_DOWN, "gw.shutting_down", 503, "sluice: the gateway is shutting down")
+    X(SL_CODE_GW_SHUTTING_DOWN, "gw.shutting_down", 503, "sluice: the gateway is shutting down")             \
+    X(SL_CODE_GW_CANCELLED, "gw.cancelled", 503, "sluice: the request was cancelled by an operator")         \
+    X(SL_CODE_CONTROL_AUTH_REJECTED, "control.auth.rejected", 0, "the control key is wrong")                 \
+    X(SL_CODE_CONTROL_PROTOCOL_MISMATCH, "control.protocol.mismatch", 0,                                     \
+      "protocol version mismatch: sluice speaks {ours}, the client {theirs}")                                \
+    X(SL_CODE_CONTROL_HELLO_FIRST, "control.hello_first", 0, "the first message must be hello, not {kind}")  \
+    X(SL_CODE_CONTROL_BAD_FRAME, "control.bad_frame", 0,                                                     \
+      "control messages are msgpack maps in binary frames ({detail})")                                       \
+    X(SL_CODE_CONTROL_BAD_MESSAGE, "control.bad_message", 0, "the message could not be read: {detail}")      \
+    X(SL_CODE_CONTROL_TOO_LARGE, "control.too_large", 0, "the message is larger than {max} bytes")           \
+    X(SL_CODE_CONTROL_NOT_A_REQUEST, "control.not_a_request", 0, "{kind} is not something a client sends")   \
+    X(SL_CODE_CONTROL_UNKNOWN_PROVIDER, "control.unknown_provider", 0, "no provider is named '{name}'")      \
+    X(SL_CODE_CONTROL_UNKNOWN_CLIENT, "control.unknown_client", 0, "no client key is named '{name}'")        \
+    X(SL_CODE_CONTROL_UNKNOWN_REQUEST, "control.unknown_request", 0, "no request {id} is in flight")         \
+    X(SL_CODE_CONTROL_BAD_LIMIT, "control.bad_limit", 0, "limits[{index}]: {reason}")                        \
+    X(SL_CODE_CONTROL_CONFIG_CONFLICT, "control.config.conflict", 0,                                         \
+      "the configuration changed (revision {current}, expected {expected}); get it again")                   \
+    X(SL_CODE_CONTROL_CONFIG_REJECTED, "control.config.rejected", 0,                                         \
+      "the configuration has {count} problem(s); nothing was changed")                                       \
+    X(SL_CODE_CONTROL_CONFIG_WRITE_FAILED, "control.config.write_failed", 0,                                 \
+      "the change was applied but could not be written to {path}: {reason}")                                 \
+    X(SL_CODE_CONTROL_HISTORY_FAILED, "control.history_failed", 0,                                           \
+      "the request DB could not be read: {reason}")                                                          \
+    X(SL_CODE_CONTROL_SAFE_MODE, "control.safe_mode", 0,                                                     \
+      "sluice is in safe mode: fix the configuration first (get_config shows the problems)")
 
 typedef enum {
 #define SL_CODE_ENUM(name, slug, status, text) name,

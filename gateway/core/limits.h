@@ -168,4 +168,11 @@ void sl_limits_add(sl_limit_state_t *states, size_t n, int64_t at_ms, int64_t no
  */
 void sl_limit_describe(const sl_limit_t *limit, char *out, size_t size);
 
+/* One limit as a view shows it (LimitView): the limit, what counts now, when it resets. */
+typedef struct {
+    sl_limit_t limit;
+    int64_t used;         /* in the limit's measure */
+    int64_t resets_at_ms; /* wall clock (sl_limit_resets_at_ms) */
+} sl_limit_view_t;
+
 #endif

@@ -1,5 +1,8 @@
 #include "text.h"
 
+#include <stdio.h>
+#include <time.h>
+
 int
 sl_hex_digit(int c)
 {
@@ -38,4 +41,13 @@ sl_utf8_len(const unsigned char *s, size_t n)
         return forms[f].len;
     }
     return 0;
+}
+
+void
+sl_text_local_time(int64_t wall_ms, char *out, size_t size)
+{
+    time_t t = (time_t)(wall_ms / 1000);
+    struct tm tm;
+    if (localtime_r(&t, &tm) == NULL || strftime(out, size, "%Y-%m-%d %H:%M %Z", &tm) == 0)
+        snprintf(out, size, "%lld", (long long)wall_ms);
 }

@@ -19,4 +19,7 @@ int sl_hex_digit(int c);
  */
 size_t sl_utf8_len(const unsigned char *s, size_t n);
 
+/* A wall-clock time (ms since the epoch) as "2026-11-29 19:47 CET" in the process's zone (TZ). */
+void sl_text_local_time(int64_t wall_ms, char *out, size_t size);
+
 #endif

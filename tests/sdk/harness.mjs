@@ -13,7 +13,7 @@ export const SDK_TIMEOUT_MS = 10_000;
 export const TEST_TIMEOUT_MS = 20_000;
 
 const here = (rel) => fileURLToPath(new URL(rel, import.meta.url));
-const bin = process.env.SLUICE_BIN || here("../../build/gateway/sluice");
+const bin = process.env.SLUICE_BIN || here("../../build/sluice");
 const fixtures = process.env.SLUICE_FIXTURES || here("../../../shared/fixtures/streams");
 
 // The bytes of one stream fixture.

@@ -114,7 +114,74 @@ stats_of(sl_recorder_t *rec)
 
 /* ---- rows read back ------------------------------------------------------- */
 
-Test(recorder, rows_and_attempts_read_back_with_every_field)
+/* One page of sl_recorder_history, which must succeed. */
+typedef struct {
+    sl_proto_history_row_t *rows;
+    size_t n;
+    char *next_cursor;
+} page_t;
+
+static page_t
+history_ok(const sl_recorder_history_query_t *q)
+{
+    page_t p = {0};
+    err[0] = '\0';
+    int rc = sl_recorder_history(db_path, q, &p.rows, &p.n, &p.next_cursor, err, sizeof err);
+    cr_assert_eq(rc, 0, "history failed: %s", err);
+    cr_assert_eq(p.rows == NULL, p.n == 0, "rows are NULL exactly when there are none");
+    return p;
+}
+
+static void
+page_free(page_t *p)
+{
+    for (size_t i = 0; i < p->n; i++)
+        sl_proto_history_row_free(&p->rows[i]);
+    free(p->rows);
+    free(p->next_cursor);
+    *p = (page_t){0};
+}
+
+/* One text cell through a connection of the test's own; NULL for NULL. The caller frees. */
+static char *
+query_text(const char *sql)
+{
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK, "%s: %s", sql, sqlite3_errmsg(db));
+    cr_assert_eq(sqlite3_step(st), SQLITE_ROW, "%s", sql);
+    const char *v = (const char *)sqlite3_column_text(st, 0);
+    char *copy = v != NULL ? sl_xstrdup(v) : NULL;
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return copy;
+}
+
+static void
+assert_cell(const char *sql, const char *want)
+{
+    char *got = query_text(sql);
+    if (want == NULL)
+        cr_assert_null(got, "%s: '%s'", sql, got);
+    else
+        cr_assert(got != NULL && strcmp(got, want) == 0, "%s: '%s', want '%s'", sql, got ? got : "NULL",
+                  want);
+    free(got);
+}
+
+/* Statements on the DB behind the recorder's back, as an older or newer sluice would have written it. */
+static void
+exec_on_db(const char *sql)
+{
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(db_path, &db), SQLITE_OK);
+    char *msg = NULL;
+    cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, &msg), SQLITE_OK, "%s: %s", sql, msg);
+    sqlite3_close(db);
+}
+
+Test(recorder, history_rows_carry_every_field_and_their_attempts_in_order)
 {
     sl_recorder_t *rec = open_with(NULL);
     sl_request_row_t *r = sl_request_row_new(3);
@@ -163,61 +230,150 @@ Test(recorder, rows_and_attempts_read_back_with_every_field)
     sl_recorder_flush(rec);
     cr_assert_eq(stats_of(rec).written, 1);
 
-    sl_history_page_t page;
-    sl_history_query_t q = {0};
-    cr_assert(sl_recorder_history(db_path, &q, &page, err, sizeof err), "%s", err);
-    cr_assert_eq(page.n, 1);
-    cr_assert_null(page.next_cursor);
-    const sl_request_row_t *g = page.rows[0];
+    /* Read while the writer still holds the DB open, as the control thread does. */
+    page_t p = history_ok(&(sl_recorder_history_query_t){0});
+    cr_assert_eq(p.n, 1);
+    cr_assert_null(p.next_cursor);
+    const sl_proto_history_row_t *g = &p.rows[0];
     cr_assert_eq(g->id, 42);
-    cr_assert_eq(g->started_at_ms, base_ms + 123);
+    cr_assert_eq(g->at_ms, (uint64_t)(base_ms + 123));
     cr_assert_str_eq(g->client, "team-a");
-    cr_assert_eq(g->dialect, SL_DIALECT_OPENAI_CHAT);
+    cr_assert_eq(g->dialect, SL_PROTO_DIALECT_OPENAI_CHAT);
     cr_assert_str_eq(g->model, "gpt-4o");
     cr_assert_str_eq(g->provider, "openai-2");
-    cr_assert_str_eq(g->path, "/v1/chat/completions");
     cr_assert_eq(g->status, 200);
-    cr_assert_eq(g->outcome, SL_ROW_SERVED);
-    cr_assert_null(g->error.code);
     cr_assert_eq(g->duration_ms, 2500);
-    cr_assert_eq(g->ttfb_ms, 300);
+    cr_assert(g->has_ttft_ms);
     cr_assert_eq(g->ttft_ms, 450);
-    cr_assert(g->has_usage);
-    cr_assert_eq(g->usage.input, 1000);
-    cr_assert_eq(g->usage.output, 200);
-    cr_assert_eq(g->usage.cache_read, 30);
-    cr_assert_eq(g->usage.cache_write, 4);
-    cr_assert(g->usage.estimated);
+    cr_assert_not_null(g->usage);
+    cr_assert_eq(g->usage->input, 1000);
+    cr_assert_eq(g->usage->output, 200);
+    cr_assert_eq(g->usage->cache_read, 30);
+    cr_assert_eq(g->usage->cache_write, 4);
+    cr_assert(g->usage->estimated);
+    cr_assert(g->has_cost_micros);
     cr_assert_eq(g->cost_micros, 5678);
-    cr_assert_eq(g->n_attempts, 3);
+    cr_assert_eq(g->attempts_len, 3);
 
-    const sl_attempt_row_t *ga = g->attempts;
+    const sl_proto_attempt_view_t *ga = g->attempts;
     cr_assert_str_eq(ga[0].provider, "openai-1");
     cr_assert_null(ga[0].model);
-    cr_assert_eq(ga[0].outcome, SL_ROW_HOP_SKIPPED);
-    cr_assert_eq(ga[0].skipped, SL_ROW_SKIP_PERIOD_USED_UP);
-    cr_assert_eq(ga[0].status, 0);
-    cr_assert_eq(ga[0].pause_ms, SL_ROW_ABSENT);
+    cr_assert_eq(ga[0].outcome, SL_PROTO_OUTCOME_SKIPPED);
+    cr_assert(ga[0].has_skipped);
+    cr_assert_eq(ga[0].skipped, SL_PROTO_SERVE_SKIP_PERIOD_USED_UP);
+    cr_assert_not(ga[0].has_status);
+    cr_assert_null(ga[0].error);
+    cr_assert_eq(ga[0].ms, 0);
+    cr_assert_not(ga[0].has_pause_ms);
+    cr_assert_not(ga[0].has_retry);
+    cr_assert_not(ga[0].has_backoff_ms);
 
-    cr_assert_eq(ga[1].outcome, SL_ROW_HOP_ERROR);
-    cr_assert_eq(ga[1].skipped, SL_ROW_SKIP_NONE);
+    cr_assert_str_eq(ga[1].provider, "openai-3");
     cr_assert_str_eq(ga[1].model, "gpt-4o-2024");
+    cr_assert_eq(ga[1].outcome, SL_PROTO_OUTCOME_ERROR);
+    cr_assert_not(ga[1].has_skipped);
+    cr_assert(ga[1].has_status);
+    cr_assert_eq(ga[1].status, 200);
+    cr_assert_eq(ga[1].ms, 800);
+    cr_assert(ga[1].has_pause_ms);
     cr_assert_eq(ga[1].pause_ms, 120);
-    cr_assert_str_eq(ga[1].error.code, "config.file_unreadable");
-    cr_assert_str_eq(ga[1].error.text, "cannot read /etc/x: stream broke");
-    cr_assert_eq(ga[1].error.nargs, 2);
-    cr_assert_str_eq(ga[1].error.args[0].name, "path");
-    cr_assert_str_eq(ga[1].error.args[1].value, "stream broke");
-    cr_assert_eq(ga[1].retry, 0);
-    cr_assert_eq(ga[1].backoff_ms, SL_ROW_ABSENT);
+    cr_assert_not_null(ga[1].error);
+    cr_assert_str_eq(ga[1].error->code, "config.file_unreadable");
+    cr_assert_str_eq(ga[1].error->text, "cannot read /etc/x: stream broke");
+    cr_assert_eq(ga[1].error->args_len, 2);
+    cr_assert_str_eq(ga[1].error->args[0].key, "path");
+    cr_assert_str_eq(ga[1].error->args[0].value, "/etc/x");
+    cr_assert_str_eq(ga[1].error->args[1].key, "reason");
+    cr_assert_str_eq(ga[1].error->args[1].value, "stream broke");
+    cr_assert_not(ga[1].has_retry);
+    cr_assert_not(ga[1].has_backoff_ms);
 
-    cr_assert_eq(ga[2].outcome, SL_ROW_HOP_SERVED);
+    cr_assert_str_eq(ga[2].provider, "openai-2");
+    cr_assert_eq(ga[2].outcome, SL_PROTO_OUTCOME_SERVED);
+    cr_assert(ga[2].has_retry);
     cr_assert_eq(ga[2].retry, 1);
+    cr_assert(ga[2].has_backoff_ms);
     cr_assert_eq(ga[2].backoff_ms, 250);
     cr_assert_eq(ga[2].ms, 900);
-    cr_assert_null(ga[2].error.code);
-    sl_history_page_free(&page);
+    cr_assert_not(ga[2].has_pause_ms);
+    cr_assert_null(ga[2].error);
+    page_free(&p);
     sl_recorder_close(rec);
+
+    /* What a HistoryRow does not carry is still stored for the operator. */
+    assert_cell("SELECT path FROM requests", "/v1/chat/completions");
+    assert_cell("SELECT outcome FROM requests", "served");
+    assert_cell("SELECT error_code FROM requests", NULL);
+    cr_assert_eq(query_int("SELECT ttfb_ms FROM requests"), 300);
+}
+
+Test(recorder, history_reads_back_every_outcome_and_every_skip_reason)
+{
+    /* The stored names are written from the recorder's tables and read back by the protocol's parsers. */
+    sl_recorder_t *rec = open_with(NULL);
+    sl_request_row_t *r = make_row(1, 1000, SL_ROW_HOP_COUNT + SL_ROW_SKIP_COUNT - 1);
+    for (size_t i = 0; i < SL_ROW_HOP_COUNT; i++)
+        r->attempts[i].outcome = (sl_row_hop_outcome_t)i;
+    for (size_t k = 1; k < SL_ROW_SKIP_COUNT; k++) {
+        sl_attempt_row_t *a = &r->attempts[SL_ROW_HOP_COUNT + k - 1];
+        a->outcome = SL_ROW_HOP_SKIPPED;
+        a->skipped = (sl_row_skip_t)k;
+    }
+    cr_assert(sl_recorder_submit(rec, r));
+    sl_recorder_close(rec);
+
+    static const sl_proto_outcome_t outcomes[SL_ROW_HOP_COUNT] = {
+        SL_PROTO_OUTCOME_SERVED,  SL_PROTO_OUTCOME_STATUS,    SL_PROTO_OUTCOME_ERROR,
+        SL_PROTO_OUTCOME_SKIPPED, SL_PROTO_OUTCOME_ESTIMATED, SL_PROTO_OUTCOME_CANCELLED};
+    static const sl_proto_serve_skip_t skips[SL_ROW_SKIP_COUNT] = {
+        [SL_ROW_SKIP_DISABLED] = SL_PROTO_SERVE_SKIP_DISABLED,
+        [SL_ROW_SKIP_NOT_OFFERED] = SL_PROTO_SERVE_SKIP_NOT_OFFERED,
+        [SL_ROW_SKIP_COOLING] = SL_PROTO_SERVE_SKIP_COOLING,
+        [SL_ROW_SKIP_THROTTLED] = SL_PROTO_SERVE_SKIP_THROTTLED,
+        [SL_ROW_SKIP_BUSY] = SL_PROTO_SERVE_SKIP_BUSY,
+        [SL_ROW_SKIP_WINDOW_FULL] = SL_PROTO_SERVE_SKIP_WINDOW_FULL,
+        [SL_ROW_SKIP_PERIOD_USED_UP] = SL_PROTO_SERVE_SKIP_PERIOD_USED_UP,
+        [SL_ROW_SKIP_KEY_WINDOW] = SL_PROTO_SERVE_SKIP_KEY_WINDOW,
+    };
+    page_t p = history_ok(&(sl_recorder_history_query_t){0});
+    cr_assert_eq(p.n, 1);
+    const sl_proto_attempt_view_t *a = p.rows[0].attempts;
+    cr_assert_eq(p.rows[0].attempts_len, SL_ROW_HOP_COUNT + SL_ROW_SKIP_COUNT - 1);
+    for (size_t i = 0; i < SL_ROW_HOP_COUNT; i++) {
+        cr_assert_eq(a[i].outcome, outcomes[i], "attempt %zu: outcome %d", i, a[i].outcome);
+        cr_assert_not(a[i].has_skipped, "attempt %zu", i);
+    }
+    for (size_t k = 1; k < SL_ROW_SKIP_COUNT; k++) {
+        const sl_proto_attempt_view_t *s = &a[SL_ROW_HOP_COUNT + k - 1];
+        cr_assert_eq(s->outcome, SL_PROTO_OUTCOME_SKIPPED);
+        cr_assert(s->has_skipped, "skip %zu", k);
+        cr_assert_eq(s->skipped, skips[k], "skip %zu read back as %d", k, s->skipped);
+    }
+    page_free(&p);
+}
+
+Test(recorder, history_reads_back_every_dialect)
+{
+    sl_recorder_t *rec = open_with(NULL);
+    for (int d = 0; d < SL_DIALECT_COUNT; d++) {
+        sl_request_row_t *r = make_row((uint64_t)d, 1000 - d, 0);
+        r->dialect = (sl_dialect_t)d;
+        cr_assert(sl_recorder_submit(rec, r));
+    }
+    sl_recorder_close(rec);
+    static const sl_proto_dialect_t want[SL_DIALECT_COUNT] = {
+        [SL_DIALECT_ANTHROPIC] = SL_PROTO_DIALECT_ANTHROPIC,
+        [SL_DIALECT_OPENAI_CHAT] = SL_PROTO_DIALECT_OPENAI_CHAT,
+        [SL_DIALECT_OPENAI_RESPONSES] = SL_PROTO_DIALECT_OPENAI_RESPONSES,
+        [SL_DIALECT_GEMINI] = SL_PROTO_DIALECT_GEMINI,
+        [SL_DIALECT_BEDROCK] = SL_PROTO_DIALECT_BEDROCK,
+    };
+    page_t p = history_ok(&(sl_recorder_history_query_t){0});
+    cr_assert_eq(p.n, SL_DIALECT_COUNT);
+    for (size_t i = 0; i < p.n; i++)
+        cr_assert_eq(p.rows[i].dialect, want[p.rows[i].id], "row %llu read back as %d",
+                     (unsigned long long)p.rows[i].id, p.rows[i].dialect);
+    page_free(&p);
 }
 
 Test(recorder, absent_optionals_stay_absent)
@@ -234,66 +390,134 @@ Test(recorder, absent_optionals_stay_absent)
     cr_assert(sl_recorder_submit(rec, r));
     sl_recorder_close(rec);
 
-    sl_history_page_t page;
-    cr_assert(sl_recorder_history(db_path, &(sl_history_query_t){0}, &page, err, sizeof err), "%s", err);
-    cr_assert_eq(page.n, 1);
-    const sl_request_row_t *g = page.rows[0];
+    page_t p = history_ok(&(sl_recorder_history_query_t){0});
+    cr_assert_eq(p.n, 1);
+    const sl_proto_history_row_t *g = &p.rows[0];
     cr_assert_null(g->provider);
-    cr_assert_eq(g->outcome, SL_ROW_FAILED);
-    cr_assert_str_eq(g->error.code, "gw.safe_mode");
-    cr_assert_eq(g->error.nargs, 0);
-    cr_assert_eq(g->ttfb_ms, SL_ROW_ABSENT);
-    cr_assert_eq(g->ttft_ms, SL_ROW_ABSENT);
-    cr_assert_not(g->has_usage);
-    cr_assert_eq(g->cost_micros, SL_ROW_ABSENT);
-    cr_assert_eq(g->n_attempts, 0);
-    sl_history_page_free(&page);
+    cr_assert_eq(g->status, 502);
+    cr_assert_not(g->has_ttft_ms);
+    cr_assert_null(g->usage);
+    cr_assert_not(g->has_cost_micros);
+    cr_assert_eq(g->attempts_len, 0);
+    cr_assert_null(g->attempts);
+    page_free(&p);
+    assert_cell("SELECT outcome FROM requests", "failed");
+    assert_cell("SELECT error_code FROM requests", "gw.safe_mode");
+    assert_cell("SELECT error_args FROM requests", NULL);
+    assert_cell("SELECT ttfb_ms FROM requests", NULL);
 }
 
-Test(recorder, history_pages_newest_first_through_the_cursor)
+Test(recorder, history_is_newest_first_with_ties_newest_written_first)
+{
+    sl_recorder_t *rec = open_with(NULL);
+    static const int64_t at[] = {3000, 1000, 5000, 1000, 2000};
+    for (size_t i = 0; i < 5; i++)
+        cr_assert(sl_recorder_submit(rec, make_row(i + 1, at[i], 1)));
+    sl_recorder_close(rec);
+    static const uint64_t want[] = {3, 1, 5, 4, 2};
+    page_t p = history_ok(&(sl_recorder_history_query_t){0});
+    cr_assert_eq(p.n, 5);
+    for (size_t i = 0; i < 5; i++)
+        cr_assert_eq(p.rows[i].id, want[i], "position %zu holds row %llu", i,
+                     (unsigned long long)p.rows[i].id);
+    cr_assert_null(p.next_cursor);
+    page_free(&p);
+}
+
+Test(recorder, history_pages_through_every_row_exactly_once)
 {
     sl_recorder_t *rec = open_with(NULL);
     /* Pairs share a start time, so the cursor must break ties by insertion. */
     for (uint64_t id = 1; id <= 25; id++)
         cr_assert(sl_recorder_submit(rec, make_row(id, 1000 + (int64_t)(id / 2), 2)));
-    sl_recorder_close(rec);
+    sl_recorder_flush(rec);
 
-    bool seen[26] = {false};
+    bool seen[27] = {false};
     char *cursor = NULL;
     size_t pages = 0, total = 0;
-    int64_t prev_at = INT64_MAX;
-    uint64_t prev_id = UINT64_MAX;
+    uint64_t prev_at = UINT64_MAX, prev_id = UINT64_MAX;
     do {
-        sl_history_page_t page;
-        sl_history_query_t q = {.limit = 10, .cursor = cursor};
-        cr_assert(sl_recorder_history(db_path, &q, &page, err, sizeof err), "%s", err);
+        page_t p = history_ok(&(sl_recorder_history_query_t){.limit = 10, .cursor = cursor});
         free(cursor);
-        cursor = page.next_cursor ? sl_xstrdup(page.next_cursor) : NULL;
-        for (size_t i = 0; i < page.n; i++) {
-            const sl_request_row_t *r = page.rows[i];
-            cr_assert(r->started_at_ms < prev_at || (r->started_at_ms == prev_at && r->id < prev_id),
-                      "newest first");
-            prev_at = r->started_at_ms;
+        cursor = p.next_cursor;
+        p.next_cursor = NULL;
+        for (size_t i = 0; i < p.n; i++) {
+            const sl_proto_history_row_t *r = &p.rows[i];
+            cr_assert(r->at_ms < prev_at || (r->at_ms == prev_at && r->id < prev_id), "newest first");
+            prev_at = r->at_ms;
             prev_id = r->id;
             cr_assert_not(seen[r->id], "row %llu twice", (unsigned long long)r->id);
             seen[r->id] = true;
-            cr_assert_eq(r->n_attempts, 2);
-            cr_assert_eq(r->attempts[1].outcome, SL_ROW_HOP_SERVED);
+            cr_assert_eq(r->attempts_len, 2);
+            cr_assert_eq(r->attempts[1].outcome, SL_PROTO_OUTCOME_SERVED);
         }
-        total += page.n;
+        total += p.n;
         pages++;
-        cr_assert_eq(page.n, pages < 3 ? 10 : 5);
-        sl_history_page_free(&page);
+        cr_assert_eq(p.n, pages < 3 ? 10 : 5, "page %zu: %zu rows", pages, p.n);
+        cr_assert_eq(cursor != NULL, pages < 3, "page %zu: next_cursor only while older rows remain", pages);
+        page_free(&p);
+        /* A row written between pages is newer than the cursor: later pages neither repeat nor skip a row. */
+        if (pages == 1) {
+            cr_assert(sl_recorder_submit(rec, make_row(26, 5000, 1)));
+            sl_recorder_flush(rec);
+        }
     } while (cursor != NULL);
+    sl_recorder_close(rec);
     cr_assert_eq(pages, 3);
     cr_assert_eq(total, 25);
+    cr_assert_not(seen[26]);
+}
+
+Test(recorder, history_limit_is_clamped_and_a_full_last_page_has_no_cursor)
+{
+    sl_recorder_t *rec = open_with(NULL);
+    for (uint64_t id = 1; id <= SL_HISTORY_MAX_LIMIT + 20; id++)
+        cr_assert(sl_recorder_submit(rec, make_row(id, (int64_t)id, 0)));
+    sl_recorder_close(rec);
+    static const struct {
+        uint32_t limit;
+        size_t n;
+    } cases[] = {
+        {0, SL_HISTORY_DEFAULT_LIMIT},
+        {1, 1},
+        {SL_HISTORY_MAX_LIMIT - 1, SL_HISTORY_MAX_LIMIT - 1},
+        {SL_HISTORY_MAX_LIMIT, SL_HISTORY_MAX_LIMIT},
+        {SL_HISTORY_MAX_LIMIT + 1, SL_HISTORY_MAX_LIMIT},
+        {SL_HISTORY_MAX_LIMIT + 20, SL_HISTORY_MAX_LIMIT},
+        {UINT32_MAX, SL_HISTORY_MAX_LIMIT},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        page_t p = history_ok(&(sl_recorder_history_query_t){.limit = cases[i].limit});
+        cr_assert_eq(p.n, cases[i].n, "limit %u: %zu rows", cases[i].limit, p.n);
+        cr_assert_not_null(p.next_cursor, "limit %u", cases[i].limit);
+        cr_assert_eq(p.rows[0].id, SL_HISTORY_MAX_LIMIT + 20);
+        page_free(&p);
+    }
+
+    /* Exactly limit rows match: no row past the page, so no cursor. */
+    const uint64_t since = (uint64_t)base_ms + SL_HISTORY_MAX_LIMIT + 1;
+    page_t p = history_ok(&(sl_recorder_history_query_t){.since_ms = since, .limit = 20});
+    cr_assert_eq(p.n, 20);
+    cr_assert_null(p.next_cursor);
+    page_free(&p);
+    p = history_ok(&(sl_recorder_history_query_t){.since_ms = since, .limit = 19});
+    cr_assert_eq(p.n, 19);
+    cr_assert_not_null(p.next_cursor);
+    page_t rest =
+        history_ok(&(sl_recorder_history_query_t){.since_ms = since, .limit = 19, .cursor = p.next_cursor});
+    cr_assert_eq(rest.n, 1);
+    cr_assert_eq(rest.rows[0].id, SL_HISTORY_MAX_LIMIT + 1);
+    cr_assert_null(rest.next_cursor);
+    page_free(&rest);
+    page_free(&p);
 }
 
 Test(recorder, history_filters_by_since_client_provider_model_status)
 {
     sl_recorder_t *rec = open_with(NULL);
     for (uint64_t id = 1; id <= 8; id++) {
-        sl_request_row_t *r = make_row(id, (int64_t)id * 1000, 1);
+        /* Two attempts: the first on anthropic-backup, which serves none of them. */
+        sl_request_row_t *r = make_row(id, (int64_t)id * 1000, 2);
         if (id % 2 == 0) {
             free(r->client);
             r->client = sl_xstrdup("team-b");
@@ -305,46 +529,236 @@ Test(recorder, history_filters_by_since_client_provider_model_status)
             free(r->provider);
             r->provider = sl_xstrdup("relay");
         }
+        if (id == 3) {
+            r->status = 0;
+            r->outcome = SL_ROW_CANCELLED;
+            free(r->provider);
+            r->provider = NULL;
+        }
         cr_assert(sl_recorder_submit(rec, r));
     }
     sl_recorder_close(rec);
 
+    typedef sl_proto_history_filter_t filter_t;
     static const struct {
-        sl_history_query_t q;
+        uint64_t since_ms; /* relative to base_ms, like make_row's times */
+        filter_t f;
         size_t n;
-        uint64_t newest;
+        uint64_t newest, oldest;
     } cases[] = {
-        {{.since_ms = 0}, 8, 8},       {{.since_ms = 6000}, 3, 8},
-        {{.client = "team-a"}, 4, 7},  {{.client = "team-b", .status = 429}, 2, 8},
-        {{.provider = "relay"}, 2, 8}, {{.model = "claude-sonnet-4", .since_ms = 3000}, 4, 7},
-        {{.status = 503}, 0, 0},
+        {0, {0}, 8, 8, 1},
+        {6000, {0}, 3, 8, 6},
+        {6001, {0}, 2, 8, 7},
+        {9000, {0}, 0, 0, 0},
+        {0, {.client = "team-a"}, 4, 7, 1},
+        {0, {.client = "team-c"}, 0, 0, 0},
+        {0, {.client = "team-b", .has_status = true, .status = 429}, 2, 8, 4},
+        {0, {.provider = "relay"}, 2, 8, 4},
+        {0, {.provider = "anthropic-backup"}, 0, 0, 0},
+        {0, {.provider = "anthropic-main"}, 5, 7, 1},
+        {3000, {.model = "claude-sonnet-4"}, 4, 7, 3},
+        {0, {.model = "claude"}, 0, 0, 0},
+        {0, {.has_status = true, .status = 503}, 0, 0, 0},
+        {0, {.has_status = true, .status = 0}, 1, 3, 3},
+        {0, {.has_status = true, .status = 200}, 5, 7, 1},
+        {0,
+         {.client = "team-a",
+          .provider = "anthropic-main",
+          .model = "claude-sonnet-4",
+          .has_status = true,
+          .status = 200},
+         3,
+         7,
+         1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        sl_history_page_t page;
-        sl_history_query_t q = cases[i].q;
-        q.since_ms += base_ms; /* the table's since_ms is relative to it, like make_row's times */
-        cr_assert(sl_recorder_history(db_path, &q, &page, err, sizeof err), "%s", err);
-        cr_assert_eq(page.n, cases[i].n, "case %zu: %zu rows", i, page.n);
-        if (page.n > 0)
-            cr_assert_eq(page.rows[0]->id, cases[i].newest, "case %zu", i);
-        sl_history_page_free(&page);
+        sl_recorder_history_query_t q = {.since_ms = (uint64_t)base_ms + cases[i].since_ms,
+                                         .filter = &cases[i].f};
+        page_t p = history_ok(&q);
+        cr_assert_eq(p.n, cases[i].n, "case %zu: %zu rows", i, p.n);
+        if (p.n > 0) {
+            cr_assert_eq(p.rows[0].id, cases[i].newest, "case %zu", i);
+            cr_assert_eq(p.rows[p.n - 1].id, cases[i].oldest, "case %zu", i);
+        }
+        for (size_t k = 0; k < p.n; k++) {
+            const sl_proto_history_row_t *r = &p.rows[k];
+            const filter_t *f = &cases[i].f;
+            cr_assert_geq(r->at_ms, q.since_ms, "case %zu", i);
+            cr_assert(f->client == NULL || strcmp(r->client, f->client) == 0, "case %zu", i);
+            cr_assert(f->provider == NULL || (r->provider && strcmp(r->provider, f->provider) == 0),
+                      "case %zu", i);
+            cr_assert(f->model == NULL || strcmp(r->model, f->model) == 0, "case %zu", i);
+            cr_assert(!f->has_status || r->status == f->status, "case %zu", i);
+        }
+        page_free(&p);
     }
 }
 
-Test(recorder, history_refuses_a_malformed_cursor)
+Test(recorder, history_refuses_a_malformed_cursor_and_sets_nothing)
 {
-    sl_recorder_close(open_with(NULL));
-    static const char *const bad[] = {"", "abc", "12", "12-", "-5-3", "12-x", "12-3-4", "12--3", "+1-2"};
+    sl_recorder_t *rec = open_with(NULL);
+    cr_assert(sl_recorder_submit(rec, make_row(1, 1000, 1)));
+    sl_recorder_close(rec);
+    static const char *const bad[] = {
+        "",
+        "abc",
+        "12",
+        "12.",
+        ".5",
+        "-5.3",
+        "5.-3",
+        "12.x",
+        "12.3.4",
+        "12..3",
+        "+1.2",
+        " 1.2",
+        "1.2 ",
+        "1-2",
+        "0x10.1",
+        "1,2",
+        "99999999999999999999.1",
+        "1.99999999999999999999",
+        "9223372036854775808.0",
+    };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        sl_history_page_t page;
+        sl_proto_history_row_t junk;
+        sl_proto_history_row_t *rows = &junk;
+        size_t n = 7;
+        char *cursor = (char *)"junk";
         err[0] = '\0';
-        cr_assert_not(
-            sl_recorder_history(db_path, &(sl_history_query_t){.cursor = bad[i]}, &page, err, sizeof err),
-            "cursor '%s' accepted", bad[i]);
-        cr_assert_eq(page.n, 0);
-        cr_assert_null(page.rows);
-        cr_assert_not_null(strstr(err, "cursor"), "%s", err);
+        int rc = sl_recorder_history(db_path, &(sl_recorder_history_query_t){.cursor = bad[i]}, &rows, &n,
+                                     &cursor, err, sizeof err);
+        cr_assert_eq(rc, -1, "cursor '%s' accepted", bad[i]);
+        cr_assert_null(rows, "cursor '%s'", bad[i]);
+        cr_assert_eq(n, 0, "cursor '%s'", bad[i]);
+        cr_assert_null(cursor, "cursor '%s'", bad[i]);
+        cr_assert_str_eq(err, "bad cursor", "cursor '%s'", bad[i]);
     }
+    /* Well-formed cursors this code never handed out are only positions. */
+    static const struct {
+        const char *cursor;
+        size_t n;
+    } good[] = {
+        {"0.0", 0},
+        {"9223372036854775807.9223372036854775807", 1},
+        {"00000000000000000000000000000001.1", 0},
+    };
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        page_t p = history_ok(&(sl_recorder_history_query_t){.cursor = good[i].cursor});
+        cr_assert_eq(p.n, good[i].n, "cursor '%s'", good[i].cursor);
+        page_free(&p);
+    }
+}
+
+Test(recorder, history_of_a_db_not_yet_written_is_empty)
+{
+    /* No file: a fresh gateway has no history; a cursor does not change that. */
+    page_t p = history_ok(&(sl_recorder_history_query_t){0});
+    cr_assert_eq(p.n, 0);
+    cr_assert_null(p.next_cursor);
+    p = history_ok(&(sl_recorder_history_query_t){.cursor = "5.5", .limit = 3});
+    cr_assert_eq(p.n, 0);
+    char path[160];
+    snprintf(path, sizeof path, "%s/no/such/dir/sluice.db", dir);
+    sl_proto_history_row_t *rows = NULL;
+    size_t n = 9;
+    char *cursor = NULL;
+    cr_assert_eq(
+        sl_recorder_history(path, &(sl_recorder_history_query_t){0}, &rows, &n, &cursor, err, sizeof err), 0,
+        "%s", err);
+    cr_assert_eq(n, 0);
+    cr_assert_null(rows);
+
+    /* A file the recorder created but has not migrated yet. */
+    FILE *f = fopen(db_path, "w");
+    cr_assert_not_null(f);
+    fclose(f);
+    p = history_ok(&(sl_recorder_history_query_t){0});
+    cr_assert_eq(p.n, 0);
+    cr_assert_null(p.next_cursor);
+
+    /* An empty DB with the schema. */
+    sl_recorder_close(open_with(NULL));
+    p = history_ok(&(sl_recorder_history_query_t){0});
+    cr_assert_eq(p.n, 0);
+    cr_assert_null(p.next_cursor);
+}
+
+Test(recorder, history_of_a_file_that_is_not_a_db_is_an_error)
+{
+    FILE *f = fopen(db_path, "w");
+    cr_assert_not_null(f);
+    fputs("this is not an SQLite database, only some text that is long enough to have a header", f);
+    fclose(f);
+    sl_proto_history_row_t *rows = NULL;
+    size_t n = 0;
+    char *cursor = NULL;
+    err[0] = '\0';
+    cr_assert_eq(
+        sl_recorder_history(db_path, &(sl_recorder_history_query_t){0}, &rows, &n, &cursor, err, sizeof err),
+        -1);
+    cr_assert_not_null(strstr(err, db_path), "%s", err);
+    cr_assert_null(rows);
+    cr_assert_null(cursor);
+}
+
+Test(recorder, history_skips_names_it_does_not_know)
+{
+    sl_recorder_t *rec = open_with(NULL);
+    for (uint64_t id = 1; id <= 3; id++) {
+        sl_request_row_t *r = make_row(id, (int64_t)id * 1000, 3);
+        r->attempts[0].outcome = SL_ROW_HOP_SKIPPED;
+        r->attempts[0].skipped = SL_ROW_SKIP_BUSY;
+        r->attempts[1].error.code = sl_xstrdup("gw.hop.error");
+        r->attempts[1].error.text = sl_xstrdup("broke");
+        r->attempts[1].error.nargs = 1;
+        r->attempts[1].error.args = sl_xcalloc(1, sizeof(sl_row_arg_t));
+        r->attempts[1].error.args[0].name = sl_xstrdup("after_ms");
+        r->attempts[1].error.args[0].value = sl_xstrdup("20");
+        cr_assert(sl_recorder_submit(rec, r));
+    }
+    sl_recorder_close(rec);
+    /* As a newer sluice with more names, or a damaged file, could have left them. */
+    exec_on_db("UPDATE requests SET dialect = 'klingon' WHERE id = 2;"
+               "UPDATE attempts SET skipped = 'solar_flare' WHERE n = 0 AND request_row ="
+               " (SELECT row FROM requests WHERE id = 3);"
+               "UPDATE attempts SET outcome = 'teleported' WHERE n = 1 AND request_row ="
+               " (SELECT row FROM requests WHERE id = 3);"
+               "UPDATE attempts SET error_args = 'not json' WHERE n = 1 AND request_row ="
+               " (SELECT row FROM requests WHERE id = 1);");
+
+    page_t p = history_ok(&(sl_recorder_history_query_t){0});
+    cr_assert_eq(p.n, 2);
+    const sl_proto_history_row_t *r3 = &p.rows[0], *r1 = &p.rows[1];
+    cr_assert_eq(r3->id, 3);
+    cr_assert_eq(r1->id, 1);
+    cr_assert_eq(r3->attempts_len, 2, "the attempt with an unknown outcome is left out");
+    cr_assert_eq(r3->attempts[0].outcome, SL_PROTO_OUTCOME_SKIPPED);
+    cr_assert_not(r3->attempts[0].has_skipped, "an unknown skip reason is absent");
+    cr_assert_eq(r3->attempts[1].outcome, SL_PROTO_OUTCOME_SERVED);
+    cr_assert_eq(r1->attempts_len, 3);
+    cr_assert(r1->attempts[0].has_skipped);
+    cr_assert_eq(r1->attempts[0].skipped, SL_PROTO_SERVE_SKIP_BUSY);
+    cr_assert_not_null(r1->attempts[1].error);
+    cr_assert_str_eq(r1->attempts[1].error->code, "gw.hop.error");
+    cr_assert_str_eq(r1->attempts[1].error->text, "broke");
+    cr_assert_eq(r1->attempts[1].error->args_len, 0, "args that are not JSON are left out");
+    page_free(&p);
+
+    /* Page by page, the left-out row still moves the cursor on. */
+    p = history_ok(&(sl_recorder_history_query_t){.limit = 1});
+    cr_assert_eq(p.n, 1);
+    cr_assert_eq(p.rows[0].id, 3);
+    page_t p2 = history_ok(&(sl_recorder_history_query_t){.limit = 1, .cursor = p.next_cursor});
+    cr_assert_eq(p2.n, 0);
+    cr_assert_not_null(p2.next_cursor, "row 1 is still to come");
+    page_t p3 = history_ok(&(sl_recorder_history_query_t){.limit = 1, .cursor = p2.next_cursor});
+    cr_assert_eq(p3.n, 1);
+    cr_assert_eq(p3.rows[0].id, 1);
+    cr_assert_null(p3.next_cursor);
+    page_free(&p3);
+    page_free(&p2);
+    page_free(&p);
 }
 
 /* ---- one row or one counted drop -------------------------------------------- */
@@ -456,8 +870,15 @@ Test(recorder, newer_schema_is_refused_untouched)
     cr_assert_eq(query_int("SELECT count(*) FROM pragma_journal_mode WHERE journal_mode = 'wal'"), 0,
                  "the journal mode was changed");
 
-    sl_history_page_t page;
-    cr_assert_not(sl_recorder_history(db_path, &(sl_history_query_t){0}, &page, err, sizeof err));
+    sl_proto_history_row_t *rows = NULL;
+    size_t n = 0;
+    char *cursor = NULL;
+    err[0] = '\0';
+    cr_assert_eq(
+        sl_recorder_history(db_path, &(sl_recorder_history_query_t){0}, &rows, &n, &cursor, err, sizeof err),
+        -1);
+    cr_assert_not_null(strstr(err, "schema version 2"), "%s", err);
+    cr_assert_null(rows);
 }
 
 Test(recorder, a_file_that_is_not_a_db_is_refused)
@@ -718,11 +1139,16 @@ Test(recorder, credentials_never_reach_the_db)
     sqlite3_close(db);
     cr_assert_gt(cells, 20);
 
-    sl_history_page_t page;
-    cr_assert(sl_recorder_history(db_path, &(sl_history_query_t){0}, &page, err, sizeof err), "%s", err);
-    cr_assert_not_null(strstr(page.rows[0]->error.text, "sk-ant-…0123"), "%s", page.rows[0]->error.text);
-    cr_assert_not_null(strstr(page.rows[0]->attempts[0].error.args[0].value, "sk-proj-…9876"));
-    sl_history_page_free(&page);
+    char *text = query_text("SELECT error_text FROM requests");
+    cr_assert_not_null(strstr(text, "sk-ant-…0123"), "%s", text);
+    free(text);
+    page_t p = history_ok(&(sl_recorder_history_query_t){0});
+    cr_assert_eq(p.n, 1);
+    const sl_proto_msg_t *e = p.rows[0].attempts[0].error;
+    cr_assert_not_null(e);
+    cr_assert_null(strstr(e->text, secrets[2]), "%s", e->text);
+    cr_assert_not_null(strstr(e->args[0].value, "sk-proj-…9876"), "%s", e->args[0].value);
+    page_free(&p);
 }
 
 /* ---- the rules, pure ------------------------------------------------------------------ */

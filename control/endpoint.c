@@ -1,0 +1,680 @@
+#include "endpoint.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <libwebsockets.h>
+#include <msgpack.h>
+
+#include "core/cidr.h"
+#include "core/xalloc.h"
+#include "eventlog.h"
+#include "log.h"
+#include "session.h"
+
+typedef enum { CONN_AWAIT_HELLO, CONN_HELLO_DELAYED, CONN_READY, CONN_CLOSING } conn_state_t;
+
+/* One WebSocket connection. */
+typedef struct conn {
+    struct conn *next, *prev;
+    struct lws *wsi;
+    conn_state_t state;
+    char peer[64];
+    bool topics[SL_PROTO_TOPIC_COUNT];
+    sl_outq_t *out;
+    /* The message being received (fragments joined); discarded past SL_CONTROL_MAX_MESSAGE. */
+    char *rx;
+    size_t rx_len, rx_cap;
+    bool rx_too_large, rx_text;
+    sl_hello_verdict_t delayed_verdict; /* CONN_HELLO_DELAYED: the answer to send when the timer fires */
+    uint32_t delayed_theirs;
+} conn_t;
+
+/* What ProviderChanged last showed for one upstream. */
+typedef struct {
+    char *name;
+    char *bytes; /* the encoded ProviderView */
+    size_t len;
+} shown_view_t;
+
+struct sl_control {
+    struct lws_context *ctx;
+    struct lws_vhost *vhost;
+    pthread_t tid;
+    atomic_bool stopping;
+    char *key;
+    char *server_name;
+    sl_runtime_t *runtime;
+    sl_bus_t *bus;
+    sl_control_cancel_fn cancel;
+    void *cancel_ctx;
+    uint16_t port;
+    sl_cidr_t *allow_from;
+    size_t n_allow_from;
+    /* The control thread's own; nothing else touches them. */
+    sl_inflight_t *inflight;
+    sl_auth_guard_t *guard;
+    conn_t *conns;
+    lws_sorted_usec_list_t tick;
+    shown_view_t *shown;
+    size_t n_shown;
+    int64_t last_expire_ms;
+    char *frame; /* LWS_PRE headroom + one frame */
+    size_t frame_cap;
+};
+
+static int64_t
+wall_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static sl_control_t *
+control_of(struct lws *wsi)
+{
+    return lws_context_user(lws_get_context(wsi));
+}
+
+/* ---- sending ------------------------------------------------------------------------------------ */
+
+/* Queues an encoded message for conn and asks for a writable callback. */
+static void
+send_message(conn_t *c, const sl_proto_message_t *m)
+{
+    msgpack_sbuffer sb;
+    msgpack_sbuffer_init(&sb);
+    if (sl_proto_encode(m, &sb) != 0) {
+        sl_log_error("control: a %s message could not be encoded", sl_proto_message_kind_slug(m->kind));
+    } else if (!sl_outq_push_reply(c->out, sb.data, sb.size)) {
+        sl_log_warn("control: %s asks without reading its replies; closing", c->peer);
+        c->state = CONN_CLOSING;
+    }
+    msgpack_sbuffer_destroy(&sb);
+    lws_callback_on_writable(c->wsi);
+}
+
+static void
+send_error(conn_t *c, uint32_t req, sl_msg_t message)
+{
+    sl_proto_message_t m;
+    sl_control_error(&m, req, &message);
+    send_message(c, &m);
+    sl_proto_message_free(&m);
+    sl_msg_free(&message);
+}
+
+static int
+write_pending(sl_control_t *ctl, conn_t *c)
+{
+    size_t big = 0;
+    size_t len = sl_outq_take(c->out, ctl->frame + LWS_PRE, ctl->frame_cap, &big);
+    if (big > 0) {
+        ctl->frame_cap = big;
+        ctl->frame = sl_xrealloc(ctl->frame, LWS_PRE + big);
+        len = sl_outq_take(c->out, ctl->frame + LWS_PRE, ctl->frame_cap, &big);
+    }
+    if (len > 0 && lws_write(c->wsi, (unsigned char *)ctl->frame + LWS_PRE, len, LWS_WRITE_BINARY) < (int)len)
+        return -1;
+    if (sl_outq_pending(c->out)) {
+        lws_callback_on_writable(c->wsi);
+        return 0;
+    }
+    if (c->state == CONN_CLOSING) {
+        lws_close_reason(c->wsi, LWS_CLOSE_STATUS_POLICY_VIOLATION, NULL, 0);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- the handshake ------------------------------------------------------------------------------ */
+
+static void
+answer_hello(sl_control_t *ctl, conn_t *c, sl_hello_verdict_t verdict, uint32_t theirs)
+{
+    sl_proto_message_t m;
+    if (verdict == SL_HELLO_OK) {
+        sl_auth_guard_succeeded(ctl->guard, c->peer);
+        c->state = CONN_READY;
+        lws_set_timeout(c->wsi, NO_PENDING_TIMEOUT, 0);
+        sl_proto_message_init(&m, SL_PROTO_MESSAGE_WELCOME);
+        m.welcome.protocol = SL_PROTO_VERSION;
+        m.welcome.server = sl_xstrdup(ctl->server_name);
+        m.welcome.now_ms = (uint64_t)wall_now_ms();
+        send_message(c, &m);
+        sl_proto_message_free(&m);
+        sl_log_info("control: %s connected", c->peer);
+        return;
+    }
+    sl_msg_t why;
+    if (verdict == SL_HELLO_MISMATCH) {
+        char ours[16], other[16];
+        snprintf(ours, sizeof(ours), "%u", SL_PROTO_VERSION);
+        snprintf(other, sizeof(other), "%u", theirs);
+        why = sl_msg_make(SL_CODE_CONTROL_PROTOCOL_MISMATCH, "ours", ours, "theirs", other, NULL);
+    } else {
+        sl_auth_guard_failed(ctl->guard, c->peer, wall_now_ms());
+        why = sl_msg_make(SL_CODE_CONTROL_AUTH_REJECTED, NULL);
+    }
+    sl_log_warn("control: refused %s: %s [%s]", c->peer, why.text, sl_code_slug(why.code));
+    sl_proto_message_init(&m, SL_PROTO_MESSAGE_REFUSED);
+    m.refused.message = sl_bus_msg_from(&why);
+    sl_msg_free(&why);
+    send_message(c, &m);
+    sl_proto_message_free(&m);
+    c->state = CONN_CLOSING;
+}
+
+static void
+on_hello(sl_control_t *ctl, conn_t *c, const sl_proto_hello_msg_t *hello)
+{
+    sl_hello_verdict_t verdict = sl_control_check_hello(hello, ctl->key, SL_PROTO_VERSION);
+    /* An address that failed before waits for its answer, right or wrong: guessing gets slow. */
+    int64_t delay = sl_auth_guard_delay_ms(ctl->guard, c->peer, wall_now_ms());
+    if (delay > 0) {
+        c->state = CONN_HELLO_DELAYED;
+        c->delayed_verdict = verdict;
+        c->delayed_theirs = hello->protocol;
+        lws_set_timer_usecs(c->wsi, (lws_usec_t)delay * 1000);
+        return;
+    }
+    answer_hello(ctl, c, verdict, hello->protocol);
+}
+
+/* ---- subscriptions ------------------------------------------------------------------------------ */
+
+static void
+subscribe(sl_control_t *ctl, conn_t *c, const sl_proto_subscribe_msg_t *m)
+{
+    for (size_t i = 0; i < m->topics_len; i++)
+        c->topics[m->topics[i]] = true;
+    /* A new subscription (or a resync): events still queued belong to the old one. */
+    sl_outq_restart(c->out);
+    sl_proto_message_t s;
+    sl_proto_message_init(&s, SL_PROTO_MESSAGE_SNAPSHOT);
+    s.snapshot.req = m->req;
+    s.snapshot.now_ms = (uint64_t)wall_now_ms();
+    s.snapshot.providers_len = sl_runtime_provider_views(ctl->runtime, &s.snapshot.providers);
+    s.snapshot.in_flight_len = sl_inflight_view(ctl->inflight, &s.snapshot.in_flight);
+    s.snapshot.seq = sl_outq_seq(c->out);
+    send_message(c, &s);
+    /* The in-flight events are the log's: only the array around them is this message's. */
+    free(s.snapshot.in_flight);
+    s.snapshot.in_flight = NULL;
+    s.snapshot.in_flight_len = 0;
+    sl_proto_message_free(&s);
+}
+
+static void
+unsubscribe(conn_t *c, const sl_proto_unsubscribe_msg_t *m)
+{
+    for (size_t i = 0; i < m->topics_len; i++)
+        c->topics[m->topics[i]] = false;
+    sl_proto_message_t r;
+    sl_proto_message_init(&r, SL_PROTO_MESSAGE_OK);
+    r.ok.req = m->req;
+    send_message(c, &r);
+    sl_proto_message_free(&r);
+}
+
+/* Queues an encoded event for every ready subscriber of topic; returns how many got it. */
+static size_t
+fan_out(sl_control_t *ctl, sl_proto_topic_t topic, const sl_proto_event_t *ev)
+{
+    sl_blob_t *body = NULL;
+    size_t n = 0;
+    for (conn_t *c = ctl->conns; c != NULL; c = c->next) {
+        if (c->state != CONN_READY || !c->topics[topic])
+            continue;
+        if (body == NULL) {
+            msgpack_sbuffer sb;
+            msgpack_sbuffer_init(&sb);
+            if (sl_proto_encode_event(ev, &sb) != 0) {
+                msgpack_sbuffer_destroy(&sb);
+                sl_log_error("control: a %s event could not be encoded", sl_proto_event_kind_slug(ev->kind));
+                return 0;
+            }
+            body = sl_blob_new(sb.data, sb.size);
+            msgpack_sbuffer_destroy(&sb);
+        }
+        sl_outq_push_event(c->out, body);
+        lws_callback_on_writable(c->wsi);
+        n++;
+    }
+    sl_blob_unref(body);
+    return n;
+}
+
+static void
+on_bus_event(void *ctx, sl_proto_event_t *ev)
+{
+    sl_control_t *ctl = ctx;
+    sl_eventlog_write(ev);
+    fan_out(ctl,
+            ev->kind == SL_PROTO_EVENT_PROVIDER_CHANGED ? SL_PROTO_TOPIC_PROVIDERS : SL_PROTO_TOPIC_EVENTS,
+            ev);
+    sl_inflight_apply(ctl->inflight, ev);
+}
+
+static void
+drain_bus(sl_control_t *ctl)
+{
+    uint64_t dropped = 0;
+    sl_bus_drain(ctl->bus, on_bus_event, ctl, &dropped);
+    if (dropped == 0)
+        return;
+    sl_log_warn("control: %llu event(s) dropped before they reached the subscribers",
+                (unsigned long long)dropped);
+    for (conn_t *c = ctl->conns; c != NULL; c = c->next) {
+        if (c->state == CONN_READY && c->topics[SL_PROTO_TOPIC_EVENTS]) {
+            sl_outq_note_dropped(c->out, dropped);
+            lws_callback_on_writable(c->wsi);
+        }
+    }
+}
+
+/* ---- ProviderChanged ---------------------------------------------------------------------------- */
+
+static shown_view_t *
+shown_for(sl_control_t *ctl, const char *name)
+{
+    for (size_t i = 0; i < ctl->n_shown; i++)
+        if (strcmp(ctl->shown[i].name, name) == 0)
+            return &ctl->shown[i];
+    ctl->shown = sl_xrealloc(ctl->shown, (ctl->n_shown + 1) * sizeof(*ctl->shown));
+    shown_view_t *s = &ctl->shown[ctl->n_shown++];
+    *s = (shown_view_t){.name = sl_xstrdup(name)};
+    return s;
+}
+
+/* Every SL_CONTROL_PROVIDER_MS: a ProviderChanged for each upstream whose view changed since the last one. */
+static void
+providers_tick(lws_sorted_usec_list_t *sul)
+{
+    sl_control_t *ctl = lws_container_of(sul, sl_control_t, tick);
+    bool wanted = false;
+    for (conn_t *c = ctl->conns; c != NULL && !wanted; c = c->next)
+        wanted = c->state == CONN_READY && c->topics[SL_PROTO_TOPIC_PROVIDERS];
+    if (wanted) {
+        sl_proto_provider_view_t *views;
+        size_t n = sl_runtime_provider_views(ctl->runtime, &views);
+        for (size_t i = 0; i < n; i++) {
+            sl_proto_event_t ev;
+            sl_proto_event_init(&ev, SL_PROTO_EVENT_PROVIDER_CHANGED);
+            ev.provider_changed.view = views[i];
+            /* Encoded with at_ms 0, the bytes say whether the view changed. */
+            msgpack_sbuffer sb;
+            msgpack_sbuffer_init(&sb);
+            shown_view_t *s = shown_for(ctl, views[i].name);
+            if (sl_proto_encode_event(&ev, &sb) == 0 &&
+                (s->bytes == NULL || s->len != sb.size || memcmp(s->bytes, sb.data, sb.size) != 0)) {
+                free(s->bytes);
+                s->bytes = sl_xmalloc(sb.size);
+                memcpy(s->bytes, sb.data, sb.size);
+                s->len = sb.size;
+                ev.provider_changed.at_ms = (uint64_t)wall_now_ms();
+                fan_out(ctl, SL_PROTO_TOPIC_PROVIDERS, &ev);
+            }
+            msgpack_sbuffer_destroy(&sb);
+        }
+        sl_runtime_provider_views_free(views, n);
+    }
+    /* A request whose end was lost with dropped events lingers at most this long. */
+    int64_t now = wall_now_ms();
+    if (now - ctl->last_expire_ms > 60 * 1000) {
+        ctl->last_expire_ms = now;
+        sl_inflight_expire(ctl->inflight, now - 3 * 3600 * 1000);
+    }
+    lws_sul_schedule(ctl->ctx, 0, &ctl->tick, providers_tick, SL_CONTROL_PROVIDER_MS * LWS_US_PER_MS);
+}
+
+/* ---- receiving ---------------------------------------------------------------------------------- */
+
+/* The `req` of a message that could not be decoded, when its map has an integer one; else 0. */
+static uint32_t
+peek_req(const char *buf, size_t len)
+{
+    msgpack_unpacked u;
+    msgpack_unpacked_init(&u);
+    uint32_t req = 0;
+    size_t off = 0;
+    if (msgpack_unpack_next(&u, buf, len, &off) == MSGPACK_UNPACK_SUCCESS &&
+        u.data.type == MSGPACK_OBJECT_MAP) {
+        const msgpack_object_map *map = &u.data.via.map;
+        for (uint32_t i = 0; i < map->size; i++) {
+            const msgpack_object *k = &map->ptr[i].key, *v = &map->ptr[i].val;
+            if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == 3 &&
+                memcmp(k->via.str.ptr, "req", 3) == 0 && v->type == MSGPACK_OBJECT_POSITIVE_INTEGER &&
+                v->via.u64 <= UINT32_MAX)
+                req = (uint32_t)v->via.u64;
+        }
+    }
+    msgpack_unpacked_destroy(&u);
+    return req;
+}
+
+static void
+dispatch(sl_control_t *ctl, conn_t *c, const sl_proto_message_t *m)
+{
+    if (c->state == CONN_AWAIT_HELLO) {
+        if (m->kind == SL_PROTO_MESSAGE_HELLO) {
+            on_hello(ctl, c, &m->hello);
+        } else {
+            send_error(
+                c, 0,
+                sl_msg_make(SL_CODE_CONTROL_HELLO_FIRST, "kind", sl_proto_message_kind_slug(m->kind), NULL));
+            c->state = CONN_CLOSING;
+        }
+        return;
+    }
+    if (c->state != CONN_READY)
+        return;
+    switch (m->kind) {
+    case SL_PROTO_MESSAGE_SUBSCRIBE:
+        subscribe(ctl, c, &m->subscribe);
+        break;
+    case SL_PROTO_MESSAGE_UNSUBSCRIBE:
+        unsubscribe(c, &m->unsubscribe);
+        break;
+    default: {
+        sl_control_ctx_t cmd = {
+            .runtime = ctl->runtime,
+            .inflight = ctl->inflight,
+            .cancel = ctl->cancel,
+            .cancel_ctx = ctl->cancel_ctx,
+        };
+        sl_proto_message_t reply;
+        sl_control_handle(&cmd, m, &reply);
+        send_message(c, &reply);
+        sl_control_reply_free(&reply);
+        break;
+    }
+    }
+}
+
+/* One whole received message payload: every message in it, in order. */
+static void
+on_payload(sl_control_t *ctl, conn_t *c, const char *buf, size_t len)
+{
+    size_t off = 0;
+    while (off < len && (c->state == CONN_AWAIT_HELLO || c->state == CONN_READY)) {
+        sl_proto_message_t m;
+        sl_proto_error_t err;
+        size_t used = 0;
+        if (sl_proto_decode(buf + off, len - off, &m, &used, &err) != 0) {
+            char detail[SL_PROTO_PATH_MAX + SL_PROTO_DETAIL_MAX + 8];
+            snprintf(detail, sizeof(detail), "%s%s%s", err.path, err.path[0] ? ": " : "", err.detail);
+            send_error(c, peek_req(buf + off, len - off),
+                       sl_msg_make(SL_CODE_CONTROL_BAD_MESSAGE, "detail", detail, NULL));
+            /* Where the next message would start is unknown: the rest of the frame goes too. */
+            return;
+        }
+        dispatch(ctl, c, &m);
+        sl_proto_message_free(&m);
+        off += used;
+    }
+}
+
+static void
+on_receive(sl_control_t *ctl, conn_t *c, const char *in, size_t len)
+{
+    struct lws *wsi = c->wsi;
+    if (lws_is_first_fragment(wsi)) {
+        c->rx_len = 0;
+        c->rx_too_large = false;
+        c->rx_text = !lws_frame_is_binary(wsi);
+    }
+    if (!c->rx_too_large && c->rx_len + len > SL_CONTROL_MAX_MESSAGE)
+        c->rx_too_large = true;
+    if (!c->rx_too_large) {
+        if (c->rx_len + len > c->rx_cap) {
+            c->rx_cap = c->rx_len + len + lws_remaining_packet_payload(wsi);
+            c->rx = sl_xrealloc(c->rx, c->rx_cap);
+        }
+        memcpy(c->rx + c->rx_len, in, len);
+        c->rx_len += len;
+    }
+    if (!lws_is_final_fragment(wsi) || lws_remaining_packet_payload(wsi) > 0)
+        return;
+    if (c->rx_too_large) {
+        char max[24];
+        snprintf(max, sizeof(max), "%u", SL_CONTROL_MAX_MESSAGE);
+        send_error(c, 0, sl_msg_make(SL_CODE_CONTROL_TOO_LARGE, "max", max, NULL));
+    } else if (c->rx_text) {
+        send_error(c, 0, sl_msg_make(SL_CODE_CONTROL_BAD_FRAME, "detail", "a text frame", NULL));
+    } else {
+        on_payload(ctl, c, c->rx, c->rx_len);
+    }
+    c->rx_len = 0;
+    /* A big message's buffer is not kept for the life of the connection. */
+    if (c->rx_cap > 64 * 1024) {
+        free(c->rx);
+        c->rx = NULL;
+        c->rx_cap = 0;
+    }
+}
+
+/* ---- the lws callback --------------------------------------------------------------------------- */
+
+static bool
+peer_allowed(const sl_control_t *ctl, const struct lws_filter_network_conn_args *a)
+{
+    return ctl->n_allow_from == 0 ||
+           sl_cidr_allows(ctl->allow_from, ctl->n_allow_from, (const struct sockaddr *)&a->cli_addr);
+}
+
+static void
+conn_open(sl_control_t *ctl, struct lws *wsi, conn_t **slot)
+{
+    conn_t *c = sl_xcalloc(1, sizeof(*c));
+    c->wsi = wsi;
+    c->out = sl_outq_new();
+    if (lws_get_peer_simple(wsi, c->peer, sizeof(c->peer)) == NULL)
+        snprintf(c->peer, sizeof(c->peer), "?");
+    c->next = ctl->conns;
+    if (ctl->conns != NULL)
+        ctl->conns->prev = c;
+    ctl->conns = c;
+    *slot = c;
+    /* The hello must come soon; lws closes the connection otherwise. */
+    lws_set_timeout(wsi, PENDING_TIMEOUT_USER_OK, SL_CONTROL_HELLO_SECS);
+}
+
+static void
+conn_close(sl_control_t *ctl, conn_t **slot)
+{
+    conn_t *c = *slot;
+    if (c == NULL)
+        return;
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else
+        ctl->conns = c->next;
+    if (c->next != NULL)
+        c->next->prev = c->prev;
+    if (c->state == CONN_READY)
+        sl_log_info("control: %s disconnected", c->peer);
+    sl_outq_free(c->out);
+    free(c->rx);
+    free(c);
+    *slot = NULL;
+}
+
+static int
+callback_control(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len)
+{
+    sl_control_t *ctl = control_of(wsi);
+    conn_t **slot = user;
+    switch (reason) {
+    case LWS_CALLBACK_FILTER_NETWORK_CONNECTION:
+        return ctl != NULL && !peer_allowed(ctl, user) ? -1 : 0;
+    case LWS_CALLBACK_FILTER_PROTOCOL_CONNECTION: {
+        char uri[64];
+        if (lws_hdr_copy(wsi, uri, sizeof(uri), WSI_TOKEN_GET_URI) <= 0 || strcmp(uri, "/control") != 0)
+            return -1;
+        return 0;
+    }
+    case LWS_CALLBACK_ESTABLISHED:
+        conn_open(ctl, wsi, slot);
+        return 0;
+    case LWS_CALLBACK_RECEIVE:
+        if (*slot != NULL)
+            on_receive(ctl, *slot, in, len);
+        return 0;
+    case LWS_CALLBACK_TIMER:
+        if (*slot != NULL && (*slot)->state == CONN_HELLO_DELAYED)
+            answer_hello(ctl, *slot, (*slot)->delayed_verdict, (*slot)->delayed_theirs);
+        return 0;
+    case LWS_CALLBACK_SERVER_WRITEABLE:
+        return *slot != NULL ? write_pending(ctl, *slot) : 0;
+    case LWS_CALLBACK_CLOSED:
+        conn_close(ctl, slot);
+        return 0;
+    case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
+        if (ctl != NULL)
+            drain_bus(ctl);
+        return 0;
+    default:
+        return lws_callback_http_dummy(wsi, reason, user, in, len);
+    }
+}
+
+static const struct lws_protocols protocols[] = {
+    {"sluice-control", callback_control, sizeof(conn_t *), 64 * 1024, 0, NULL, 0},
+    {NULL, NULL, 0, 0, 0, NULL, 0},
+};
+
+/* ---- the thread --------------------------------------------------------------------------------- */
+
+static void
+wake(void *ctx)
+{
+    sl_control_t *ctl = ctx;
+    lws_cancel_service(ctl->ctx);
+}
+
+static void *
+control_main(void *arg)
+{
+    sl_control_t *ctl = arg;
+    lws_sul_schedule(ctl->ctx, 0, &ctl->tick, providers_tick, SL_CONTROL_PROVIDER_MS * LWS_US_PER_MS);
+    while (!atomic_load(&ctl->stopping))
+        lws_service(ctl->ctx, 0);
+    return NULL;
+}
+
+static void
+log_lws(int level, const char *line)
+{
+    size_t n = strlen(line);
+    while (n > 0 && line[n - 1] == '\n')
+        n--;
+    if (level & LLL_ERR)
+        sl_log_error("control (lws): %.*s", (int)n, line);
+    else
+        sl_log_warn("control (lws): %.*s", (int)n, line);
+}
+
+sl_control_t *
+sl_control_start(const sl_control_options_t *o, char *err, size_t err_size)
+{
+    const sl_listen_t *l = o->listen;
+    bool tls = l->tls_cert != NULL && l->tls_key != NULL;
+    if (!tls && !sl_ip_is_loopback(l->bind)) {
+        snprintf(err, err_size,
+                 "control endpoint: %s is not a loopback address and listen.control has no tls", l->bind);
+        return NULL;
+    }
+    lws_set_log_level(LLL_ERR | LLL_WARN, log_lws);
+    sl_control_t *ctl = sl_xcalloc(1, sizeof(*ctl));
+    ctl->key = sl_xstrdup(o->key);
+    ctl->server_name = sl_xstrdup(o->server_name != NULL ? o->server_name : "sluice");
+    ctl->runtime = o->runtime;
+    ctl->bus = o->bus;
+    ctl->cancel = o->cancel;
+    ctl->cancel_ctx = o->cancel_ctx;
+    ctl->inflight = sl_inflight_new();
+    ctl->guard = sl_auth_guard_new();
+    ctl->frame_cap = SL_OUTQ_FRAME_BYTES;
+    ctl->frame = sl_xmalloc(LWS_PRE + ctl->frame_cap);
+    if (l->n_allow_from > 0) {
+        ctl->allow_from = sl_xcalloc(l->n_allow_from, sizeof(*ctl->allow_from));
+        memcpy(ctl->allow_from, l->allow_from, l->n_allow_from * sizeof(*ctl->allow_from));
+        ctl->n_allow_from = l->n_allow_from;
+    }
+    struct lws_context_creation_info info;
+    memset(&info, 0, sizeof(info));
+    info.port = l->port;
+    info.iface = l->bind;
+    info.protocols = protocols;
+    info.user = ctl;
+    info.gid = -1;
+    info.uid = -1;
+    info.options = LWS_SERVER_OPTION_VALIDATE_UTF8;
+    if (strchr(l->bind, ':') == NULL)
+        info.options |= LWS_SERVER_OPTION_DISABLE_IPV6;
+    if (tls) {
+        info.options |= LWS_SERVER_OPTION_DO_SSL_GLOBAL_INIT;
+        info.ssl_cert_filepath = l->tls_cert;
+        info.ssl_private_key_filepath = l->tls_key;
+    }
+    ctl->ctx = lws_create_context(&info);
+    if (ctl->ctx == NULL) {
+        snprintf(err, err_size, "control endpoint: cannot listen on %s:%u", l->bind, l->port);
+        sl_control_stop(ctl);
+        return NULL;
+    }
+    ctl->vhost = lws_get_vhost_by_name(ctl->ctx, "default");
+    int port = ctl->vhost != NULL ? lws_get_vhost_listen_port(ctl->vhost) : l->port;
+    ctl->port = port > 0 ? (uint16_t)port : l->port;
+    /* The bus is consumed from before the first connection: the in-flight log must see every start. */
+    sl_bus_set_wake(o->bus, wake, ctl);
+    sl_bus_set_active(o->bus, true);
+    if (pthread_create(&ctl->tid, NULL, control_main, ctl) != 0) {
+        snprintf(err, err_size, "control endpoint: cannot start its thread");
+        sl_control_stop(ctl);
+        return NULL;
+    }
+    return ctl;
+}
+
+uint16_t
+sl_control_port(const sl_control_t *c)
+{
+    return c->port;
+}
+
+void
+sl_control_stop(sl_control_t *ctl)
+{
+    if (ctl == NULL)
+        return;
+    if (ctl->tid != 0) {
+        atomic_store(&ctl->stopping, true);
+        lws_cancel_service(ctl->ctx);
+        pthread_join(ctl->tid, NULL);
+    }
+    if (ctl->tid != 0) {
+        sl_bus_set_wake(ctl->bus, NULL, NULL);
+        sl_bus_set_active(ctl->bus, false);
+    }
+    if (ctl->ctx != NULL)
+        lws_context_destroy(ctl->ctx);
+    for (size_t i = 0; i < ctl->n_shown; i++) {
+        free(ctl->shown[i].name);
+        free(ctl->shown[i].bytes);
+    }
+    free(ctl->shown);
+    sl_inflight_free(ctl->inflight);
+    sl_auth_guard_free(ctl->guard);
+    free(ctl->frame);
+    free(ctl->allow_from);
+    free(ctl->key);
+    free(ctl->server_name);
+    free(ctl);
+}

@@ -1,0 +1,358 @@
+#include "session.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include <msgpack.h>
+
+#include "core/xalloc.h"
+
+/* ---- the handshake ---------------------------------------------------------------------------- */
+
+bool
+sl_control_keys_equal(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    /* Every byte of the longer is looked at, whatever differs first. */
+    size_t n = la > lb ? la : lb;
+    unsigned char diff = la != lb;
+    for (size_t i = 0; i < n; i++) {
+        unsigned char x = i < la ? (unsigned char)a[i] : 0;
+        unsigned char y = i < lb ? (unsigned char)b[i] : 0;
+        diff |= x ^ y;
+    }
+    return diff == 0;
+}
+
+sl_hello_verdict_t
+sl_control_check_hello(const sl_proto_hello_msg_t *hello, const char *key, uint32_t ours)
+{
+    if (hello->protocol != ours)
+        return SL_HELLO_MISMATCH;
+    if (key == NULL || hello->key == NULL || !sl_control_keys_equal(hello->key, key))
+        return SL_HELLO_BAD_KEY;
+    return SL_HELLO_OK;
+}
+
+/* ---- slowing failed attempts ------------------------------------------------------------------ */
+
+typedef struct {
+    char addr[64];
+    uint32_t failures;
+    int64_t last_ms;
+} guard_entry_t;
+
+struct sl_auth_guard {
+    guard_entry_t entries[SL_AUTH_GUARD_ADDRESSES];
+    size_t n;
+};
+
+sl_auth_guard_t *
+sl_auth_guard_new(void)
+{
+    return sl_xcalloc(1, sizeof(sl_auth_guard_t));
+}
+
+void
+sl_auth_guard_free(sl_auth_guard_t *g)
+{
+    free(g);
+}
+
+static guard_entry_t *
+guard_find(sl_auth_guard_t *g, const char *addr)
+{
+    for (size_t i = 0; i < g->n; i++)
+        if (strncmp(g->entries[i].addr, addr, sizeof(g->entries[i].addr) - 1) == 0)
+            return &g->entries[i];
+    return NULL;
+}
+
+int64_t
+sl_auth_guard_delay_ms(sl_auth_guard_t *g, const char *addr, int64_t now_ms)
+{
+    guard_entry_t *e = guard_find(g, addr);
+    if (e == NULL || e->failures == 0 || now_ms - e->last_ms > SL_AUTH_GUARD_FORGET_MS)
+        return 0;
+    int64_t delay = 250;
+    for (uint32_t i = 1; i < e->failures && delay < SL_AUTH_GUARD_MAX_DELAY_MS; i++)
+        delay *= 2;
+    return delay < SL_AUTH_GUARD_MAX_DELAY_MS ? delay : SL_AUTH_GUARD_MAX_DELAY_MS;
+}
+
+void
+sl_auth_guard_failed(sl_auth_guard_t *g, const char *addr, int64_t now_ms)
+{
+    guard_entry_t *e = guard_find(g, addr);
+    if (e == NULL) {
+        if (g->n < SL_AUTH_GUARD_ADDRESSES) {
+            e = &g->entries[g->n++];
+        } else {
+            /* Full: the address that failed longest ago makes room. */
+            e = &g->entries[0];
+            for (size_t i = 1; i < g->n; i++)
+                if (g->entries[i].last_ms < e->last_ms)
+                    e = &g->entries[i];
+        }
+        memset(e, 0, sizeof(*e));
+        strncpy(e->addr, addr, sizeof(e->addr) - 1);
+    }
+    if (now_ms - e->last_ms > SL_AUTH_GUARD_FORGET_MS)
+        e->failures = 0;
+    e->failures++;
+    e->last_ms = now_ms;
+}
+
+void
+sl_auth_guard_succeeded(sl_auth_guard_t *g, const char *addr)
+{
+    guard_entry_t *e = guard_find(g, addr);
+    if (e != NULL)
+        *e = g->entries[--g->n];
+}
+
+/* ---- shared encoded bytes --------------------------------------------------------------------- */
+
+sl_blob_t *
+sl_blob_new(const char *data, size_t len)
+{
+    sl_blob_t *b = sl_xmalloc(sizeof(*b) + len);
+    b->refs = 1;
+    b->len = len;
+    memcpy(b->data, data, len);
+    return b;
+}
+
+void
+sl_blob_unref(sl_blob_t *b)
+{
+    if (b != NULL && --b->refs == 0)
+        free(b);
+}
+
+/* ---- the outbound queue ----------------------------------------------------------------------- */
+
+typedef struct item {
+    struct item *next;
+    sl_blob_t *body;
+    unsigned char head[24]; /* events: the envelope before body */
+    uint8_t head_len;
+    bool is_event;
+} item_t;
+
+struct sl_outq {
+    item_t *head, *tail;
+    size_t event_bytes, reply_bytes;
+    uint64_t seq;
+    uint64_t dropped_pending; /* to announce with events_dropped */
+    uint64_t dropped_total;
+};
+
+sl_outq_t *
+sl_outq_new(void)
+{
+    return sl_xcalloc(1, sizeof(sl_outq_t));
+}
+
+static size_t
+item_len(const item_t *it)
+{
+    return it->head_len + it->body->len;
+}
+
+static void
+item_free(item_t *it)
+{
+    sl_blob_unref(it->body);
+    free(it);
+}
+
+void
+sl_outq_free(sl_outq_t *q)
+{
+    if (q == NULL)
+        return;
+    for (item_t *it = q->head, *next; it != NULL; it = next) {
+        next = it->next;
+        item_free(it);
+    }
+    free(q);
+}
+
+static void
+append(sl_outq_t *q, item_t *it)
+{
+    if (q->tail != NULL)
+        q->tail->next = it;
+    else
+        q->head = it;
+    q->tail = it;
+    if (it->is_event)
+        q->event_bytes += item_len(it);
+    else
+        q->reply_bytes += item_len(it);
+}
+
+/* Unlinks it (whose predecessor is prev, NULL at the head) and frees it. */
+static void
+remove_item(sl_outq_t *q, item_t *prev, item_t *it)
+{
+    if (prev != NULL)
+        prev->next = it->next;
+    else
+        q->head = it->next;
+    if (q->tail == it)
+        q->tail = prev;
+    if (it->is_event)
+        q->event_bytes -= item_len(it);
+    else
+        q->reply_bytes -= item_len(it);
+    item_free(it);
+}
+
+bool
+sl_outq_push_reply(sl_outq_t *q, const char *data, size_t len)
+{
+    if (q->reply_bytes + len > SL_OUTQ_MAX_REPLY_BYTES)
+        return false;
+    item_t *it = sl_xcalloc(1, sizeof(*it));
+    it->body = sl_blob_new(data, len);
+    append(q, it);
+    return true;
+}
+
+/* A packer writing into a fixed buffer (the envelope never needs more than 24 bytes). */
+typedef struct {
+    unsigned char *buf;
+    size_t len, cap;
+} fixed_buf_t;
+
+static int
+fixed_write(void *data, const char *bytes, size_t len)
+{
+    fixed_buf_t *f = data;
+    if (f->len + len > f->cap)
+        return -1;
+    memcpy(f->buf + f->len, bytes, len);
+    f->len += len;
+    return 0;
+}
+
+size_t
+sl_outq_event_head(uint64_t seq, unsigned char out[24])
+{
+    fixed_buf_t f = {out, 0, 24};
+    msgpack_packer pk;
+    msgpack_packer_init(&pk, &f, fixed_write);
+    /* The map of sl_proto's `event` message: kind, seq, event — the event's bytes follow. */
+    msgpack_pack_map(&pk, 3);
+    msgpack_pack_str(&pk, 4);
+    msgpack_pack_str_body(&pk, "kind", 4);
+    msgpack_pack_str(&pk, 5);
+    msgpack_pack_str_body(&pk, "event", 5);
+    msgpack_pack_str(&pk, 3);
+    msgpack_pack_str_body(&pk, "seq", 3);
+    msgpack_pack_uint64(&pk, seq);
+    msgpack_pack_str(&pk, 5);
+    msgpack_pack_str_body(&pk, "event", 5);
+    return f.len;
+}
+
+void
+sl_outq_push_event(sl_outq_t *q, sl_blob_t *body)
+{
+    item_t *it = sl_xcalloc(1, sizeof(*it));
+    body->refs++;
+    it->body = body;
+    it->is_event = true;
+    it->head_len = (uint8_t)sl_outq_event_head(++q->seq, it->head);
+    append(q, it);
+    /* Oldest events go first; replies stay where they are. */
+    item_t *prev = NULL, *cur = q->head;
+    while (q->event_bytes > SL_OUTQ_MAX_EVENT_BYTES && cur != NULL) {
+        item_t *next = cur->next;
+        if (cur->is_event) {
+            remove_item(q, prev, cur);
+            q->dropped_pending++;
+            q->dropped_total++;
+        } else {
+            prev = cur;
+        }
+        cur = next;
+    }
+}
+
+void
+sl_outq_restart(sl_outq_t *q)
+{
+    item_t *prev = NULL, *cur = q->head;
+    while (cur != NULL) {
+        item_t *next = cur->next;
+        if (cur->is_event)
+            remove_item(q, prev, cur);
+        else
+            prev = cur;
+        cur = next;
+    }
+    q->seq = 0;
+    q->dropped_pending = 0;
+}
+
+void
+sl_outq_note_dropped(sl_outq_t *q, uint64_t count)
+{
+    q->dropped_pending += count;
+    q->dropped_total += count;
+}
+
+uint64_t
+sl_outq_seq(const sl_outq_t *q)
+{
+    return q->seq;
+}
+
+bool
+sl_outq_pending(const sl_outq_t *q)
+{
+    return q->head != NULL || q->dropped_pending > 0;
+}
+
+uint64_t
+sl_outq_dropped_total(const sl_outq_t *q)
+{
+    return q->dropped_total;
+}
+
+size_t
+sl_outq_take(sl_outq_t *q, char *out, size_t cap, size_t *big)
+{
+    size_t len = 0;
+    *big = 0;
+    if (q->dropped_pending > 0) {
+        sl_proto_message_t m;
+        sl_proto_message_init(&m, SL_PROTO_MESSAGE_EVENTS_DROPPED);
+        m.events_dropped.count = q->dropped_pending;
+        msgpack_sbuffer sb;
+        msgpack_sbuffer_init(&sb);
+        if (sl_proto_encode(&m, &sb) == 0 && sb.size <= cap) {
+            memcpy(out, sb.data, sb.size);
+            len = sb.size;
+            q->dropped_pending = 0;
+        }
+        msgpack_sbuffer_destroy(&sb);
+    }
+    while (q->head != NULL) {
+        item_t *it = q->head;
+        size_t n = item_len(it);
+        if (len + n > cap) {
+            if (len == 0)
+                *big = n;
+            break;
+        }
+        memcpy(out + len, it->head, it->head_len);
+        memcpy(out + len + it->head_len, it->body->data, it->body->len);
+        len += n;
+        remove_item(q, NULL, it);
+    }
+    return len;
+}

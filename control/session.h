@@ -1,0 +1,119 @@
+/*
+ * The rules of one control connection, without IO (protocol.md): the
+ * handshake's verdict, the slowing of failed attempts per address, and the
+ * outbound queue — replies in order, events numbered per subscription,
+ * bounded, oldest events dropped first and announced with events_dropped.
+ * The endpoint (endpoint.c) moves bytes; everything here is testable with
+ * plain values and a clock passed in.
+ */
+#ifndef SL_CONTROL_SESSION_H
+#define SL_CONTROL_SESSION_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "sl_proto.h"
+
+/* ---- the handshake ---------------------------------------------------------------------------- */
+
+typedef enum { SL_HELLO_OK, SL_HELLO_BAD_KEY, SL_HELLO_MISMATCH } sl_hello_verdict_t;
+
+/* Whether two keys are equal, in time that depends on their lengths only (not on where they differ). */
+bool sl_control_keys_equal(const char *a, const char *b);
+
+/* The verdict on a hello: the version first (a client of another version learns that, whatever its key). */
+sl_hello_verdict_t sl_control_check_hello(const sl_proto_hello_msg_t *hello, const char *key, uint32_t ours);
+
+/* ---- slowing failed attempts ------------------------------------------------------------------ */
+
+/* Per address: failures in a row. Bounded; the oldest address is forgotten first. */
+typedef struct sl_auth_guard sl_auth_guard_t;
+
+#define SL_AUTH_GUARD_ADDRESSES    1024
+#define SL_AUTH_GUARD_FORGET_MS    (10 * 60 * 1000)
+#define SL_AUTH_GUARD_MAX_DELAY_MS 10000
+
+sl_auth_guard_t *sl_auth_guard_new(void);
+void sl_auth_guard_free(sl_auth_guard_t *g);
+
+/*
+ * How long to wait before answering a hello from addr at now_ms: 0 with no
+ * recent failure, then 250 ms doubling per failure in a row, at most
+ * SL_AUTH_GUARD_MAX_DELAY_MS. Failures older than SL_AUTH_GUARD_FORGET_MS are
+ * forgotten.
+ */
+int64_t sl_auth_guard_delay_ms(sl_auth_guard_t *g, const char *addr, int64_t now_ms);
+void sl_auth_guard_failed(sl_auth_guard_t *g, const char *addr, int64_t now_ms);
+void sl_auth_guard_succeeded(sl_auth_guard_t *g, const char *addr);
+
+/* ---- shared encoded bytes --------------------------------------------------------------------- */
+
+/* Encoded bytes shared by several queues (one event sent to every subscriber). Control thread only. */
+typedef struct {
+    size_t refs;
+    size_t len;
+    char data[];
+} sl_blob_t;
+
+/* A blob holding a copy of data, with one reference (the caller's). */
+sl_blob_t *sl_blob_new(const char *data, size_t len);
+void sl_blob_unref(sl_blob_t *b);
+
+/* ---- the outbound queue ----------------------------------------------------------------------- */
+
+/* Queued events above this many bytes lose the oldest (protocol.md "Streams"). */
+#define SL_OUTQ_MAX_EVENT_BYTES (4u << 20)
+/* Replies (which are never dropped) above this many bytes: the client asks without reading; close it. */
+#define SL_OUTQ_MAX_REPLY_BYTES (64u << 20)
+/* What one frame carries at most, unless a single message is larger. */
+#define SL_OUTQ_FRAME_BYTES (64u << 10)
+
+typedef struct sl_outq sl_outq_t;
+
+sl_outq_t *sl_outq_new(void);
+void sl_outq_free(sl_outq_t *q);
+
+/* Queues an encoded reply (copied). Returns false when replies exceed SL_OUTQ_MAX_REPLY_BYTES. */
+bool sl_outq_push_reply(sl_outq_t *q, const char *data, size_t len);
+
+/*
+ * Queues an encoded event (body: the Event alone, sl_proto_encode_event)
+ * as the next `event {seq, event}` of this subscription, taking a reference
+ * on body. When queued events then exceed SL_OUTQ_MAX_EVENT_BYTES, the
+ * oldest are dropped (counted for the next events_dropped).
+ */
+void sl_outq_push_event(sl_outq_t *q, sl_blob_t *body);
+
+/*
+ * A new subscription starts (subscribe, also to resync): queued events of
+ * the old one are dropped without being counted, seq restarts at 0.
+ */
+void sl_outq_restart(sl_outq_t *q);
+
+/* count events of this subscription were lost before they reached the queue (the bus dropped them). */
+void sl_outq_note_dropped(sl_outq_t *q, uint64_t count);
+
+/* The seq of the last event queued in this subscription (what a snapshot taken now reflects). */
+uint64_t sl_outq_seq(const sl_outq_t *q);
+
+/* Whether anything waits to be sent. */
+bool sl_outq_pending(const sl_outq_t *q);
+
+/*
+ * Writes the next frame into out (room for cap bytes; cap >=
+ * SL_OUTQ_FRAME_BYTES) and removes what it wrote: events_dropped first when
+ * events were dropped, then messages in order, back to back, while they fit.
+ * A message larger than cap is not written: *big is set to its size and the
+ * caller calls again with that much room. Returns the frame's length (0
+ * when nothing waits or *big was set).
+ */
+size_t sl_outq_take(sl_outq_t *q, char *out, size_t cap, size_t *big);
+
+/* Events dropped since the queue was made (for logs and tests). */
+uint64_t sl_outq_dropped_total(const sl_outq_t *q);
+
+/* The `event {seq, event}` envelope around an encoded Event, as sl_proto_encode writes it (tests). */
+size_t sl_outq_event_head(uint64_t seq, unsigned char out[24]);
+
+#endif

@@ -1,0 +1,76 @@
+/*
+ * Minimal edits to the user's YAML config (config.md): config pushed over the
+ * control protocol is written back with only the edited lines changed
+ * (comments, order, quoting and everything else kept byte for byte), the
+ * file is shown with its literal secrets replaced by "***" and a pushed
+ * "***" means "keep the current secret", and safe mode's repair deletes
+ * unknown keys. Text in, text out: libyaml's parser gives the byte span of
+ * every node and the original text is spliced.
+ *
+ * Only the first document of the stream is read or edited (as the loader
+ * does); anything after it is kept as it is. An anchor or alias where an
+ * edit would land is refused rather than guessed about.
+ *
+ * Every function returns a new NUL-terminated string (caller frees) or, on
+ * failure, NULL with a one-line reason in err[0..err_size); the input is
+ * never changed.
+ */
+#ifndef SL_YAMLEDIT_H
+#define SL_YAMLEDIT_H
+
+#include <stddef.h>
+
+#include "config.h"
+
+/* What sl_yamledit_redact_secrets writes instead of a literal secret. */
+#define SL_YAMLEDIT_SECRET_SENTINEL "***"
+
+/*
+ * Sets the limits of the item of section ("providers" or "clients") whose
+ * name is name: an existing `limits` value is replaced (a flow sequence by a
+ * flow sequence, a block sequence by one `- {per: …}` line per limit at its
+ * indentation); an item without one gets a `limits:` entry after its last
+ * entry (block) or `, limits: […]` before its closing brace (flow). With
+ * n == 0 the `limits` entry is removed. `every` is written only when above 1
+ * (0 counts as 1); cost is written in USD, exactly (500000 micro-dollars is
+ * `cost: 0.5`). Fails when the text does not parse, the section or the item
+ * is absent, or a limit has an unknown per/measure or an amount below 1.
+ */
+char *sl_yamledit_set_limits(const char *yaml, size_t len, const char *section, const char *name,
+                             const sl_limit_t *limits, size_t n, char *err, size_t err_size);
+
+/*
+ * The text with every literal secret replaced by "***" (quoted): the keys of
+ * clients and providers, providers' aws.secret_access_key and
+ * aws.session_token, header values, listen.control.key. A value holding a
+ * ${VAR} reference is not a literal and is kept, and so is an empty one.
+ * Fails when the text does not parse or an anchor or alias stands at a
+ * secret position.
+ */
+char *sl_yamledit_redact_secrets(const char *yaml, size_t len, char *err, size_t err_size);
+
+/*
+ * new_yaml with every secret position whose value is exactly "***" given the
+ * value written at the same position of current_yaml, as it is written there
+ * (quotes included; a value spread over several lines, or a plain one
+ * moving into a flow collection, is re-quoted on one line). Positions are
+ * logical: list items are matched by name, headers by name (any case),
+ * listen.control.key by its path. Fails, naming the path, when current_yaml
+ * has no value at such a position; and when either text does not parse.
+ */
+char *sl_yamledit_restore_secrets(const char *new_yaml, size_t new_len, const char *current_yaml,
+                                  size_t current_len, char *err, size_t err_size);
+
+/*
+ * The text without the mapping entries at paths, in the form the loader's
+ * messages give them (`providers[1].limts`, `failover.wiat_secs`; a key
+ * holding '.' or '[' is matched whole, the longest key first). A block entry
+ * goes with its whole lines (its trailing comment included), a flow entry
+ * with its comma; a block mapping left empty becomes `{}`. Fails when the
+ * text does not parse, a path names no mapping entry, or the entry holds an
+ * anchor.
+ */
+char *sl_yamledit_delete_paths(const char *yaml, size_t len, const char *const *paths, size_t n, char *err,
+                               size_t err_size);
+
+#endif

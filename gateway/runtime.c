@@ -1,0 +1,837 @@
+#include "runtime.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "bus.h"
+#include "core/xalloc.h"
+#include "core/yamledit.h"
+#include "log.h"
+#include "worker.h"
+
+struct sl_runtime {
+    pthread_mutex_t lock; /* serialises changes; guards everything below but the holder */
+    char *path;           /* the config file; NULL = the embedded default */
+    sl_snapshot_holder_t holder;
+    sl_upstreams_t *upstreams;
+    sl_limiter_t *limiter;
+    sl_gateway_t *gw;
+    char *text; /* the running config as written (the file's bytes) */
+    size_t text_len;
+    uint64_t revision;
+    bool safe_mode;
+    sl_msgs_t problems; /* safe mode: the file's problems */
+    struct timespec file_mtime;
+    off_t file_size;
+    sl_listen_t gateway_listen, control_listen; /* as started; deep copies */
+    char *store_path;
+    char *control_key;
+    sl_bus_batch_t batch; /* events of changes, flushed at once */
+};
+
+static int64_t
+wall_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- events ------------------------------------------------------------------------------------- */
+
+static void
+emit(sl_runtime_t *rt, sl_proto_event_t *ev)
+{
+    if (!sl_bus_is_active(rt->gw->bus)) {
+        sl_proto_event_free(ev);
+        return;
+    }
+    sl_bus_emit(&rt->batch, ev);
+    sl_bus_flush(rt->gw->bus, &rt->batch);
+}
+
+/* LimitsChanged; the limiter calls it while binding, under rt->lock. */
+static void
+announce_limits_changed(void *ctx, const sl_limit_set_t *set, const sl_limit_t *limits, size_t n)
+{
+    sl_runtime_t *rt = ctx;
+    sl_log_info("usage limits of %s %s replaced (%zu limit%s)",
+                set->kind == SL_BUCKET_CLIENT ? "key" : "upstream", set->name, n, n == 1 ? "" : "s");
+    sl_proto_event_t ev;
+    emit(rt, sl_bus_limits_changed(&ev, wall_now_ms(),
+                                   set->kind == SL_BUCKET_CLIENT ? SL_PROTO_LIMIT_TARGET_CLIENT
+                                                                 : SL_PROTO_LIMIT_TARGET_PROVIDER,
+                                   set->name, limits, n));
+}
+
+/* Past usage for limits that start counting (limiter.h), from the request DB's buckets. */
+static void
+read_usage_history(void *ctx, int64_t since_ms, sl_usage_cb add, void *add_ctx)
+{
+    sl_runtime_t *rt = ctx;
+    if (rt->store_path == NULL)
+        return;
+    /* What the recorder still holds in memory counts too. */
+    if (rt->gw->recorder != NULL)
+        sl_recorder_flush(rt->gw->recorder);
+    char err[256];
+    if (sl_recorder_load_usage(rt->store_path, since_ms, add, add_ctx, err, sizeof(err)) < 0)
+        sl_log_warn("usage limits: the stored usage could not be read (%s); windows start empty", err);
+}
+
+/* ---- files -------------------------------------------------------------------------------------- */
+
+/* The whole file (NUL-terminated, caller frees), or NULL with errno set. */
+static char *
+read_text(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return NULL;
+    char *buf = sl_xmalloc(SL_CONFIG_MAX_FILE_BYTES + 2);
+    size_t n = fread(buf, 1, SL_CONFIG_MAX_FILE_BYTES + 1, f);
+    bool bad = ferror(f) != 0 || n > SL_CONFIG_MAX_FILE_BYTES;
+    fclose(f);
+    if (bad) {
+        free(buf);
+        errno = EFBIG;
+        return NULL;
+    }
+    buf[n] = '\0';
+    *len = n;
+    return buf;
+}
+
+static void
+remember_stat(sl_runtime_t *rt)
+{
+    struct stat st;
+    if (rt->path != NULL && stat(rt->path, &st) == 0) {
+        rt->file_mtime = st.st_mtim;
+        rt->file_size = st.st_size;
+    }
+}
+
+/* Replaces the file's contents atomically (a temporary file renamed over it), keeping its mode. */
+static int
+write_text(const char *path, const char *text, size_t len, char *err, size_t err_size)
+{
+    struct stat st;
+    mode_t mode = stat(path, &st) == 0 ? (st.st_mode & 07777) : 0600;
+    size_t tmp_len = strlen(path) + 16;
+    char *tmp = sl_xmalloc(tmp_len);
+    snprintf(tmp, tmp_len, "%s.sluice-tmp", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+    bool ok = fd >= 0;
+    for (size_t off = 0; ok && off < len;) {
+        ssize_t w = write(fd, text + off, len - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        ok = w > 0;
+        off += ok ? (size_t)w : 0;
+    }
+    ok = ok && fsync(fd) == 0;
+    if (fd >= 0 && close(fd) != 0)
+        ok = false;
+    ok = ok && rename(tmp, path) == 0;
+    if (!ok) {
+        snprintf(err, err_size, "%s", strerror(errno));
+        unlink(tmp);
+    }
+    free(tmp);
+    return ok ? 0 : -1;
+}
+
+/* ---- applying a configuration ------------------------------------------------------------------- */
+
+/* Calendar periods of limits are in the configured zone (config.md `timezone`). */
+static void
+apply_timezone(const sl_config_t *config)
+{
+    const char *want = config->timezone;
+    const char *have = getenv("TZ");
+    if (want == NULL || (have != NULL && strcmp(have, want) == 0))
+        return;
+    setenv("TZ", want, 1);
+    tzset();
+}
+
+/* The snapshot's shared parts for config: upstream state and usage limits, carried over by name. */
+static void
+publish(sl_runtime_t *rt, sl_config_t *config, bool safe_mode, bool first)
+{
+    apply_timezone(config);
+    sl_upstream_t **ups = sl_upstreams_bind(rt->upstreams, config);
+    sl_limit_sets_t sets = sl_limiter_bind(rt->limiter, config, wall_now_ms());
+    if (first)
+        sl_snapshot_holder_init(&rt->holder, config, ups, sets, safe_mode);
+    else
+        sl_snapshot_publish(&rt->holder, config, ups, sets, safe_mode);
+}
+
+static void
+log_auth_hold_cleared(const sl_upstream_t *up)
+{
+    sl_log_info("upstream %s: the config changed, its rejected credentials are tried again", up->name);
+}
+
+static sl_msg_t
+msg_copy(const sl_msg_t *m)
+{
+    sl_msg_t c = {.code = m->code, .nargs = m->nargs, .text = sl_xstrdup(m->text)};
+    for (size_t i = 0; i < m->nargs; i++)
+        c.args[i] = (sl_msg_arg_t){m->args[i].name, sl_xstrdup(m->args[i].value)};
+    return c;
+}
+
+static void
+msgs_copy(sl_msgs_t *dst, const sl_msgs_t *src)
+{
+    for (size_t i = 0; i < src->len; i++)
+        sl_msgs_push(dst, msg_copy(&src->items[i]));
+}
+
+static const char *
+source_name(const sl_runtime_t *rt)
+{
+    return rt->path != NULL ? rt->path : "the embedded default";
+}
+
+/*
+ * THE way a configuration changes: text is validated; valid, it becomes
+ * the running config (requests in flight keep theirs; upstream, breaker,
+ * throttle and usage state carry over by name), the revision goes up and
+ * ConfigReloaded is emitted; invalid, nothing changes, every problem goes
+ * to *problems (may be NULL) and ConfigRejected is emitted. Takes text.
+ * Called with rt->lock held. Returns 0 when applied.
+ */
+static int
+apply_text(sl_runtime_t *rt, char *text, size_t len, sl_proto_config_source_t source, sl_msgs_t *problems)
+{
+    sl_config_result_t res = sl_config_parse(text, len, rt->path, sl_config_env_system());
+    for (size_t i = 0; i < res.warnings.len; i++)
+        sl_log_warn("%s [%s]", res.warnings.items[i].text, sl_code_slug(res.warnings.items[i].code));
+    sl_proto_event_t ev;
+    if (res.errors.len > 0) {
+        for (size_t i = 0; i < res.errors.len; i++)
+            sl_log_error("%s [%s]", res.errors.items[i].text, sl_code_slug(res.errors.items[i].code));
+        char count[24];
+        snprintf(count, sizeof(count), "%zu", res.errors.len);
+        sl_msg_t m = sl_msg_make(SL_CODE_CONFIG_REJECTED, "path", source_name(rt), "count", count, NULL);
+        sl_log_error("%s [%s]", m.text, sl_code_slug(m.code));
+        sl_msg_free(&m);
+        emit(rt, sl_bus_config_rejected(&ev, wall_now_ms(), source, &res.errors));
+        if (problems != NULL)
+            msgs_copy(problems, &res.errors);
+        sl_config_result_free(&res);
+        free(text);
+        return -1;
+    }
+    const sl_listen_t *g = &res.config->gateway;
+    if (strcmp(g->bind, rt->gateway_listen.bind) != 0 ||
+        (g->port != rt->gateway_listen.port && rt->gateway_listen.port != 0))
+        sl_log_warn("listen.gateway changed: it takes effect at the next restart");
+    sl_config_t *config = res.config;
+    res.config = NULL;
+    sl_config_result_free(&res);
+    bool was_safe = rt->safe_mode;
+    rt->safe_mode = false;
+    sl_msgs_clear(&rt->problems);
+    publish(rt, config, false, false);
+    free(rt->text);
+    rt->text = text;
+    rt->text_len = len;
+    rt->revision++;
+    sl_upstreams_clear_auth_holds(rt->upstreams, log_auth_hold_cleared);
+    /* Changed limits and routes take effect now: whoever waits decides again. */
+    sl_upstreams_wake_all(rt->upstreams);
+    sl_msg_t m = sl_msg_make(SL_CODE_CONFIG_RELOADED, "path", source_name(rt), NULL);
+    sl_log_info("%s [%s] (revision %llu%s)", m.text, sl_code_slug(m.code), (unsigned long long)rt->revision,
+                was_safe ? ", safe mode over" : "");
+    sl_msg_free(&m);
+    emit(rt, sl_bus_config_reloaded(&ev, wall_now_ms(), rt->revision, source));
+    return 0;
+}
+
+/* Writes the running text back to the file (pushed changes); 0, or -1 with *err. */
+static int
+persist(sl_runtime_t *rt, sl_msg_t *err)
+{
+    if (rt->path == NULL)
+        return 0;
+    char reason[256];
+    if (write_text(rt->path, rt->text, rt->text_len, reason, sizeof(reason)) != 0) {
+        *err = sl_msg_make(SL_CODE_CONTROL_CONFIG_WRITE_FAILED, "path", rt->path, "reason", reason, NULL);
+        sl_log_error("%s [%s]", err->text, sl_code_slug(err->code));
+        return -1;
+    }
+    /* The watcher must not take sluice's own write for an edit. */
+    remember_stat(rt);
+    return 0;
+}
+
+/* ---- start ------------------------------------------------------------------------------------- */
+
+static void
+listen_copy(sl_listen_t *dst, const sl_listen_t *src)
+{
+    *dst = (sl_listen_t){
+        .bind = sl_xstrdup(src->bind),
+        .port = src->port,
+        .tls_cert = src->tls_cert != NULL ? sl_xstrdup(src->tls_cert) : NULL,
+        .tls_key = src->tls_key != NULL ? sl_xstrdup(src->tls_key) : NULL,
+        .n_allow_from = src->n_allow_from,
+        .key = src->key != NULL ? sl_xstrdup(src->key) : NULL,
+    };
+    if (src->n_allow_from > 0) {
+        dst->allow_from = sl_xcalloc(src->n_allow_from, sizeof(*dst->allow_from));
+        memcpy(dst->allow_from, src->allow_from, src->n_allow_from * sizeof(*dst->allow_from));
+    }
+}
+
+/* The request DB; without one sluice still serves, and counts every row as dropped. */
+static sl_recorder_t *
+open_recorder(const sl_config_t *config)
+{
+    sl_recorder_options_t opts = {
+        .queue_capacity = SL_RECORDER_DEFAULT_QUEUE,
+        .batch_max = SL_RECORDER_DEFAULT_BATCH,
+        .busy_timeout_ms = SL_RECORDER_DEFAULT_BUSY_MS,
+        .retention_days = config->retention_days,
+    };
+    char err[512];
+    sl_recorder_t *rec = sl_recorder_open(config->store_path, &opts, err, sizeof(err));
+    if (rec == NULL)
+        sl_log_error("request DB: %s; requests are served but not recorded", err);
+    return rec;
+}
+
+static void
+log_problems(const sl_config_result_t *res)
+{
+    for (size_t i = 0; i < res->errors.len; i++)
+        sl_log_error("%s [%s]", res->errors.items[i].text, sl_code_slug(res->errors.items[i].code));
+    for (size_t i = 0; i < res->warnings.len; i++)
+        sl_log_warn("%s [%s]", res->warnings.items[i].text, sl_code_slug(res->warnings.items[i].code));
+}
+
+static sl_config_result_t
+load_start_text(sl_runtime_t *rt)
+{
+    if (rt->path == NULL) {
+        rt->text = sl_config_default_yaml(sl_config_env_system());
+        rt->text_len = strlen(rt->text);
+        return sl_config_parse(rt->text, rt->text_len, NULL, sl_config_env_system());
+    }
+    rt->text = read_text(rt->path, &rt->text_len);
+    if (rt->text == NULL) {
+        rt->text = sl_xstrdup("");
+        rt->text_len = 0;
+        return sl_config_load_file(rt->path, sl_config_env_system());
+    }
+    remember_stat(rt);
+    return sl_config_parse(rt->text, rt->text_len, rt->path, sl_config_env_system());
+}
+
+sl_runtime_t *
+sl_runtime_start(const char *config_path, sl_gateway_t *gw)
+{
+    sl_runtime_t *rt = sl_xcalloc(1, sizeof(*rt));
+    pthread_mutex_init(&rt->lock, NULL);
+    rt->path = config_path != NULL ? sl_xstrdup(config_path) : NULL;
+    rt->gw = gw;
+    rt->revision = 1;
+    sl_config_result_t res = load_start_text(rt);
+    log_problems(&res);
+    rt->safe_mode = res.errors.len > 0;
+    static const sl_listen_t gateway_fallback = {.bind = "127.0.0.1", .port = 8080};
+    static const sl_listen_t control_fallback = {.bind = "127.0.0.1", .port = 8081};
+    if (rt->safe_mode) {
+        sl_log_error("%s has %zu problem(s): starting in safe mode (every request answers 503 gw.safe_mode)",
+                     source_name(rt), res.errors.len);
+        msgs_copy(&rt->problems, &res.errors);
+    }
+    bool gateway_ok = !rt->safe_mode || !sl_config_errors_under(&res.errors, "listen.gateway");
+    bool control_ok = !rt->safe_mode || !sl_config_errors_under(&res.errors, "listen.control");
+    listen_copy(&rt->gateway_listen, gateway_ok ? &res.config->gateway : &gateway_fallback);
+    listen_copy(&rt->control_listen, control_ok ? &res.config->control : &control_fallback);
+    sl_config_t *config = res.config;
+    res.config = NULL;
+    sl_config_result_free(&res);
+    rt->upstreams = sl_upstreams_new();
+    sl_gateway_init(gw, open_recorder(config));
+    if (gw->recorder != NULL)
+        rt->store_path = sl_xstrdup(config->store_path);
+    rt->limiter = sl_limiter_new(&gw->retry_params, read_usage_history, announce_limits_changed, rt);
+    publish(rt, config, rt->safe_mode, true);
+    return rt;
+}
+
+sl_snapshot_holder_t *
+sl_runtime_holder(sl_runtime_t *rt)
+{
+    return &rt->holder;
+}
+
+sl_upstreams_t *
+sl_runtime_upstreams(sl_runtime_t *rt)
+{
+    return rt->upstreams;
+}
+
+bool
+sl_runtime_safe_mode(sl_runtime_t *rt)
+{
+    pthread_mutex_lock(&rt->lock);
+    bool safe = rt->safe_mode;
+    pthread_mutex_unlock(&rt->lock);
+    return safe;
+}
+
+const sl_listen_t *
+sl_runtime_gateway_listen(const sl_runtime_t *rt)
+{
+    return &rt->gateway_listen;
+}
+
+const sl_listen_t *
+sl_runtime_control_listen(const sl_runtime_t *rt)
+{
+    return &rt->control_listen;
+}
+
+const char *
+sl_runtime_store_path(const sl_runtime_t *rt)
+{
+    return rt->store_path;
+}
+
+/* ---- the control key ------------------------------------------------------------------------- */
+
+/* `sluice.key` in the directory of the request DB. */
+static char *
+key_file_path(const sl_runtime_t *rt)
+{
+    sl_snapshot_t *s = sl_snapshot_acquire((sl_snapshot_holder_t *)&rt->holder);
+    const char *db = s->config->store_path;
+    const char *slash = strrchr(db, '/');
+    size_t dir_len = slash != NULL ? (size_t)(slash - db) + 1 : 0;
+    char *path = sl_xmalloc(dir_len + sizeof("sluice.key"));
+    memcpy(path, db, dir_len);
+    memcpy(path + dir_len, "sluice.key", sizeof("sluice.key"));
+    sl_snapshot_release(s);
+    return path;
+}
+
+static char *
+read_key_file(const char *path)
+{
+    size_t len;
+    char *text = read_text(path, &len);
+    if (text == NULL)
+        return NULL;
+    while (len > 0 && (text[len - 1] == '\n' || text[len - 1] == '\r' || text[len - 1] == ' '))
+        text[--len] = '\0';
+    if (len == 0) {
+        free(text);
+        return NULL;
+    }
+    return text;
+}
+
+/* A new random key, written with mode 0600 (never over an existing file). */
+static char *
+generate_key_file(const char *path)
+{
+    unsigned char raw[24];
+    if (getrandom(raw, sizeof(raw), 0) != (ssize_t)sizeof(raw))
+        return NULL;
+    char *key = sl_xmalloc(2 * sizeof(raw) + 2);
+    for (size_t i = 0; i < sizeof(raw); i++)
+        snprintf(key + 2 * i, 3, "%02x", raw[i]);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    size_t len = strlen(key);
+    key[len] = '\n';
+    bool ok = fd >= 0 && write(fd, key, len + 1) == (ssize_t)(len + 1);
+    if (fd >= 0)
+        close(fd);
+    key[len] = '\0';
+    if (!ok) {
+        free(key);
+        return NULL;
+    }
+    return key;
+}
+
+const char *
+sl_runtime_control_key(sl_runtime_t *rt)
+{
+    pthread_mutex_lock(&rt->lock);
+    if (rt->control_key == NULL && rt->control_listen.key != NULL)
+        rt->control_key = sl_xstrdup(rt->control_listen.key);
+    if (rt->control_key == NULL) {
+        char *path = key_file_path(rt);
+        rt->control_key = read_key_file(path);
+        if (rt->control_key == NULL) {
+            rt->control_key = generate_key_file(path);
+            if (rt->control_key != NULL)
+                sl_log_info("control key generated and stored in %s (mode 0600)", path);
+            else
+                sl_log_error("control key: %s could not be read or written (%s); the control endpoint is off",
+                             path, strerror(errno));
+        } else {
+            sl_log_info("control key read from %s", path);
+        }
+        free(path);
+    }
+    pthread_mutex_unlock(&rt->lock);
+    return rt->control_key;
+}
+
+/* ---- reloads --------------------------------------------------------------------------------- */
+
+static void
+reload_locked(sl_runtime_t *rt)
+{
+    size_t len;
+    char *text = read_text(rt->path, &len);
+    remember_stat(rt);
+    if (text == NULL) {
+        sl_msg_t m =
+            sl_msg_make(SL_CODE_CONFIG_FILE_UNREADABLE, "path", rt->path, "reason", strerror(errno), NULL);
+        sl_log_error("%s [%s]; keeping the running configuration", m.text, sl_code_slug(m.code));
+        sl_msgs_t problems = {0};
+        sl_msgs_push(&problems, m);
+        sl_proto_event_t ev;
+        emit(rt, sl_bus_config_rejected(&ev, wall_now_ms(), SL_PROTO_CONFIG_SOURCE_FILE, &problems));
+        sl_msgs_clear(&problems);
+        return;
+    }
+    apply_text(rt, text, len, SL_PROTO_CONFIG_SOURCE_FILE, NULL);
+}
+
+void
+sl_runtime_reload(sl_runtime_t *rt)
+{
+    if (rt->path == NULL) {
+        sl_log_info("SIGHUP: running on the embedded default, no file to reload");
+        return;
+    }
+    pthread_mutex_lock(&rt->lock);
+    reload_locked(rt);
+    pthread_mutex_unlock(&rt->lock);
+}
+
+void
+sl_runtime_check_file(sl_runtime_t *rt)
+{
+    if (rt->path == NULL)
+        return;
+    struct stat st;
+    if (stat(rt->path, &st) != 0)
+        return;
+    pthread_mutex_lock(&rt->lock);
+    bool changed = st.st_size != rt->file_size || st.st_mtim.tv_sec != rt->file_mtime.tv_sec ||
+                   st.st_mtim.tv_nsec != rt->file_mtime.tv_nsec;
+    if (changed) {
+        size_t len;
+        char *text = read_text(rt->path, &len);
+        /* sluice's own write (or a touch): the content is what runs already. */
+        bool same = text != NULL && len == rt->text_len && memcmp(text, rt->text, len) == 0 && !rt->safe_mode;
+        free(text);
+        if (same) {
+            remember_stat(rt);
+        } else {
+            sl_log_info("%s changed: reloading", rt->path);
+            reload_locked(rt);
+        }
+    }
+    pthread_mutex_unlock(&rt->lock);
+}
+
+/* ---- control operations ------------------------------------------------------------------------ */
+
+/* The unknown-key paths of the safe mode's problems, deleted; the result only if it then loads. */
+static char *
+repair_text(const sl_runtime_t *rt)
+{
+    const char *paths[64];
+    size_t n = 0;
+    for (size_t i = 0; i < rt->problems.len && n < 64; i++) {
+        const sl_msg_t *m = &rt->problems.items[i];
+        const char *path = sl_msg_arg(m, "path");
+        if (path != NULL &&
+            (m->code == SL_CODE_CONFIG_UNKNOWN_FIELD || m->code == SL_CODE_CONFIG_UNKNOWN_VALUE))
+            paths[n++] = path;
+    }
+    if (n == 0 || n < rt->problems.len)
+        return NULL;
+    char err[256];
+    char *fixed = sl_yamledit_delete_paths(rt->text, rt->text_len, paths, n, err, sizeof(err));
+    if (fixed == NULL)
+        return NULL;
+    sl_config_result_t res = sl_config_parse(fixed, strlen(fixed), rt->path, sl_config_env_system());
+    bool loads = res.errors.len == 0;
+    sl_config_result_free(&res);
+    if (!loads) {
+        free(fixed);
+        return NULL;
+    }
+    return fixed;
+}
+
+void
+sl_runtime_get_config(sl_runtime_t *rt, sl_runtime_config_view_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&rt->lock);
+    char err[256];
+    out->yaml = sl_yamledit_redact_secrets(rt->text, rt->text_len, err, sizeof(err));
+    if (out->yaml == NULL) {
+        /* Text that does not parse as YAML holds no secret the redactor can find: show a notice instead. */
+        size_t size = strlen(err) + 64;
+        out->yaml = sl_xmalloc(size);
+        snprintf(out->yaml, size, "# the file cannot be shown: %s\n", err);
+    }
+    out->revision = rt->revision;
+    out->persisted = rt->path != NULL;
+    if (rt->safe_mode) {
+        msgs_copy(&out->problems, &rt->problems);
+        out->repair_yaml = repair_text(rt);
+        if (out->repair_yaml != NULL) {
+            char *redacted =
+                sl_yamledit_redact_secrets(out->repair_yaml, strlen(out->repair_yaml), err, sizeof(err));
+            free(out->repair_yaml);
+            out->repair_yaml = redacted;
+        }
+    }
+    pthread_mutex_unlock(&rt->lock);
+}
+
+void
+sl_runtime_config_view_free(sl_runtime_config_view_t *v)
+{
+    free(v->yaml);
+    free(v->repair_yaml);
+    sl_msgs_clear(&v->problems);
+    memset(v, 0, sizeof(*v));
+}
+
+int
+sl_runtime_put_config(sl_runtime_t *rt, const char *yaml, size_t len, uint64_t expect_revision, sl_msg_t *err,
+                      sl_msgs_t *problems)
+{
+    pthread_mutex_lock(&rt->lock);
+    int rc = -1;
+    if (expect_revision != rt->revision) {
+        char current[24], expected[24];
+        snprintf(current, sizeof(current), "%llu", (unsigned long long)rt->revision);
+        snprintf(expected, sizeof(expected), "%llu", (unsigned long long)expect_revision);
+        *err = sl_msg_make(SL_CODE_CONTROL_CONFIG_CONFLICT, "current", current, "expected", expected, NULL);
+        goto out;
+    }
+    char why[512];
+    char *text = sl_yamledit_restore_secrets(yaml, len, rt->text, rt->text_len, why, sizeof(why));
+    if (text == NULL) {
+        sl_msgs_push(problems, sl_msg_make(SL_CODE_CONFIG_YAML_SYNTAX, "line", "?", "reason", why, NULL));
+        *err = sl_msg_make(SL_CODE_CONTROL_CONFIG_REJECTED, "count", "1", NULL);
+        goto out;
+    }
+    if (apply_text(rt, text, strlen(text), SL_PROTO_CONFIG_SOURCE_CONTROL, problems) != 0) {
+        char count[24];
+        snprintf(count, sizeof(count), "%zu", problems->len);
+        *err = sl_msg_make(SL_CODE_CONTROL_CONFIG_REJECTED, "count", count, NULL);
+        goto out;
+    }
+    rc = persist(rt, err);
+out:
+    pthread_mutex_unlock(&rt->lock);
+    return rc;
+}
+
+/* Whether the running config has a provider (kind PROVIDER) or client named name. */
+static bool
+config_has(const sl_config_t *c, sl_bucket_kind_t kind, const char *name)
+{
+    if (kind == SL_BUCKET_CLIENT) {
+        for (size_t i = 0; i < c->n_clients; i++)
+            if (strcmp(c->clients[i].name, name) == 0)
+                return true;
+        return false;
+    }
+    for (size_t i = 0; i < c->n_providers; i++)
+        if (strcmp(c->providers[i].name, name) == 0)
+            return true;
+    return false;
+}
+
+static bool
+running_has(sl_runtime_t *rt, sl_bucket_kind_t kind, const char *name)
+{
+    sl_snapshot_t *s = sl_snapshot_acquire(&rt->holder);
+    bool has = config_has(s->config, kind, name);
+    sl_snapshot_release(s);
+    return has;
+}
+
+static sl_msg_t
+unknown_name(sl_bucket_kind_t kind, const char *name)
+{
+    return sl_msg_make(kind == SL_BUCKET_CLIENT ? SL_CODE_CONTROL_UNKNOWN_CLIENT
+                                                : SL_CODE_CONTROL_UNKNOWN_PROVIDER,
+                       "name", name, NULL);
+}
+
+int
+sl_runtime_set_limits(sl_runtime_t *rt, sl_bucket_kind_t kind, const char *name, const sl_limit_t *limits,
+                      size_t n, sl_msg_t *err)
+{
+    pthread_mutex_lock(&rt->lock);
+    int rc = -1;
+    if (rt->safe_mode) {
+        *err = sl_msg_make(SL_CODE_CONTROL_SAFE_MODE, NULL);
+        goto out;
+    }
+    if (!running_has(rt, kind, name)) {
+        *err = unknown_name(kind, name);
+        goto out;
+    }
+    char why[512];
+    char *text =
+        sl_yamledit_set_limits(rt->text, rt->text_len, kind == SL_BUCKET_CLIENT ? "clients" : "providers",
+                               name, limits, n, why, sizeof(why));
+    if (text == NULL) {
+        *err = sl_msg_make(SL_CODE_CONTROL_BAD_LIMIT, "index", "0", "reason", why, NULL);
+        goto out;
+    }
+    sl_msgs_t problems = {0};
+    if (apply_text(rt, text, strlen(text), SL_PROTO_CONFIG_SOURCE_CONTROL, &problems) != 0) {
+        /* The limits were checked by the caller, so the config loader names what else is wrong. */
+        *err = problems.len > 0 ? msg_copy(&problems.items[0])
+                                : sl_msg_make(SL_CODE_CONTROL_CONFIG_REJECTED, "count", "1", NULL);
+        sl_msgs_clear(&problems);
+        goto out;
+    }
+    rc = persist(rt, err);
+out:
+    pthread_mutex_unlock(&rt->lock);
+    return rc;
+}
+
+/* ThrottleChanged after an operator's pause or resume. */
+static void
+announce_throttle(sl_runtime_t *rt, const char *name, const sl_throttle_t *t, int64_t mono, int64_t wall)
+{
+    int64_t shown = sl_throttle_shown_until_ms(t);
+    sl_bus_throttle_facts_t f = {
+        .t = t,
+        .t_until_ms = shown < 0 || shown == SL_THROTTLE_NEVER ? -1 : wall + (shown - mono),
+        .limits = SL_LIMIT_OK,
+    };
+    sl_proto_event_t ev;
+    pthread_mutex_lock(&rt->lock);
+    emit(rt, sl_bus_throttle_changed(&ev, wall, name, sl_bus_throttle_view(name, &f)));
+    pthread_mutex_unlock(&rt->lock);
+}
+
+int
+sl_runtime_pause(sl_runtime_t *rt, const char *name, int64_t until_wall_ms, sl_msg_t *err)
+{
+    if (!running_has(rt, SL_BUCKET_PROVIDER, name)) {
+        *err = unknown_name(SL_BUCKET_PROVIDER, name);
+        return -1;
+    }
+    int64_t mono = sl_now_ms(), wall = wall_now_ms();
+    int64_t until = until_wall_ms == 0 ? SL_THROTTLE_NEVER : mono + (until_wall_ms - wall);
+    sl_throttle_t after;
+    bool changed = false;
+    sl_upstreams_pause(rt->upstreams, name, until, mono, &after, &changed);
+    sl_log_info("upstream %s: paused by an operator %s", name, until_wall_ms == 0 ? "until resumed" : "");
+    if (changed)
+        announce_throttle(rt, name, &after, mono, wall);
+    return 0;
+}
+
+int
+sl_runtime_resume(sl_runtime_t *rt, const char *name, sl_msg_t *err)
+{
+    if (!running_has(rt, SL_BUCKET_PROVIDER, name)) {
+        *err = unknown_name(SL_BUCKET_PROVIDER, name);
+        return -1;
+    }
+    int64_t mono = sl_now_ms(), wall = wall_now_ms();
+    sl_throttle_t after;
+    bool changed = false;
+    sl_upstreams_resume(rt->upstreams, name, mono, &after, &changed);
+    sl_log_info("upstream %s: resumed by an operator", name);
+    if (changed)
+        announce_throttle(rt, name, &after, mono, wall);
+    return 0;
+}
+
+/* ---- provider views ---------------------------------------------------------------------------- */
+
+#define VIEW_MAX_LIMITS 32
+
+static void
+provider_view(sl_proto_provider_view_t *out, const sl_provider_t *p, sl_upstream_t *up, sl_limit_set_t *set,
+              int64_t mono, int64_t wall)
+{
+    sl_limit_view_t limits[VIEW_MAX_LIMITS];
+    size_t n_limits = set != NULL ? sl_limit_set_views(set, wall, limits, VIEW_MAX_LIMITS) : 0;
+    sl_bus_provider_facts_t f = {
+        .provider = p,
+        .limits = limits,
+        .n_limits = n_limits < VIEW_MAX_LIMITS ? n_limits : VIEW_MAX_LIMITS,
+    };
+    sl_waitq_lock();
+    sl_throttle_t t = up->throttle;
+    f.queued = (uint32_t)up->waitq.len;
+    sl_limit_verdict_t shown = set != NULL ? set->shown : SL_LIMIT_OK;
+    sl_limit_t shown_limit = set != NULL ? set->shown_limit : (sl_limit_t){0};
+    int64_t shown_until = set != NULL ? set->shown_until_ms : -1;
+    sl_waitq_unlock();
+    int64_t t_until = sl_throttle_shown_until_ms(&t);
+    f.throttle = (sl_bus_throttle_facts_t){
+        .t = &t,
+        .t_until_ms = t_until < 0 || t_until == SL_THROTTLE_NEVER ? -1 : wall + (t_until - mono),
+        .limits = shown,
+        .limit = &shown_limit,
+        .limits_until_ms = shown_until,
+    };
+    pthread_mutex_lock(&up->lock);
+    f.health = up->breaker.state;
+    f.in_flight = up->in_flight;
+    pthread_mutex_unlock(&up->lock);
+    sl_bus_provider_view(out, &f);
+}
+
+size_t
+sl_runtime_provider_views(sl_runtime_t *rt, sl_proto_provider_view_t **out)
+{
+    sl_snapshot_t *s = sl_snapshot_acquire(&rt->holder);
+    size_t n = s->config->n_providers;
+    *out = n > 0 ? sl_xcalloc(n, sizeof(**out)) : NULL;
+    int64_t mono = sl_now_ms(), wall = wall_now_ms();
+    for (size_t i = 0; i < n; i++)
+        provider_view(&(*out)[i], &s->config->providers[i], s->upstreams[i],
+                      s->limits.providers != NULL ? s->limits.providers[i] : NULL, mono, wall);
+    sl_snapshot_release(s);
+    return n;
+}
+
+void
+sl_runtime_provider_views_free(sl_proto_provider_view_t *views, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        sl_proto_provider_view_free(&views[i]);
+    free(views);
+}

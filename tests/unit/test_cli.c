@@ -1,0 +1,6 @@
+#include <criterion/criterion.h>
+#include "cli.h"
+Test(cli, placeholder)
+{
+    cr_assert(1);
+}

@@ -1,0 +1,761 @@
+/*
+ * Minimal YAML edits: every result is compared whole against the original
+ * with only the expected bytes changed, and read back through the loader.
+ */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "config.h"
+#include "core/xalloc.h"
+#include "core/yamledit.h"
+#include "test_config_env.h"
+
+static char err[256];
+
+/* A config the loader accepts, with every kind of secret and both styles. */
+static const char base[] = "# sluice config\n"
+                           "version: 1\n"
+                           "listen:\n"
+                           "  gateway: {bind: 127.0.0.1, port: 8080}\n"
+                           "  control: {bind: 127.0.0.1, port: 8081, key: \"ctl-secret-1\"}   # control key\n"
+                           "clients:\n"
+                           "  - name: alice\n"
+                           "    key: \"${ALICE_KEY}\"\n"
+                           "    limits:\n"
+                           "      - {per: minute, requests: 30}\n"
+                           "      - {per: day, cost: 20}\n"
+                           "  - name: bob   # no limits\n"
+                           "    key: bob-literal-key\n"
+                           "providers:\n"
+                           "  - name: anthropic\n"
+                           "    protocol: anthropic          # the first one\n"
+                           "    key: \"${ANTHROPIC_KEY}\"\n"
+                           "    headers: {\"x-relay-team\": \"infra\", \"X-Api-Token\": 'tok-123'}\n"
+                           "    limits:\n"
+                           "      # per five minutes\n"
+                           "      - {per: minute, every: 5, tokens: 10000000}\n"
+                           "  - name: relay\n"
+                           "    protocol: anthropic\n"
+                           "    base_url: https://relay.example\n"
+                           "    key: sk-relay-literal   # literal\n"
+                           "\n"
+                           "  # the flow one\n"
+                           "  - {name: flowy, protocol: openai-chat, key: \"${RELAY_KEY}\"}\n"
+                           "routes:\n"
+                           "  - match: \"claude-*\"\n"
+                           "    failover: [anthropic, relay]\n";
+
+/* s with its one occurrence of old replaced by new (caller frees). */
+static char *
+replaced(const char *s, const char *old, const char *new)
+{
+    const char *at = strstr(s, old);
+    cr_assert_not_null(at, "'%s' not in the text", old);
+    cr_assert_null(strstr(at + 1, old), "'%s' twice in the text", old);
+    sl_strbuf_t b = {0};
+    sl_strbuf_append(&b, s, (size_t)(at - s));
+    sl_strbuf_append(&b, new, strlen(new));
+    sl_strbuf_append(&b, at + strlen(old), strlen(at + strlen(old)));
+    return sl_strbuf_finish(&b);
+}
+
+/* Asserts out is s with old replaced by new, byte for byte; frees out. */
+static void
+assert_edit(char *out, const char *s, const char *old, const char *new)
+{
+    cr_assert_not_null(out, "failed: %s", err);
+    char *want = replaced(s, old, new);
+    cr_assert_str_eq(out, want);
+    free(want);
+    free(out);
+}
+
+static sl_config_result_t
+load(const char *yaml)
+{
+    sl_config_result_t res = sl_config_parse(yaml, strlen(yaml), "test.yaml", &test_env);
+    for (size_t i = 0; i < res.errors.len; i++)
+        cr_log_error("%s", res.errors.items[i].text);
+    cr_assert_eq(res.errors.len, 0, "the result does not load:\n%s", yaml);
+    return res;
+}
+
+static const sl_provider_t *
+provider(const sl_config_t *c, const char *name)
+{
+    for (size_t i = 0; i < c->n_providers; i++) {
+        if (strcmp(c->providers[i].name, name) == 0)
+            return &c->providers[i];
+    }
+    cr_assert_fail("no provider %s", name);
+    return NULL;
+}
+
+static void
+assert_limits(const sl_limit_t *got, size_t n_got, const sl_limit_t *want, size_t n_want)
+{
+    cr_assert_eq(n_got, n_want);
+    for (size_t i = 0; i < n_want; i++) {
+        cr_assert_eq(got[i].per, want[i].per, "limit %zu", i);
+        cr_assert_eq(got[i].every, want[i].every ? want[i].every : 1, "limit %zu", i);
+        cr_assert_eq(got[i].measure, want[i].measure, "limit %zu", i);
+        cr_assert_eq(got[i].amount, want[i].amount, "limit %zu: %lld", i, (long long)got[i].amount);
+    }
+}
+
+static char *
+set_limits(const char *yaml, const char *section, const char *name, const sl_limit_t *limits, size_t n)
+{
+    return sl_yamledit_set_limits(yaml, strlen(yaml), section, name, limits, n, err, sizeof(err));
+}
+
+static const sl_limit_t two[] = {
+    {SL_PER_MINUTE, 1, SL_MEASURE_REQUESTS, 100},
+    {SL_PER_DAY, 1, SL_MEASURE_COST, 500000},
+};
+
+/* ---- set_limits ------------------------------------------------------------ */
+
+Test(yamledit_limits, replaces_a_block_list_line_for_line_keeping_the_comment_above_it)
+{
+    char *out = set_limits(base, "providers", "anthropic", two, 2);
+    cr_assert_not_null(out, "%s", err);
+    sl_config_result_t res = load(out);
+    const sl_provider_t *p = provider(res.config, "anthropic");
+    assert_limits(p->limits, p->n_limits, two, 2);
+    sl_config_result_free(&res);
+    assert_edit(out, base, "      - {per: minute, every: 5, tokens: 10000000}\n",
+                "      - {per: minute, requests: 100}\n"
+                "      - {per: day, cost: 0.5}\n");
+}
+
+Test(yamledit_limits, adds_limits_after_the_last_entry_of_a_block_item)
+{
+    const sl_limit_t one[] = {{SL_PER_MINUTE, 5, SL_MEASURE_TOKENS, 10000000}};
+    char *out = set_limits(base, "providers", "relay", one, 1);
+    cr_assert_not_null(out, "%s", err);
+    sl_config_result_t res = load(out);
+    const sl_provider_t *p = provider(res.config, "relay");
+    assert_limits(p->limits, p->n_limits, one, 1);
+    sl_config_result_free(&res);
+    assert_edit(out, base, "    key: sk-relay-literal   # literal\n",
+                "    key: sk-relay-literal   # literal\n"
+                "    limits:\n"
+                "      - {per: minute, every: 5, tokens: 10000000}\n");
+}
+
+Test(yamledit_limits, appends_a_flow_list_to_a_flow_item)
+{
+    const sl_limit_t one[] = {{SL_PER_HOUR, 1, SL_MEASURE_REQUESTS, 5}};
+    char *out = set_limits(base, "providers", "flowy", one, 1);
+    cr_assert_not_null(out, "%s", err);
+    sl_config_result_t res = load(out);
+    const sl_provider_t *p = provider(res.config, "flowy");
+    assert_limits(p->limits, p->n_limits, one, 1);
+    sl_config_result_free(&res);
+    assert_edit(out, base, "key: \"${RELAY_KEY}\"}",
+                "key: \"${RELAY_KEY}\", limits: [{per: hour, requests: 5}]}");
+}
+
+Test(yamledit_limits, replaces_a_flow_list_with_a_flow_list)
+{
+    const char *yaml = "providers:\n"
+                       "  - name: a\n"
+                       "    protocol: anthropic\n"
+                       "    limits: [{per: minute, requests: 1}]   # keep me\n"
+                       "    max_concurrent: 4\n";
+    char *out = set_limits(yaml, "providers", "a", two, 2);
+    cr_assert_not_null(out, "%s", err);
+    sl_config_result_t res = load(out);
+    assert_limits(res.config->providers[0].limits, res.config->providers[0].n_limits, two, 2);
+    cr_assert_eq(res.config->providers[0].max_concurrent, 4);
+    sl_config_result_free(&res);
+    assert_edit(out, yaml, "[{per: minute, requests: 1}]",
+                "[{per: minute, requests: 100}, {per: day, cost: 0.5}]");
+}
+
+Test(yamledit_limits, replaces_a_clients_limits)
+{
+    const sl_limit_t one[] = {{SL_PER_WEEK, 1, SL_MEASURE_TOKENS, 7}};
+    char *out = set_limits(base, "clients", "alice", one, 1);
+    cr_assert_not_null(out, "%s", err);
+    sl_config_result_t res = load(out);
+    assert_limits(res.config->clients[0].limits, res.config->clients[0].n_limits, one, 1);
+    cr_assert_eq(res.config->clients[1].n_limits, 0);
+    sl_config_result_free(&res);
+    assert_edit(out, base, "      - {per: minute, requests: 30}\n      - {per: day, cost: 20}\n",
+                "      - {per: week, tokens: 7}\n");
+}
+
+Test(yamledit_limits, an_unknown_name_or_section_is_an_error)
+{
+    cr_assert_null(set_limits(base, "providers", "nobody", two, 2));
+    cr_assert_str_eq(err, "providers has no item named 'nobody'");
+    cr_assert_null(set_limits(base, "clients", "anthropic", two, 2));
+    cr_assert_str_eq(err, "clients has no item named 'anthropic'");
+    cr_assert_null(set_limits("version: 1\n", "providers", "a", two, 2));
+    cr_assert_str_eq(err, "the configuration has no providers");
+}
+
+Test(yamledit_limits, unparsable_yaml_and_bad_limits_are_errors)
+{
+    cr_assert_null(set_limits("providers: [\n  - name: a\n", "providers", "a", two, 2));
+    cr_assert(strncmp(err, "line ", 5) == 0, "%s", err);
+    const sl_limit_t zero[] = {{SL_PER_DAY, 1, SL_MEASURE_REQUESTS, 0}};
+    cr_assert_null(set_limits(base, "providers", "relay", zero, 1));
+    cr_assert_str_eq(err, "limits[0]: the amount must be at least 1");
+}
+
+Test(yamledit_limits, none_removes_a_block_entry_with_its_lines)
+{
+    char *out = set_limits(base, "providers", "anthropic", NULL, 0);
+    cr_assert_not_null(out, "%s", err);
+    sl_config_result_t res = load(out);
+    cr_assert_eq(provider(res.config, "anthropic")->n_limits, 0);
+    sl_config_result_free(&res);
+    assert_edit(out, base,
+                "    limits:\n"
+                "      # per five minutes\n"
+                "      - {per: minute, every: 5, tokens: 10000000}\n",
+                "");
+}
+
+Test(yamledit_limits, none_removes_a_flow_entry_with_its_comma)
+{
+    const char *yaml = "providers:\n  - {name: a, limits: [{per: day, requests: 1}], protocol: anthropic}\n"
+                       "  - {name: b, protocol: anthropic, limits: [{per: day, requests: 1}]}\n";
+    char *out = set_limits(yaml, "providers", "a", NULL, 0);
+    cr_assert_not_null(out, "%s", err);
+    char *step = replaced(yaml, "a, limits: [{per: day, requests: 1}], protocol", "a, protocol");
+    cr_assert_str_eq(out, step);
+    free(out);
+    out = set_limits(step, "providers", "b", NULL, 0);
+    assert_edit(out, step, "anthropic, limits: [{per: day, requests: 1}]}", "anthropic}");
+    free(step);
+}
+
+Test(yamledit_limits, none_on_an_item_without_limits_changes_nothing)
+{
+    char *out = set_limits(base, "providers", "relay", NULL, 0);
+    cr_assert_not_null(out, "%s", err);
+    cr_assert_str_eq(out, base);
+    free(out);
+}
+
+Test(yamledit_limits, cost_is_exact_usd_and_every_only_above_one)
+{
+    const sl_limit_t costs[] = {
+        {SL_PER_DAY, 1, SL_MEASURE_COST, 20000000},  {SL_PER_DAY, 1, SL_MEASURE_COST, 500000},
+        {SL_PER_DAY, 1, SL_MEASURE_COST, 1},         {SL_PER_MONTH, 1, SL_MEASURE_COST, 1234567},
+        {SL_PER_HOUR, 0, SL_MEASURE_COST, 20500000}, {SL_PER_HOUR, 3, SL_MEASURE_REQUESTS, 9},
+    };
+    char *out = set_limits(base, "providers", "anthropic", costs, 6);
+    cr_assert_not_null(out, "%s", err);
+    sl_config_result_t res = load(out);
+    const sl_provider_t *p = provider(res.config, "anthropic");
+    assert_limits(p->limits, p->n_limits, costs, 6);
+    sl_config_result_free(&res);
+    assert_edit(out, base, "      - {per: minute, every: 5, tokens: 10000000}\n",
+                "      - {per: day, cost: 20}\n"
+                "      - {per: day, cost: 0.5}\n"
+                "      - {per: day, cost: 0.000001}\n"
+                "      - {per: month, cost: 1.234567}\n"
+                "      - {per: hour, cost: 20.5}\n"
+                "      - {per: hour, every: 3, requests: 9}\n");
+}
+
+Test(yamledit_limits, keeps_an_unusual_indentation_and_a_file_without_a_final_newline)
+{
+    const char *yaml = "providers:\n"
+                       "- name: a\n"
+                       "  protocol: anthropic\n"
+                       "  limits:\n"
+                       "  - {per: day, requests: 1}\n"
+                       "- name: b\n"
+                       "  protocol: anthropic";
+    char *out = set_limits(yaml, "providers", "a", two, 2);
+    assert_edit(out, yaml, "  - {per: day, requests: 1}\n",
+                "  - {per: minute, requests: 100}\n  - {per: day, cost: 0.5}\n");
+    out = set_limits(yaml, "providers", "b", two, 1);
+    cr_assert_not_null(out, "%s", err);
+    sl_config_result_t res = load(out);
+    assert_limits(res.config->providers[1].limits, res.config->providers[1].n_limits, two, 1);
+    sl_config_result_free(&res);
+    sl_strbuf_t want = {0};
+    sl_strbuf_appendf(&want, "%s\n  limits:\n    - {per: minute, requests: 100}\n", yaml);
+    cr_assert_str_eq(out, want.data);
+    free(want.data);
+    free(out);
+}
+
+Test(yamledit_limits, a_null_value_becomes_a_flow_list)
+{
+    const char *yaml = "providers:\n  - name: a\n    limits:\n    protocol: anthropic\n";
+    char *out = set_limits(yaml, "providers", "a", two, 1);
+    cr_assert_not_null(out, "%s", err);
+    sl_config_result_t res = load(out);
+    assert_limits(res.config->providers[0].limits, res.config->providers[0].n_limits, two, 1);
+    sl_config_result_free(&res);
+    assert_edit(out, yaml, "    limits:\n", "    limits: [{per: minute, requests: 100}]\n");
+}
+
+Test(yamledit_limits, counts_bytes_not_characters_after_non_ascii_text)
+{
+    const char *yaml = "# Grüße, 日本語 ✓\n"
+                       "providers:\n"
+                       "  - name: a   # «é»\n"
+                       "    protocol: anthropic\n"
+                       "    base_url: \"https://relay.example/ü\"\n"
+                       "    limits: [{per: day, requests: 1}]\n";
+    char *out = set_limits(yaml, "providers", "a", two, 1);
+    assert_edit(out, yaml, "[{per: day, requests: 1}]", "[{per: minute, requests: 100}]");
+}
+
+Test(yamledit_limits, edits_the_first_document_and_keeps_the_rest)
+{
+    const char *yaml = "\xEF\xBB\xBF---\n"
+                       "providers:\n"
+                       "  - {name: a, protocol: anthropic}\n"
+                       "...\n"
+                       "---\n"
+                       "providers:\n"
+                       "  - {name: a, protocol: anthropic}\n";
+    char *out = set_limits(yaml, "providers", "a", two, 1);
+    cr_assert_not_null(out, "%s", err);
+    char *want = replaced(yaml, "anthropic}\n...", "anthropic, limits: [{per: minute, requests: 100}]}\n...");
+    cr_assert_str_eq(out, want);
+    free(want);
+    free(out);
+}
+
+Test(yamledit_limits, refuses_anchors_and_aliases)
+{
+    const char *anchored =
+        "providers:\n  - name: a\n    protocol: anthropic\n    limits: &l [{per: day, requests: "
+        "1}]\n  - {name: b, protocol: anthropic, limits: *l}\n";
+    cr_assert_null(set_limits(anchored, "providers", "a", two, 1));
+    cr_assert_str_eq(err, "providers[a].limits: anchors and aliases are not edited");
+    cr_assert_null(set_limits(anchored, "providers", "b", two, 1));
+    cr_assert_str_eq(err, "providers[b].limits: anchors and aliases are not edited");
+    const char *item = "providers:\n  - &p {name: a, protocol: anthropic}\n  - *p\n";
+    cr_assert_null(set_limits(item, "providers", "a", two, 1));
+    cr_assert_str_eq(err, "providers[a]: the item has an anchor; edit it by hand");
+    cr_assert_null(set_limits("providers:\n  - *p\n", "providers", "x", two, 1));
+    cr_assert_str_eq(err, "providers has no item named 'x' (aliases in the list are not followed)");
+}
+
+/* ---- redact ----------------------------------------------------------------- */
+
+static char *
+redact(const char *yaml)
+{
+    return sl_yamledit_redact_secrets(yaml, strlen(yaml), err, sizeof(err));
+}
+
+static char *
+replaced_all(const char *s, const char *const (*pairs)[2], size_t n)
+{
+    char *cur = sl_xstrdup(s);
+    for (size_t i = 0; i < n; i++) {
+        char *next = replaced(cur, pairs[i][0], pairs[i][1]);
+        free(cur);
+        cur = next;
+    }
+    return cur;
+}
+
+static const char *const base_secrets[][2] = {
+    {"key: \"ctl-secret-1\"}", "key: \"***\"}"},
+    {"key: bob-literal-key\n", "key: \"***\"\n"},
+    {"\"x-relay-team\": \"infra\"", "\"x-relay-team\": \"***\""},
+    {"\"X-Api-Token\": 'tok-123'", "\"X-Api-Token\": \"***\""},
+    {"key: sk-relay-literal   #", "key: \"***\"   #"},
+};
+
+Test(yamledit_redact, replaces_every_literal_secret_and_keeps_references)
+{
+    char *out = redact(base);
+    cr_assert_not_null(out, "%s", err);
+    char *want = replaced_all(base, base_secrets, sizeof(base_secrets) / sizeof(base_secrets[0]));
+    cr_assert_str_eq(out, want);
+    sl_config_result_t res = load(out);
+    cr_assert_str_eq(res.config->control.key, "***");
+    cr_assert_str_eq(provider(res.config, "anthropic")->key, "sk-ant-api03-aaaaaaaaaaaaaaaaaaaabcd");
+    sl_config_result_free(&res);
+    free(want);
+    free(out);
+}
+
+Test(yamledit_redact, aws_secrets_but_not_the_access_key_id)
+{
+    const char *yaml = "providers:\n"
+                       "  - name: br\n"
+                       "    protocol: bedrock\n"
+                       "    region: us-east-1\n"
+                       "    aws:\n"
+                       "      access_key_id: AKIAEXAMPLE\n"
+                       "      secret_access_key: wJalrXUtnFEMI   # secret\n"
+                       "      session_token: 'tok'\n";
+    char *out = redact(yaml);
+    const char *const pairs[][2] = {{"wJalrXUtnFEMI", "\"***\""}, {"'tok'", "\"***\""}};
+    char *want = replaced_all(yaml, pairs, 2);
+    cr_assert_str_eq(out, want);
+    free(want);
+    free(out);
+}
+
+Test(yamledit_redact, keeps_variables_empty_values_and_other_fields)
+{
+    const char *yaml = "clients:\n"
+                       "  - {name: a, key: \"${ALICE_KEY}\"}\n"
+                       "  - {name: b, key: 'Bearer ${BOB_KEY}'}\n"
+                       "  - {name: c, key: }\n"
+                       "  - {name: d, key: ~}\n"
+                       "providers:\n"
+                       "  - {name: p, protocol: anthropic, base_url: \"https://x.example\", models: [key]}\n";
+    char *out = redact(yaml);
+    cr_assert_not_null(out, "%s", err);
+    cr_assert_str_eq(out, yaml);
+    free(out);
+}
+
+Test(yamledit_redact, a_block_scalar_and_a_duplicate_key)
+{
+    const char *yaml = "listen:\n"
+                       "  control:\n"
+                       "    key: |\n"
+                       "      line-one\n"
+                       "    key: second\n"
+                       "    port: 9\n";
+    char *out = redact(yaml);
+    cr_assert_not_null(out, "%s", err);
+    cr_assert_str_eq(out, "listen:\n"
+                          "  control:\n"
+                          "    key: \"***\"\n"
+                          "    key: \"***\"\n"
+                          "    port: 9\n");
+    free(out);
+}
+
+Test(yamledit_redact, refuses_an_alias_or_anchor_at_a_secret)
+{
+    cr_assert_null(redact("x: &k sk-1\nclients:\n  - {name: a, key: *k}\n"));
+    cr_assert_str_eq(err, "clients[a].key: anchors and aliases are not supported at a secret");
+    cr_assert_null(redact("clients:\n  - {name: a, key: &k sk-1}\n"));
+    cr_assert_str_eq(err, "clients[a].key: anchors and aliases are not supported at a secret");
+    cr_assert_null(redact("clients: [\n"));
+}
+
+/* ---- restore ---------------------------------------------------------------- */
+
+static char *
+restore(const char *new_yaml, const char *current)
+{
+    return sl_yamledit_restore_secrets(new_yaml, strlen(new_yaml), current, strlen(current), err,
+                                       sizeof(err));
+}
+
+Test(yamledit_restore, a_redacted_text_comes_back_byte_for_byte)
+{
+    char *redacted = redact(base);
+    cr_assert_not_null(redacted, "%s", err);
+    cr_assert_str_neq(redacted, base);
+    char *out = restore(redacted, base);
+    cr_assert_not_null(out, "%s", err);
+    cr_assert_str_eq(out, base);
+    free(out);
+    free(redacted);
+}
+
+Test(yamledit_restore, items_are_matched_by_name_and_headers_in_any_case)
+{
+    const char *current = "providers:\n"
+                          "  - name: a\n"
+                          "    protocol: anthropic\n"
+                          "    key: 'sk-a'\n"
+                          "    headers: {X-Api-Token: tok-a}\n"
+                          "  - name: b\n"
+                          "    protocol: anthropic\n"
+                          "    key: sk-b\n";
+    const char *pushed = "providers:\n"
+                         "  - name: b\n"
+                         "    protocol: anthropic\n"
+                         "    key: \"***\"\n"
+                         "  - name: a\n"
+                         "    protocol: anthropic\n"
+                         "    key: '***'   # kept\n"
+                         "    headers:\n"
+                         "      x-api-token: \"***\"\n";
+    char *out = restore(pushed, current);
+    cr_assert_not_null(out, "%s", err);
+    cr_assert_str_eq(out, "providers:\n"
+                          "  - name: b\n"
+                          "    protocol: anthropic\n"
+                          "    key: sk-b\n"
+                          "  - name: a\n"
+                          "    protocol: anthropic\n"
+                          "    key: 'sk-a'   # kept\n"
+                          "    headers:\n"
+                          "      x-api-token: tok-a\n");
+    sl_config_result_t res = load(out);
+    cr_assert_str_eq(provider(res.config, "a")->key, "sk-a");
+    cr_assert_str_eq(provider(res.config, "b")->key, "sk-b");
+    cr_assert_str_eq(provider(res.config, "a")->headers[0].value, "tok-a");
+    sl_config_result_free(&res);
+    free(out);
+}
+
+Test(yamledit_restore, a_sentinel_without_a_current_secret_is_an_error)
+{
+    const char *current = "providers:\n  - {name: openai, protocol: openai-chat, key: \"${X}\"}\n";
+    cr_assert_null(restore("providers:\n  - {name: other, protocol: openai-chat, key: \"***\"}\n", current));
+    cr_assert_str_eq(err, "providers[other].key: '***' but the current configuration has no secret there");
+    cr_assert_null(restore("listen:\n  control: {key: \"***\"}\n", current));
+    cr_assert_str_eq(err, "listen.control.key: '***' but the current configuration has no secret there");
+}
+
+Test(yamledit_restore, requotes_a_value_that_would_not_read_the_same_where_it_goes)
+{
+    const char *current = "providers:\n"
+                          "  - name: a\n"
+                          "    protocol: anthropic\n"
+                          "    key: sk,1\n"
+                          "  - name: b\n"
+                          "    protocol: anthropic\n"
+                          "    key: sk-part-one\n"
+                          "      part-two\n";
+    const char *pushed = "providers:\n"
+                         "  - {name: a, protocol: anthropic, key: \"***\"}\n"
+                         "  - name: b\n"
+                         "    protocol: anthropic\n"
+                         "    key: \"***\"\n";
+    char *out = restore(pushed, current);
+    cr_assert_not_null(out, "%s", err);
+    sl_config_result_t res = load(out);
+    cr_assert_str_eq(provider(res.config, "a")->key, "sk,1");
+    cr_assert_str_eq(provider(res.config, "b")->key, "sk-part-one part-two");
+    sl_config_result_free(&res);
+    const char *const pairs[][2] = {{"key: \"***\"}", "key: \"sk,1\"}"},
+                                    {"key: \"***\"\n", "key: \"sk-part-one part-two\"\n"}};
+    char *want = replaced_all(pushed, pairs, 2);
+    cr_assert_str_eq(out, want);
+    free(want);
+    free(out);
+}
+
+Test(yamledit_restore, leaves_a_sentinel_elsewhere_and_refuses_anchors)
+{
+    const char *current = "clients:\n  - {name: a, key: sk-a}\n";
+    const char *pushed = "clients:\n  - {name: a, key: sk-new}\nstore: {path: \"***\"}\n";
+    char *out = restore(pushed, current);
+    cr_assert_not_null(out, "%s", err);
+    cr_assert_str_eq(out, pushed);
+    free(out);
+    cr_assert_null(restore("clients:\n  - {name: a, key: &k \"***\"}\n", current));
+    cr_assert_str_eq(err, "clients[a].key: anchors and aliases are not supported at a secret");
+    cr_assert_null(
+        restore("clients:\n  - {name: a, key: \"***\"}\n", "clients:\n  - {name: a, key: &k s}\n"));
+    cr_assert_str_eq(err, "clients[a].key: anchors and aliases are not supported at a secret");
+}
+
+/* ---- delete_paths ------------------------------------------------------------- */
+
+static char *
+delete_paths(const char *yaml, const char *const *paths, size_t n)
+{
+    return sl_yamledit_delete_paths(yaml, strlen(yaml), paths, n, err, sizeof(err));
+}
+
+/* The paths of the loader's unknown-field errors, the way safe mode collects them (caller frees). */
+static char **
+unknown_fields(const char *yaml, size_t *n)
+{
+    sl_config_result_t res = sl_config_parse(yaml, strlen(yaml), "test.yaml", &test_env);
+    char **paths = sl_xcalloc(res.errors.len, sizeof(char *));
+    *n = 0;
+    for (size_t i = 0; i < res.errors.len; i++) {
+        if (res.errors.items[i].code == SL_CODE_CONFIG_UNKNOWN_FIELD)
+            paths[(*n)++] = sl_xstrdup(sl_msg_arg(&res.errors.items[i], "path"));
+    }
+    sl_config_result_free(&res);
+    return paths;
+}
+
+/* Repairs yaml as safe mode does; asserts the loader found want unknown fields and accepts the result. */
+static char *
+repair(const char *yaml, size_t want)
+{
+    size_t n;
+    char **paths = unknown_fields(yaml, &n);
+    cr_assert_eq(n, want, "%zu unknown fields", n);
+    char *out = delete_paths(yaml, (const char *const *)paths, n);
+    cr_assert_not_null(out, "%s", err);
+    sl_config_result_t res = load(out);
+    sl_config_result_free(&res);
+    for (size_t i = 0; i < n; i++)
+        free(paths[i]);
+    free(paths);
+    return out;
+}
+
+Test(yamledit_delete, a_block_entry_goes_with_its_lines_and_comment)
+{
+    const char *yaml = "providers:\n"
+                       "  - {name: a, protocol: anthropic}\n"
+                       "  - name: b\n"
+                       "    protocol: anthropic\n"
+                       "    limts: []   # typo\n"
+                       "    max_concurrent: 2\n"
+                       "failover:\n"
+                       "  # how long\n"
+                       "  wiat_secs: 3\n"
+                       "  wait_secs: 4\n";
+    char *out = repair(yaml, 2);
+    char *step = replaced(yaml, "    limts: []   # typo\n", "");
+    assert_edit(out, step, "  wiat_secs: 3\n", "");
+    free(step);
+}
+
+Test(yamledit_delete, flow_entries_go_with_one_comma)
+{
+    const char *yaml = "listen:\n"
+                       "  gateway: {bind: 127.0.0.1, prot: 8080, port: 8080}\n"
+                       "  control: {bogus: 1, port: 8081}\n"
+                       "store: {path: x.db, retention: 3}\n"
+                       "security: {redcat: true, redakt: false}\n";
+    char *out = repair(yaml, 5);
+    cr_assert_str_eq(out, "listen:\n"
+                          "  gateway: {bind: 127.0.0.1, port: 8080}\n"
+                          "  control: {port: 8081}\n"
+                          "store: {path: x.db}\n"
+                          "security: {}\n");
+    free(out);
+}
+
+Test(yamledit_delete, two_in_a_row_in_a_flow_mapping_keep_a_comment_before_them)
+{
+    const char *yaml = "failover: {wait_secs: 3,   # c\n  a: 1, b: 2}\n";
+    const char *paths[] = {"failover.b", "failover.a"};
+    char *out = delete_paths(yaml, paths, 2);
+    assert_edit(out, yaml, ",   # c\n  a: 1, b: 2}", "   # c\n}");
+}
+
+Test(yamledit_delete, the_first_entry_of_a_list_item_gives_its_line_to_the_next)
+{
+    const char *yaml = "clients:\n"
+                       "  - bogus: 1   # first\n"
+                       "    name: alice\n"
+                       "    key: \"${ALICE_KEY}\"\n"
+                       "    limits:\n"
+                       "      - per: day\n"
+                       "        requests: 3\n"
+                       "        evry: 2\n";
+    char *out = repair(yaml, 2);
+    cr_assert_str_eq(out, "clients:\n"
+                          "  - name: alice\n"
+                          "    key: \"${ALICE_KEY}\"\n"
+                          "    limits:\n"
+                          "      - per: day\n"
+                          "        requests: 3\n");
+    free(out);
+}
+
+Test(yamledit_delete, an_emptied_block_mapping_becomes_empty_braces)
+{
+    const char *yaml = "security:   # masking\n"
+                       "  redcat: true\n"
+                       "store:\n"
+                       "  path: x.db\n"
+                       "limits:\n"
+                       "  - boo: 1\n"
+                       "    far: 2\n"
+                       "version: 1\n";
+    const char *paths[] = {"security.redcat", "limits[0].boo", "limits[0].far"};
+    char *out = delete_paths(yaml, paths, 3);
+    cr_assert_not_null(out, "%s", err);
+    cr_assert_str_eq(out, "security: {}   # masking\n"
+                          "store:\n"
+                          "  path: x.db\n"
+                          "limits:\n"
+                          "  - {}\n"
+                          "version: 1\n");
+    free(out);
+}
+
+Test(yamledit_delete, nested_and_repeated_paths_and_dotted_keys)
+{
+    const char *yaml = "pricing:\n"
+                       "  \"gpt-4.1\": {input: 1, output: 2, inptu: 3}\n"
+                       "  gpt-4: {input: 1, output: 2}\n"
+                       "extra:\n"
+                       "  inner: {a: 1}\n"
+                       "version: 1\n";
+    const char *paths[] = {"pricing.gpt-4.1.inptu", "extra.inner.a", "extra", "pricing.gpt-4.1.inptu"};
+    char *out = delete_paths(yaml, paths, 4);
+    cr_assert_not_null(out, "%s", err);
+    cr_assert_str_eq(out, "pricing:\n"
+                          "  \"gpt-4.1\": {input: 1, output: 2}\n"
+                          "  gpt-4: {input: 1, output: 2}\n"
+                          "version: 1\n");
+    sl_config_result_t res = load(out);
+    cr_assert_eq(res.config->n_pricing, 2);
+    sl_config_result_free(&res);
+    free(out);
+}
+
+Test(yamledit_delete, a_path_that_names_no_entry_is_an_error)
+{
+    const char *yaml = "providers:\n  - {name: a, protocol: anthropic}\nx: &a 1\ny: *a\n";
+    const char *const bad[][2] = {
+        {"providers[1].name", "providers[1].name: no such entry"},
+        {"providers[0].nope", "providers[0].nope: no such entry"},
+        {"providers[0]", "providers[0]: a list item, not a mapping entry"},
+        {"providers[-1].name", "providers[-1].name: no such entry"},
+        {"x", "x: holds an anchor; delete it by hand"},
+        {"y.z", "y.z: passes through an alias"},
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        err[0] = '\0';
+        cr_assert_null(delete_paths(yaml, &bad[i][0], 1), "%s", bad[i][0]);
+        cr_assert_str_eq(err, bad[i][1]);
+    }
+    char *out = delete_paths(yaml, (const char *[]){"y"}, 1);
+    assert_edit(out, yaml, "y: *a\n", "");
+}
+
+/* ---- bounded work ------------------------------------------------------------- */
+
+/* A quadratic search would take minutes on these; linear work takes well under a second. */
+Test(yamledit_bounds, a_big_file_is_edited_in_linear_time, .timeout = 20)
+{
+    enum { N = 40000 };
+    sl_strbuf_t b = {0};
+    sl_strbuf_appendf(&b, "providers:\n");
+    for (int i = 0; i < N; i++)
+        sl_strbuf_appendf(&b, "  - {name: p%d, protocol: anthropic, key: k%d}\n", i, i);
+    for (int i = 0; i < N; i++)
+        sl_strbuf_appendf(&b, "x%d: %d\n", i, i);
+    size_t len = b.len;
+    char *yaml = sl_strbuf_finish(&b);
+    char **paths = sl_xmalloc(N * sizeof(char *));
+    for (int i = 0; i < N; i++) {
+        paths[i] = sl_xmalloc(16);
+        snprintf(paths[i], 16, "x%d", N - 1 - i);
+    }
+    char *out = sl_yamledit_delete_paths(yaml, len, (const char *const *)paths, N, err, sizeof(err));
+    cr_assert_not_null(out, "%s", err);
+    cr_assert_eq(strlen(out), (size_t)(strstr(yaml, "x0: 0") - yaml));
+    free(out);
+    char *redacted = sl_yamledit_redact_secrets(yaml, len, err, sizeof(err));
+    out = sl_yamledit_restore_secrets(redacted, strlen(redacted), yaml, len, err, sizeof(err));
+    cr_assert_str_eq(out, yaml);
+    free(out);
+    free(redacted);
+    for (int i = 0; i < N; i++)
+        free(paths[i]);
+    free(paths);
+    free(yaml);
+}

@@ -32,12 +32,12 @@
 #define DUR_HELP "DUR is seconds (90), or numbers with units s, m, h, d, w (15m, 1h30m, 2d).\n"
 
 #define LIMITS_HELP                                                                                          \
-    "A LIMIT is a group of options; each --per starts a new one, and the --every and the one\n"              \
-    "measure after it belong to it:\n"                                                                       \
+    "A LIMIT is a group of options. Each --per starts a new limit; the --every and the one\n"                \
+    "measure after it belong to that limit:\n"                                                               \
     "  --per minute|hour|day|week|month [--every N] (--requests N | --tokens N | --cost USD)\n"              \
-    "--every N makes the window N minutes or hours long (default 1). --cost is in US dollars,\n"             \
-    "at most 6 decimals (0.5 is sent as 500000 micro-dollars). Repeat the group for several\n"               \
-    "limits; `set` replaces all of the target's limits with the ones given.\n"
+    "--every N: the window is N minutes or hours long (default 1). --cost: US dollars with at\n"             \
+    "most 6 decimals, sent as integer micro-dollars (0.5 is 500000). Repeat the group for\n"                 \
+    "several limits; `set` replaces all of the target's limits with the ones given.\n"
 
 static const char general_help[] =
     "usage: sluicectl [OPTIONS] COMMAND [ARGS]\n"
@@ -59,8 +59,8 @@ static const char general_help[] =
     "  config get [--repair]                       print the configuration (revision on stderr)\n"
     "  config put FILE [--revision N]              validate and apply a configuration (- = stdin)\n"
     "  help [COMMAND]                              this text, or a command's\n"
-    "\n" LIMITS_HELP "  e.g. sluicectl limits set anthropic --per minute --every 5 --tokens 10000000 \\\n"
-    "                                          --per day --cost 20\n"
+    "\n" LIMITS_HELP
+    "  e.g. sluicectl limits set anthropic --per minute --every 5 --tokens 10000000 --per day --cost 20\n"
     "\n" DUR_HELP "\n" OPTIONS_HELP "\n" EXIT_HELP;
 
 static const char events_help[] =
@@ -1663,14 +1663,17 @@ typedef struct table {
     size_t ncols;
     const char *align;
     char **cells; /* row-major */
-    size_t nrows;
+    size_t nrows, cap_rows;
 } table_t;
 
 static void
 table_add(table_t *t, ...)
 {
     va_list ap;
-    t->cells = sl_xrealloc(t->cells, (t->nrows + 1) * t->ncols * sizeof(char *));
+    if (t->nrows == t->cap_rows) {
+        t->cap_rows = t->cap_rows ? t->cap_rows * 2 : 16;
+        t->cells = sl_xrealloc(t->cells, t->cap_rows * t->ncols * sizeof(char *));
+    }
     va_start(ap, t);
     for (size_t c = 0; c < t->ncols; c++)
         t->cells[t->nrows * t->ncols + c] = va_arg(ap, char *);
@@ -1727,7 +1730,7 @@ table_finish(table_t *t, sl_strbuf_t *out)
 void
 sl_cli_providers_table(const sl_proto_provider_view_t *views, size_t n, uint64_t now_ms, sl_strbuf_t *out)
 {
-    table_t t = {.ncols = 7, .align = "lllrrrl"};
+    table_t t = {.ncols = 7, .align = "llllrrl"};
     table_add(&t, xprintf("NAME"), xprintf("PROTOCOL"), xprintf("HEALTH"), xprintf("THROTTLE"),
               xprintf("IN-FLIGHT"), xprintf("QUEUED"), xprintf("LIMITS"));
     for (size_t i = 0; i < n; i++) {
@@ -1763,7 +1766,7 @@ sl_cli_providers_table(const sl_proto_provider_view_t *views, size_t n, uint64_t
 void
 sl_cli_history_table(const sl_proto_history_row_t *rows, size_t n, sl_strbuf_t *out)
 {
-    table_t t = {.ncols = 10, .align = "lrllllrrrr"};
+    table_t t = {.ncols = 10, .align = "lrlllrrrrr"};
     table_add(&t, xprintf("TIME"), xprintf("ID"), xprintf("CLIENT"), xprintf("MODEL"), xprintf("PROVIDER"),
               xprintf("STATUS"), xprintf("DURATION"), xprintf("TTFT"), xprintf("TOKENS"), xprintf("COST"));
     for (size_t i = 0; i < n; i++) {
@@ -2040,7 +2043,10 @@ sl_cli_stream_event(sl_cli_stream_t *s, const sl_proto_event_msg_t *ev, sl_strbu
 {
     if (!s->synced)
         return; /* before the first snapshot, or while resyncing: the next snapshot reflects it */
-    if (s->has_seq && ev->seq > s->seq + 1)
+    if (s->has_seq && ev->seq == s->seq + 2)
+        sl_strbuf_appendf(err, "sluicectl: event %llu is missing from the stream\n",
+                          (unsigned long long)(s->seq + 1));
+    else if (s->has_seq && ev->seq > s->seq + 2)
         sl_strbuf_appendf(err, "sluicectl: events %llu to %llu are missing from the stream\n",
                           (unsigned long long)(s->seq + 1), (unsigned long long)(ev->seq - 1));
     s->has_seq = true;

@@ -16,7 +16,7 @@
 #include "bus.h"
 #include "runtime.h"
 
-/* Asks the data plane to cancel request id; false when no worker has it. */
+/* Asks the data plane to cancel live request id; false when it cannot be asked (no data plane yet). */
 typedef bool (*sl_control_cancel_fn)(void *ctx, uint64_t id);
 
 typedef struct {

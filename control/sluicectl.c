@@ -406,8 +406,11 @@ on_lws(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, 
     switch (reason) {
     case LWS_CALLBACK_CLIENT_CONNECTION_ERROR:
         c->wsi = NULL;
-        fail(c, SL_CLI_EXIT_USAGE, "cannot connect to %s: %s", c->url,
-             in != NULL ? (const char *)in : "connection failed");
+        fail(c, SL_CLI_EXIT_USAGE, "cannot connect to %s: %s%s", c->url,
+             in != NULL ? (const char *)in : "connection failed",
+             c->args.endpoint.tls && !c->args.insecure && in != NULL && strstr(in, "SSL") != NULL
+                 ? " (is the server's certificate trusted? --cacert FILE, or --insecure)"
+                 : "");
         c->state = CONN_DONE;
         break;
     case LWS_CALLBACK_CLIENT_ESTABLISHED: {

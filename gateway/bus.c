@@ -904,6 +904,12 @@ sl_inflight_apply(sl_inflight_t *log, sl_proto_event_t *ev)
     }
 }
 
+bool
+sl_inflight_has(const sl_inflight_t *log, uint64_t id)
+{
+    return id != 0 && find((sl_inflight_t *)log, id) != NULL;
+}
+
 size_t
 sl_inflight_count(const sl_inflight_t *log)
 {

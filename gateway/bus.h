@@ -308,6 +308,9 @@ void sl_inflight_free(sl_inflight_t *log);
  */
 bool sl_inflight_apply(sl_inflight_t *log, sl_proto_event_t *ev);
 
+/* Whether request id is live. */
+bool sl_inflight_has(const sl_inflight_t *log, uint64_t id);
+
 /* The number of live requests. */
 size_t sl_inflight_count(const sl_inflight_t *log);
 

@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <getopt.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,6 +140,20 @@ check_config(const char *path)
 static sl_runtime_t *runtime;
 static sl_gateway_t gateway;
 
+/* The data plane, for the control endpoint's cancel_request; set once it runs. */
+static sl_server_t *_Atomic serving;
+
+static bool
+cancel_request(void *ctx, uint64_t id)
+{
+    (void)ctx;
+    sl_server_t *server = atomic_load(&serving);
+    if (server == NULL)
+        return false;
+    sl_server_cancel(server, id);
+    return true;
+}
+
 /* The control endpoint, started before the data plane so that its in-flight log sees every request. */
 static sl_control_t *
 start_control(void)
@@ -153,6 +168,7 @@ start_control(void)
         .runtime = runtime,
         .bus = gateway.bus,
         .server_name = "sluice " SLUICE_VERSION,
+        .cancel = cancel_request,
     };
     char err[256];
     sl_control_t *control = sl_control_start(&o, err, sizeof(err));
@@ -254,6 +270,7 @@ main(int argc, char **argv)
         sl_log_error("%s", err);
         return 1;
     }
+    atomic_store(&serving, server);
     sl_log_info("sluice %s serving on %s://%s:%u (%u thread%s, config: %s)%s", SLUICE_VERSION,
                 listen->tls_cert != NULL ? "https" : "http", listen->bind, sl_server_port(server), threads,
                 threads == 1 ? "" : "s", opt.config_path != NULL ? opt.config_path : "embedded default",

@@ -85,6 +85,7 @@ typedef struct {
 } last_failure_t;
 
 typedef struct {
+    h2o_linklist_t link; /* in io->requests while it lives */
     h2o_req_t *req;
     sl_worker_io_t *io;
     sl_gateway_t *gw;
@@ -1466,6 +1467,49 @@ fail_streaming(request_t *r, sl_hop_end_t how, const char *detail)
     queue_final(r, r->events ? H2O_SEND_STATE_FINAL : H2O_SEND_STATE_ERROR);
 }
 
+/*
+ * An operator cancelled the request (the control protocol's cancel_request):
+ * whatever it waits for or sends stops, and the client is told in its own
+ * format — a whole 503 gw.cancelled before any answer went out, else the
+ * gateway's in-stream error (a whole answer already going out is cut).
+ */
+static void
+cancel_by_operator(request_t *r)
+{
+    if (r->state == REQ_DONE)
+        return;
+    sl_log_info("request %llu: cancelled by an operator", (unsigned long long)r->id);
+    sl_msg_t msg = sl_msg_make(SL_CODE_GW_CANCELLED, NULL);
+    close_attempt(r, SL_ROW_HOP_CANCELLED, SL_CODE_GW_CANCELLED, msg.text);
+    r->gateway_error = true;
+    if (!r->response_started) {
+        int status = sl_code_status(SL_CODE_GW_CANCELLED);
+        if (r->req != NULL)
+            sl_request_send_error(r->req, r->in.endpoint.dialect, status, SL_CODE_GW_CANCELLED, msg.text);
+        finish(r, SL_ROW_CANCELLED, status, true, SL_CODE_GW_CANCELLED, msg.text);
+    } else {
+        bool in_stream = r->events || r->keepalive_started;
+        finish(r, SL_ROW_CANCELLED, r->up_status > 0 ? r->up_status : 200, true, SL_CODE_GW_CANCELLED,
+               msg.text);
+        if (in_stream)
+            append_stream_error(r, SL_CODE_GW_CANCELLED, msg.text);
+        queue_final(r, in_stream ? H2O_SEND_STATE_FINAL : H2O_SEND_STATE_ERROR);
+    }
+    sl_msg_free(&msg);
+}
+
+void
+sl_request_cancel(sl_worker_io_t *io, uint64_t id)
+{
+    for (h2o_linklist_t *l = io->requests.next; l != &io->requests; l = l->next) {
+        request_t *r = H2O_STRUCT_FROM_MEMBER(request_t, link, l);
+        if (r->id == id) {
+            cancel_by_operator(r);
+            return;
+        }
+    }
+}
+
 /* ---- waiting on paused and busy upstreams (behaviour.md §6) -------------------------------- */
 
 static void
@@ -2834,6 +2878,7 @@ static void
 on_request_disposed(void *p)
 {
     request_t *r = p;
+    h2o_linklist_unlink(&r->link);
     unwatch_client(r);
     sl_timer_cancel(&r->io->timers, &r->start_timer);
     sl_timer_cancel(&r->io->timers, &r->backoff_timer);
@@ -2934,6 +2979,7 @@ sl_request_serve(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapsh
     memset(r, 0, sizeof(*r));
     r->req = req;
     r->io = io;
+    h2o_linklist_insert(&io->requests, &r->link);
     r->gw = gw;
     r->snapshot = snapshot;
     atomic_fetch_add(&snapshot->refs, 1);

@@ -69,4 +69,7 @@ void sl_gateway_init(sl_gateway_t *gw, sl_recorder_t *recorder);
  */
 int sl_request_serve(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapshot_t *snapshot);
 
+/* Cancels the request id if it lives on this worker (its loop's thread only); else nothing. */
+void sl_request_cancel(sl_worker_io_t *io, uint64_t id);
+
 #endif

@@ -36,6 +36,7 @@ typedef struct {
     h2o_accept_ctx_t accept_ctx;
     h2o_multithread_queue_t *queue;
     h2o_multithread_receiver_t wake;
+    h2o_multithread_receiver_t cancels; /* cancel_request from the control thread */
     unsigned index;
     h2o_socket_t *turns_listener; /* the internal socket WebSocket turns come back in on */
 } worker_t;
@@ -205,6 +206,24 @@ on_wake(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messages)
     }
 }
 
+/* An operator's cancel_request, sent to every worker: the one that has the request cancels it. */
+typedef struct {
+    h2o_multithread_message_t super;
+    uint64_t id;
+} cancel_message_t;
+
+static void
+on_cancels(h2o_multithread_receiver_t *receiver, h2o_linklist_t *messages)
+{
+    worker_t *w = H2O_STRUCT_FROM_MEMBER(worker_t, cancels, receiver);
+    while (!h2o_linklist_is_empty(messages)) {
+        cancel_message_t *m = H2O_STRUCT_FROM_MEMBER(cancel_message_t, super.link, messages->next);
+        h2o_linklist_unlink(&m->super.link);
+        sl_request_cancel(&w->io, m->id);
+        free(m);
+    }
+}
+
 static void init_worker_io(sl_worker_io_t *io, h2o_loop_t *loop, h2o_multithread_queue_t *queue,
                            SSL_CTX *upstream_ssl, SSL_CTX *upstream_ssl_by_address);
 
@@ -225,6 +244,7 @@ init_worker(worker_t *w)
     w->accept_ctx.ssl_ctx = s->ssl_ctx;
     w->queue = h2o_multithread_create_queue(w->ctx.loop);
     h2o_multithread_register_receiver(w->queue, &w->wake, on_wake);
+    h2o_multithread_register_receiver(w->queue, &w->cancels, on_cancels);
     init_worker_io(&w->io, w->ctx.loop, w->queue, s->upstream_ssl_ctx, s->upstream_ssl_ctx_by_address);
     w->listener = h2o_evloop_socket_create(w->ctx.loop, w->listen_fd, H2O_SOCKET_FLAG_DONT_READ);
     w->listener->data = w;
@@ -321,6 +341,7 @@ init_worker_io(sl_worker_io_t *io, h2o_loop_t *loop, h2o_multithread_queue_t *qu
                SSL_CTX *upstream_ssl_by_address)
 {
     io->loop = loop;
+    h2o_linklist_init_anchor(&io->requests);
     h2o_timeout_init(loop, &io->io_timeout, 24 * 3600 * 1000);
     h2o_multithread_register_receiver(queue, &io->getaddr_receiver, h2o_hostinfo_getaddr_receiver);
     io->client_ctx = (h2o_http1client_ctx_t){
@@ -432,6 +453,16 @@ sl_server_stop_accepting(sl_server_t *server)
     atomic_store(&server->gateway->stopping, true);
     for (unsigned i = 0; i < server->n_workers; i++)
         h2o_multithread_send_message(&server->workers[i].wake, NULL);
+}
+
+void
+sl_server_cancel(sl_server_t *server, uint64_t id)
+{
+    for (unsigned i = 0; i < server->n_workers; i++) {
+        cancel_message_t *m = sl_xcalloc(1, sizeof(*m));
+        m->id = id;
+        h2o_multithread_send_message(&server->workers[i].cancels, &m->super);
+    }
 }
 
 unsigned

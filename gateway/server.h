@@ -33,6 +33,9 @@ uint16_t sl_server_port(const sl_server_t *server);
 /* Stops accepting connections; requests in flight go on. /healthz answers 503 from now on. */
 void sl_server_stop_accepting(sl_server_t *server);
 
+/* Asks every worker to cancel request id (cancel_request); the one that has it does. Any thread. */
+void sl_server_cancel(sl_server_t *server, uint64_t id);
+
 /* Requests that have started and not yet ended. */
 unsigned sl_server_in_flight(const sl_server_t *server);
 

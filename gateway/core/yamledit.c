@@ -30,7 +30,11 @@
 
 #define LIT(s) s, sizeof(s) - 1
 
-static bool __attribute__((format(printf, 3, 4))) fail(char *err, size_t err_size, const char *fmt, ...)
+/* Writes the reason into err; returns false, for `return fail(…)`. */
+static bool fail(char *err, size_t err_size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+static bool
+fail(char *err, size_t err_size, const char *fmt, ...)
 {
     if (err_size > 0) {
         va_list ap;
@@ -133,6 +137,12 @@ scalar_is(const doc_t *d, const node_t *n, const char *s, size_t len)
     return n->kind == N_SCALAR && n->value_len == len && memcmp(value_text(d, n), s, len) == 0;
 }
 
+static bool
+is_space(char c)
+{
+    return c == ' ' || c == '\t' || c == '\r' || c == '\n';
+}
+
 static size_t
 utf8_width(unsigned char c)
 {
@@ -177,7 +187,7 @@ set_scalar(doc_t *d, node_t *n, const yaml_event_t *ev)
     /* A |/> scalar's span runs over its trailing line breaks, which belong to the lines around it. */
     if (ev->data.scalar.style == YAML_LITERAL_SCALAR_STYLE ||
         ev->data.scalar.style == YAML_FOLDED_SCALAR_STYLE) {
-        while (n->end > n->start && strchr(" \t\r\n", d->text[n->end - 1]) != NULL)
+        while (n->end > n->start && is_space(d->text[n->end - 1]))
             n->end--;
     }
 }
@@ -381,6 +391,17 @@ map_find(doc_t *d, size_t map, const char *key, size_t len)
                : NONE;
 }
 
+/* Whether node or a collection holding it carries an anchor: an alias elsewhere would see an edit in it. */
+static bool
+under_anchor(const doc_t *d, size_t node)
+{
+    for (; node != NONE; node = d->nodes[node].parent) {
+        if (d->nodes[node].anchored)
+            return true;
+    }
+    return false;
+}
+
 /* ---- edits --------------------------------------------------------------- */
 
 typedef struct {
@@ -528,7 +549,7 @@ delete_flow_entries(const doc_t *d, edits_t *e, const mark_t *marks, size_t n, c
             edits_delete(e, from, key_start(d, map, last + 1));
         } else if (first > 0) {
             size_t prev_end = value_end(d, map, first - 1), comma = prev_end;
-            while (comma < d->len && strchr(" \t\r\n", d->text[comma]) != NULL)
+            while (comma < d->len && is_space(d->text[comma]))
                 comma++;
             if (comma == d->len || d->text[comma] != ',')
                 return fail(err, err_size, "cannot find the comma before '%s'",
@@ -762,8 +783,8 @@ edit_limits(doc_t *d, edits_t *e, const char *section, const char *name, const s
     size_t item = find_item(d, section, name, err, err_size);
     if (item == NONE)
         return false;
-    if (d->nodes[item].anchored)
-        return fail(err, err_size, "%s[%s]: the item has an anchor; edit it by hand", section, name);
+    if (under_anchor(d, item))
+        return fail(err, err_size, "%s[%s]: the item is under an anchor; edit it by hand", section, name);
     size_t p = map_find(d, item, "limits", 6);
     if (p == NONE)
         return n == 0 || add_limits(d, e, item, limits, n, err, err_size);
@@ -936,16 +957,21 @@ walk_secrets(doc_t *d, on_secret_fn fn, void *ctx)
     return ok;
 }
 
-/* A value that is written out: not empty, not null, no ${VAR} reference. */
+/* A scalar that is neither empty nor null. */
 static bool
-is_literal(const doc_t *d, const node_t *n)
+has_value(const doc_t *d, const node_t *n)
 {
     if (n->kind != N_SCALAR || n->value_len == 0)
         return false;
     const char *v = value_text(d, n);
-    if (n->plain && (strcmp(v, "~") == 0 || strcasecmp(v, "null") == 0))
-        return false;
-    return strstr(v, "${") == NULL;
+    return !n->plain || (strcmp(v, "~") != 0 && strcasecmp(v, "null") != 0);
+}
+
+/* A value written out in the file, not a ${VAR} reference. */
+static bool
+is_literal(const doc_t *d, const node_t *n)
+{
+    return has_value(d, n) && strstr(value_text(d, n), "${") == NULL;
 }
 
 typedef struct {
@@ -1087,7 +1113,8 @@ restore_one(void *ctx, doc_t *d, size_t node, const char *path)
     const node_t *cur = at != NONE ? &r->current.nodes[at] : NULL;
     if (cur != NULL && !reject_anchor(cur, path, r->err, r->err_size))
         return false;
-    if (cur == NULL || cur->kind != N_SCALAR)
+    /* A ${VAR} reference is kept too: "***" asks for whatever stands there now. */
+    if (cur == NULL || !has_value(&r->current, cur))
         return fail(r->err, r->err_size,
                     "%s: '" SL_YAMLEDIT_SECRET_SENTINEL "' but the current configuration has no secret there",
                     path);
@@ -1110,7 +1137,7 @@ sl_yamledit_restore_secrets(const char *new_yaml, size_t new_len, const char *cu
         return NULL;
     }
     char *out = NULL;
-    walk_secrets(&r.current, collect_one, &r.secrets);
+    (void)walk_secrets(&r.current, collect_one, &r.secrets);
     if (r.secrets.n > 0)
         qsort(r.secrets.items, r.secrets.n, sizeof(secret_ref_t), by_path);
     if (walk_secrets(&d, restore_one, &r))
@@ -1177,12 +1204,13 @@ resolve_path(doc_t *d, const char *path, mark_t *mark, char *err, size_t err_siz
             continue;
         }
         const char *rest = NULL;
-        size_t pair = d->nodes[node].kind == N_MAP ? longest_key(d, node, p, &rest) : NONE;
+        size_t pair = d->nodes[node].kind == N_MAP && *p != '\0' ? longest_key(d, node, p, &rest) : NONE;
         if (pair == NONE)
             break;
         if (*rest == '\0') {
-            if (key_of(d, node, pair)->anchored || d->nodes[value_of(d, node, pair)].anchor_below)
-                return fail(err, err_size, "%s: holds an anchor; delete it by hand", path);
+            if (under_anchor(d, node) || key_of(d, node, pair)->anchored ||
+                d->nodes[value_of(d, node, pair)].anchor_below)
+                return fail(err, err_size, "%s: under or holding an anchor; delete it by hand", path);
             *mark = (mark_t){node, pair};
             return true;
         }

@@ -100,7 +100,11 @@ export class ControlClient {
     const deadline = Date.now() + timeoutMs;
     for (;;) {
       const i = this.messages.findIndex((x, j) => j >= start && x.req === req && ["ok", "error", "snapshot"].includes(x.kind));
-      if (i >= 0) return this.messages[i];
+      if (i >= 0) {
+        // A snapshot starts the subscription's stream afresh: what came before it is the old one's.
+        if (this.messages[i].kind === "snapshot") this.taken = Math.max(this.taken, i + 1);
+        return this.messages[i];
+      }
       const left = deadline - Date.now();
       if (left <= 0) throw new Error(`no reply to ${m.kind} within ${timeoutMs} ms`);
       await new Promise((resolve) => {

@@ -8,6 +8,7 @@ import path from "node:path";
 import { fileURLToPath } from "node:url";
 
 export const GATEWAY_KEY = "gw-sdk-test-key-0001";
+export const CONTROL_KEY = "control-sdk-test-key-0001";
 export const SDK_TIMEOUT_MS = 10_000;
 // Bounds each test: a hung stream fails the test instead of the run.
 export const TEST_TIMEOUT_MS = 20_000;
@@ -25,12 +26,13 @@ export function fixture(name) {
 // entries, starting with a comma; key: null for none, e.g. Bedrock signing with SigV4); they are tried in the order
 // given. Breaker pauses are kept out of the way (failures_to_pause) so that one
 // test's upstream failures do not change which upstream the next test reaches.
-function configYaml(providers, storePath, waitSecs) {
+function configYaml(providers, storePath, waitSecs, clientFields = "") {
   const lines = [
     "listen:",
     "  gateway: {bind: 127.0.0.1, port: 0}",
+    `  control: {bind: 127.0.0.1, port: 0, key: "${CONTROL_KEY}"}`,
     "clients:",
-    `  - {name: sdk, key: "${GATEWAY_KEY}"}`,
+    `  - {name: sdk, key: "${GATEWAY_KEY}"${clientFields}}`,
     "providers:",
     ...providers.map(
       (p) =>
@@ -45,18 +47,21 @@ function configYaml(providers, storePath, waitSecs) {
   return lines.join("\n") + "\n";
 }
 
-// Starts sluice and waits for its "serving on" line. Returns {port, pid, log(),
-// stop()}; throws with the log when it does not come up within 5 s. stop()
-// resolves to sluice's exit code (null when it had to be killed) and may be
-// called again once it has exited.
+// Starts sluice and waits for its "serving on" line. Returns {port, controlPort, pid,
+// config (the file's path), log(), stop()}; throws with the log when it does not come up
+// within 5 s. stop() resolves to sluice's exit code (null when it had to be killed) and may
+// be called again once it has exited.
 // options.waitSecs sets failover.wait_secs (0 by default: no retries, failover only);
 // options.threads the worker threads (2 by default); options.storePath the request DB
 // (by default in the temp dir, removed by stop(); a path given here is left for the caller to read).
+// options.configPath runs on that file as it is (written by the caller, kept by stop());
+// options.clientFields adds flow-map entries to the client key's line (", limits: [...]").
 export async function startGateway(providers, options = {}) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "sluice-sdk-"));
-  const config = path.join(dir, "sluice.yaml");
+  const config = options.configPath ?? path.join(dir, "sluice.yaml");
   const store = options.storePath ?? path.join(dir, "sluice.db");
-  fs.writeFileSync(config, configYaml(providers, store, options.waitSecs ?? 0));
+  if (!options.configPath)
+    fs.writeFileSync(config, configYaml(providers, store, options.waitSecs ?? 0, options.clientFields));
   const args = ["--config", config, "--threads", String(options.threads ?? 2)];
   if (process.env.SLUICE_LOG_LEVEL) args.push("--log-level", process.env.SLUICE_LOG_LEVEL);
   const child = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"] });
@@ -91,8 +96,11 @@ export async function startGateway(providers, options = {}) {
     throw e;
   });
 
+  const control = /control endpoint on ws:\/\/127\.0\.0\.1:(\d+)/.exec(log);
   return {
     port,
+    controlPort: control ? Number(control[1]) : null,
+    config,
     pid: child.pid,
     log: () => log,
     async stop() {

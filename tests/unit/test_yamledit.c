@@ -342,9 +342,41 @@ Test(yamledit_limits, refuses_anchors_and_aliases)
     cr_assert_str_eq(err, "providers[b].limits: anchors and aliases are not edited");
     const char *item = "providers:\n  - &p {name: a, protocol: anthropic}\n  - *p\n";
     cr_assert_null(set_limits(item, "providers", "a", two, 1));
-    cr_assert_str_eq(err, "providers[a]: the item has an anchor; edit it by hand");
+    cr_assert_str_eq(err, "providers[a]: the item is under an anchor; edit it by hand");
     cr_assert_null(set_limits("providers:\n  - *p\n", "providers", "x", two, 1));
     cr_assert_str_eq(err, "providers has no item named 'x' (aliases in the list are not followed)");
+}
+
+Test(yamledit_limits, refuses_what_it_cannot_indent)
+{
+    const char *tagged = "providers:\n  - name: a\n    limits: !!seq\n      - {per: day, requests: 1}\n";
+    cr_assert_null(set_limits(tagged, "providers", "a", two, 1));
+    cr_assert_str_eq(err, "cannot tell the indentation of the limits");
+    const char *complex = "providers:\n  - ? name\n    : a\n    protocol: anthropic\n";
+    cr_assert_null(set_limits(complex, "providers", "a", two, 1));
+    cr_assert_str_eq(err, "cannot tell the item's indentation");
+}
+
+/* The mapping and 63 lists are 64 levels: the most it reads. */
+static const char *
+nested(int lists)
+{
+    static char text[200];
+    int n = snprintf(text, sizeof(text), "providers: ");
+    for (int i = 0; i < lists; i++)
+        text[n++] = '[';
+    for (int i = 0; i < lists; i++)
+        text[n++] = ']';
+    text[n] = '\0';
+    return text;
+}
+
+Test(yamledit_limits, refuses_a_document_nested_too_deep)
+{
+    cr_assert_null(set_limits(nested(63), "providers", "a", two, 1));
+    cr_assert_str_eq(err, "providers has no item named 'a'");
+    cr_assert_null(set_limits(nested(64), "providers", "a", two, 1));
+    cr_assert_str_eq(err, "line 1: nested deeper than 64 levels");
 }
 
 /* ---- redact ----------------------------------------------------------------- */
@@ -510,9 +542,15 @@ Test(yamledit_restore, items_are_matched_by_name_and_headers_in_any_case)
 
 Test(yamledit_restore, a_sentinel_without_a_current_secret_is_an_error)
 {
-    const char *current = "providers:\n  - {name: openai, protocol: openai-chat, key: \"${X}\"}\n";
+    const char *current = "providers:\n  - {name: openai, protocol: openai-chat, key: \"${X}\"}\n"
+                          "  - {name: empty, protocol: openai-chat, key: ~}\n";
     cr_assert_null(restore("providers:\n  - {name: other, protocol: openai-chat, key: \"***\"}\n", current));
     cr_assert_str_eq(err, "providers[other].key: '***' but the current configuration has no secret there");
+    cr_assert_null(restore("providers:\n  - {name: empty, protocol: openai-chat, key: \"***\"}\n", current));
+    cr_assert_str_eq(err, "providers[empty].key: '***' but the current configuration has no secret there");
+    char *out = restore("providers:\n  - {name: openai, protocol: openai-chat, key: \"***\"}\n", current);
+    cr_assert_str_eq(out, "providers:\n  - {name: openai, protocol: openai-chat, key: \"${X}\"}\n");
+    free(out);
     cr_assert_null(restore("listen:\n  control: {key: \"***\"}\n", current));
     cr_assert_str_eq(err, "listen.control.key: '***' but the current configuration has no secret there");
 }
@@ -543,6 +581,16 @@ Test(yamledit_restore, requotes_a_value_that_would_not_read_the_same_where_it_go
     char *want = replaced_all(pushed, pairs, 2);
     cr_assert_str_eq(out, want);
     free(want);
+    free(out);
+}
+
+Test(yamledit_restore, the_first_of_duplicate_entries_is_the_current_secret)
+{
+    const char *current = "listen:\n  control:\n    key: first\n    key: second\n"
+                          "clients:\n  - {name: a, key: one}\n  - {name: a, key: two}\n";
+    char *out = restore("clients: [{name: a, key: \"***\"}]\nlisten: {control: {key: \"***\"}}\n", current);
+    cr_assert_not_null(out, "%s", err);
+    cr_assert_str_eq(out, "clients: [{name: a, key: one}]\nlisten: {control: {key: \"first\"}}\n");
     free(out);
 }
 
@@ -714,7 +762,9 @@ Test(yamledit_delete, a_path_that_names_no_entry_is_an_error)
         {"providers[0].nope", "providers[0].nope: no such entry"},
         {"providers[0]", "providers[0]: a list item, not a mapping entry"},
         {"providers[-1].name", "providers[-1].name: no such entry"},
-        {"x", "x: holds an anchor; delete it by hand"},
+        {"x", "x: under or holding an anchor; delete it by hand"},
+        {"providers[0].", "providers[0].: no such entry"},
+        {"providers.", "providers.: no such entry"},
         {"y.z", "y.z: passes through an alias"},
     };
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
@@ -724,38 +774,58 @@ Test(yamledit_delete, a_path_that_names_no_entry_is_an_error)
     }
     char *out = delete_paths(yaml, (const char *[]){"y"}, 1);
     assert_edit(out, yaml, "y: *a\n", "");
+    cr_assert_null(delete_paths("base: &b {bogus: 1}\n", (const char *[]){"base.bogus"}, 1));
+    cr_assert_str_eq(err, "base.bogus: under or holding an anchor; delete it by hand");
+    cr_assert_null(delete_paths("? bogus\n: 1\nversion: 1\n", (const char *[]){"bogus"}, 1));
+    cr_assert_str_eq(err, "cannot delete 'bogus': it does not start its line");
 }
 
 /* ---- bounded work ------------------------------------------------------------- */
 
-/* A quadratic search would take minutes on these; linear work takes well under a second. */
-Test(yamledit_bounds, a_big_file_is_edited_in_linear_time, .timeout = 20)
+/*
+ * A quadratic search would take minutes on these (10^10 steps); linear work
+ * takes about a second, under the sanitizers too.
+ */
+enum { MANY = 100000 };
+
+Test(yamledit_bounds, deleting_many_paths_from_a_big_mapping, .timeout = 20)
 {
-    enum { N = 40000 };
     sl_strbuf_t b = {0};
-    sl_strbuf_appendf(&b, "providers:\n");
-    for (int i = 0; i < N; i++)
-        sl_strbuf_appendf(&b, "  - {name: p%d, protocol: anthropic, key: k%d}\n", i, i);
-    for (int i = 0; i < N; i++)
-        sl_strbuf_appendf(&b, "x%d: %d\n", i, i);
+    sl_strbuf_appendf(&b, "version: 1\n");
+    for (int i = 0; i < MANY; i++)
+        sl_strbuf_appendf(&b, "k%06d: %d\n", i, i);
     size_t len = b.len;
     char *yaml = sl_strbuf_finish(&b);
-    char **paths = sl_xmalloc(N * sizeof(char *));
-    for (int i = 0; i < N; i++) {
+    char **paths = sl_xmalloc(MANY * sizeof(char *));
+    for (int i = 0; i < MANY; i++) {
         paths[i] = sl_xmalloc(16);
-        snprintf(paths[i], 16, "x%d", N - 1 - i);
+        snprintf(paths[i], 16, "k%06d", MANY - 1 - i);
     }
-    char *out = sl_yamledit_delete_paths(yaml, len, (const char *const *)paths, N, err, sizeof(err));
+    char *out = sl_yamledit_delete_paths(yaml, len, (const char *const *)paths, MANY, err, sizeof(err));
     cr_assert_not_null(out, "%s", err);
-    cr_assert_eq(strlen(out), (size_t)(strstr(yaml, "x0: 0") - yaml));
+    cr_assert_str_eq(out, "version: 1\n");
     free(out);
+    for (int i = 0; i < MANY; i++)
+        free(paths[i]);
+    free(paths);
+    free(yaml);
+}
+
+Test(yamledit_bounds, restoring_many_secrets, .timeout = 20)
+{
+    sl_strbuf_t b = {0};
+    sl_strbuf_appendf(&b, "clients:\n");
+    for (int i = 0; i < MANY; i++)
+        sl_strbuf_appendf(&b, "  - {name: c%06d, key: k%06d}\n", i, i);
+    size_t len = b.len;
+    char *yaml = sl_strbuf_finish(&b);
     char *redacted = sl_yamledit_redact_secrets(yaml, len, err, sizeof(err));
-    out = sl_yamledit_restore_secrets(redacted, strlen(redacted), yaml, len, err, sizeof(err));
+    cr_assert_not_null(redacted, "%s", err);
+    cr_assert_not_null(strstr(redacted, "  - {name: c099999, key: \"***\"}\n"));
+    char *out = sl_yamledit_restore_secrets(redacted, strlen(redacted), yaml, len, err, sizeof(err));
+    cr_assert_not_null(out, "%s", err);
     cr_assert_str_eq(out, yaml);
     free(out);
     free(redacted);
-    for (int i = 0; i < N; i++)
-        free(paths[i]);
-    free(paths);
     free(yaml);
 }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include <libwebsockets.h>
@@ -481,6 +482,12 @@ conn_open(sl_control_t *ctl, struct lws *wsi, conn_t **slot)
         ctl->conns->prev = c;
     ctl->conns = c;
     *slot = c;
+    /*
+     * A subscriber that stops reading is held to our bounded queue (and its
+     * events_dropped), not to megabytes the kernel would buffer first.
+     */
+    int sndbuf = SL_CONTROL_SOCKET_BUFFER;
+    setsockopt(lws_get_socket_fd(wsi), SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
     /* The hello must come soon; lws closes the connection otherwise. */
     lws_set_timeout(wsi, PENDING_TIMEOUT_USER_OK, SL_CONTROL_HELLO_SECS);
 }

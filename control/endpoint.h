@@ -33,6 +33,8 @@ typedef struct {
 #define SL_CONTROL_MAX_MESSAGE (1u << 20)
 /* The client's hello must come within this many seconds. */
 #define SL_CONTROL_HELLO_SECS 5
+/* The kernel's send buffer of a control connection. */
+#define SL_CONTROL_SOCKET_BUFFER (256 * 1024)
 /* ProviderChanged per provider at most once in this many ms. */
 #define SL_CONTROL_PROVIDER_MS 250
 

@@ -135,7 +135,7 @@ sl_blob_unref(sl_blob_t *b)
 typedef struct item {
     struct item *next;
     sl_blob_t *body;
-    unsigned char head[24]; /* events: the envelope before body */
+    unsigned char head[SL_OUTQ_EVENT_HEAD_MAX]; /* events: the envelope before body */
     uint8_t head_len;
     bool is_event;
 } item_t;
@@ -221,7 +221,7 @@ sl_outq_push_reply(sl_outq_t *q, const char *data, size_t len)
     return true;
 }
 
-/* A packer writing into a fixed buffer (the envelope never needs more than 24 bytes). */
+/* A packer writing into a fixed buffer (the envelope never needs more than SL_OUTQ_EVENT_HEAD_MAX bytes). */
 typedef struct {
     unsigned char *buf;
     size_t len, cap;
@@ -239,9 +239,9 @@ fixed_write(void *data, const char *bytes, size_t len)
 }
 
 size_t
-sl_outq_event_head(uint64_t seq, unsigned char out[24])
+sl_outq_event_head(uint64_t seq, unsigned char out[SL_OUTQ_EVENT_HEAD_MAX])
 {
-    fixed_buf_t f = {out, 0, 24};
+    fixed_buf_t f = {out, 0, SL_OUTQ_EVENT_HEAD_MAX};
     msgpack_packer pk;
     msgpack_packer_init(&pk, &f, fixed_write);
     /* The map of sl_proto's `event` message: kind, seq, event — the event's bytes follow. */

@@ -113,7 +113,10 @@ size_t sl_outq_take(sl_outq_t *q, char *out, size_t cap, size_t *big);
 /* Events dropped since the queue was made (for logs and tests). */
 uint64_t sl_outq_dropped_total(const sl_outq_t *q);
 
+/* The longest envelope: map header, "kind" "event" "seq" <uint64> "event". */
+#define SL_OUTQ_EVENT_HEAD_MAX 32
+
 /* The `event {seq, event}` envelope around an encoded Event, as sl_proto_encode writes it (tests). */
-size_t sl_outq_event_head(uint64_t seq, unsigned char out[24]);
+size_t sl_outq_event_head(uint64_t seq, unsigned char out[SL_OUTQ_EVENT_HEAD_MAX]);
 
 #endif

@@ -533,8 +533,8 @@ value_end(const doc_t *d, size_t map, size_t pair)
 
 /*
  * Flow: a run of deleted entries goes with the comma after it, or, when it
- * ends the mapping, with the comma before it (what stands between that
- * comma and the run, a comment, stays).
+ * ends the mapping, with the comma before it (a comment between that comma
+ * and the run stays, with its line break).
  */
 static bool
 delete_flow_entries(const doc_t *d, edits_t *e, const mark_t *marks, size_t n, char *err, size_t err_size)
@@ -554,10 +554,14 @@ delete_flow_entries(const doc_t *d, edits_t *e, const mark_t *marks, size_t n, c
             if (comma == d->len || d->text[comma] != ',')
                 return fail(err, err_size, "cannot find the comma before '%s'",
                             value_text(d, key_of(d, map, first)));
-            edits_delete(e, prev_end, comma + 1);
-            while (from > comma + 1 && (d->text[from - 1] == ' ' || d->text[from - 1] == '\t'))
-                from--;
-            edits_delete(e, from, value_end(d, map, last));
+            if (memchr(d->text + comma, '#', from - comma) == NULL) {
+                edits_delete(e, prev_end, value_end(d, map, last));
+            } else {
+                edits_delete(e, prev_end, comma + 1);
+                while (from > comma + 1 && (d->text[from - 1] == ' ' || d->text[from - 1] == '\t'))
+                    from--;
+                edits_delete(e, from, value_end(d, map, last));
+            }
         } else {
             edits_delete(e, from, value_end(d, map, last));
         }

@@ -23,8 +23,8 @@ const RATE_LIMITED = { type: "error", error: { type: "rate_limit_error", message
 
 let up, gw;
 
-async function ask(text = "hi", { stream = false } = {}) {
-  const res = await fetch(`http://127.0.0.1:${gw.port}/v1/messages`, {
+async function ask(text = "hi", { stream = false, query = "" } = {}) {
+  const res = await fetch(`http://127.0.0.1:${gw.port}/v1/messages${query}`, {
     method: "POST",
     headers: { "content-type": "application/json", "x-api-key": GATEWAY_KEY, "anthropic-version": "2023-06-01" },
     body: JSON.stringify({ model: "claude-x", max_tokens: 16, stream, messages: [{ role: "user", content: text }] }),
@@ -185,6 +185,41 @@ describe("control endpoint", () => {
       assert.ok(k.includes("attempt"));
     }
     await c.close();
+  });
+
+  test("a subscriber that stops reading gets events_dropped; the others and the data plane go on", { timeout: 60000 }, async () => {
+    const slow = await connect();
+    await slow.request({ kind: "subscribe", topics: ["events"] });
+    slow.ws._socket.pause(); // reads nothing from here on
+    const fast = await connect();
+    const snap = await fast.request({ kind: "subscribe", topics: ["events"] });
+    // Long paths make each RequestStarted ~4 KB: the slow one's queue overflows within ~1 500 requests.
+    const query = `?pad=${"x".repeat(4000)}`;
+    const n = 1500;
+    const started = Date.now();
+    let next = 0;
+    const statuses = [];
+    await Promise.all(Array.from({ length: 32 }, async () => {
+      while (next < n) {
+        next++;
+        up.push(jsonReply(200, OK_MESSAGE));
+        statuses.push((await ask("load", { query })).status);
+      }
+    }));
+    const ms = Date.now() - started;
+    console.log(`# ${n} requests with a stalled subscriber: ${ms} ms (${Math.round((n * 1000) / ms)} req/s)`);
+    assert.equal(statuses.filter((x) => x === 200).length, n);
+    let finished = 0;
+    const events = await eventsUntil(fast, (ev) => ev.kind === "request_finished" && ++finished === n, 20000);
+    events.forEach((m, i) => assert.equal(m.seq, snap.seq + 1 + i));
+    slow.ws._socket.resume();
+    const dropped = await slow.next((m) => m.kind === "events_dropped", 20000);
+    assert.ok(dropped.count > 0);
+    const resync = await slow.request({ kind: "subscribe", topics: ["events"] }, 20000);
+    assert.equal(resync.kind, "snapshot");
+    assert.equal(resync.seq, 0);
+    await slow.close();
+    await fast.close();
   });
 
   test("a late subscriber sees a queued request's earlier events, then the rest", T, async () => {

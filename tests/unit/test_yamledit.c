@@ -117,6 +117,8 @@ static const sl_limit_t two[] = {
     {SL_PER_DAY, 1, SL_MEASURE_COST, 500000},
 };
 
+static char *restore(const char *new_yaml, const char *current);
+
 /* ---- set_limits ------------------------------------------------------------ */
 
 Test(yamledit_limits, replaces_a_block_list_line_for_line_keeping_the_comment_above_it)
@@ -343,6 +345,9 @@ Test(yamledit_limits, refuses_anchors_and_aliases)
     const char *item = "providers:\n  - &p {name: a, protocol: anthropic}\n  - *p\n";
     cr_assert_null(set_limits(item, "providers", "a", two, 1));
     cr_assert_str_eq(err, "providers[a]: the item is under an anchor; edit it by hand");
+    cr_assert_null(
+        set_limits("providers: &ps\n  - {name: a, protocol: anthropic}\n", "providers", "a", two, 1));
+    cr_assert_str_eq(err, "providers[a]: the item is under an anchor; edit it by hand");
     cr_assert_null(set_limits("providers:\n  - *p\n", "providers", "x", two, 1));
     cr_assert_str_eq(err, "providers has no item named 'x' (aliases in the list are not followed)");
 }
@@ -469,6 +474,19 @@ Test(yamledit_redact, a_block_scalar_and_a_duplicate_key)
                           "    key: \"***\"\n"
                           "    key: \"***\"\n"
                           "    port: 9\n");
+    free(out);
+}
+
+Test(yamledit_redact, a_collection_at_a_secret_is_redacted_leaf_by_leaf)
+{
+    const char *yaml = "clients:\n  - name: a\n    key: [sk-1, {inner: sk-2, ref: \"${X}\"}]\n";
+    char *out = redact(yaml);
+    cr_assert_not_null(out, "%s", err);
+    cr_assert_str_eq(out, "clients:\n  - name: a\n    key: [\"***\", {inner: \"***\", ref: \"${X}\"}]\n");
+    char *back = restore(out, yaml);
+    cr_assert_not_null(back, "%s", err);
+    cr_assert_str_eq(back, yaml);
+    free(back);
     free(out);
 }
 
@@ -738,18 +756,21 @@ Test(yamledit_delete, nested_and_repeated_paths_and_dotted_keys)
     const char *yaml = "pricing:\n"
                        "  \"gpt-4.1\": {input: 1, output: 2, inptu: 3}\n"
                        "  gpt-4: {input: 1, output: 2}\n"
+                       "  claude-[34]*: {input: 1, output: 2,\n    bogus: 3}\n"
                        "extra:\n"
                        "  inner: {a: 1}\n"
                        "version: 1\n";
-    const char *paths[] = {"pricing.gpt-4.1.inptu", "extra.inner.a", "extra", "pricing.gpt-4.1.inptu"};
-    char *out = delete_paths(yaml, paths, 4);
+    const char *paths[] = {"pricing.gpt-4.1.inptu", "extra.inner.a", "extra", "pricing.gpt-4.1.inptu",
+                           "pricing.claude-[34]*.bogus"};
+    char *out = delete_paths(yaml, paths, 5);
     cr_assert_not_null(out, "%s", err);
     cr_assert_str_eq(out, "pricing:\n"
                           "  \"gpt-4.1\": {input: 1, output: 2}\n"
                           "  gpt-4: {input: 1, output: 2}\n"
+                          "  claude-[34]*: {input: 1, output: 2}\n"
                           "version: 1\n");
     sl_config_result_t res = load(out);
-    cr_assert_eq(res.config->n_pricing, 2);
+    cr_assert_eq(res.config->n_pricing, 3);
     sl_config_result_free(&res);
     free(out);
 }

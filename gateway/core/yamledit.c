@@ -730,14 +730,23 @@ add_limits(const doc_t *d, edits_t *e, size_t item, const sl_limit_t *limits, si
     return true;
 }
 
-/* A block list is rewritten line for line at its indentation; anything else becomes a flow list. */
+/*
+ * A list is rewritten in its style: a block one line for line at its
+ * indentation. Any other value (null, a scalar, a mapping: the loader
+ * rejects them) is replaced from the colon on, as a flow list.
+ */
 static bool
-replace_limits(const doc_t *d, edits_t *e, size_t value, const sl_limit_t *limits, size_t n, char *err,
-               size_t err_size)
+replace_limits(const doc_t *d, edits_t *e, size_t item, size_t pair, const sl_limit_t *limits, size_t n,
+               char *err, size_t err_size)
 {
-    const node_t *v = &d->nodes[value];
+    const node_t *v = &d->nodes[value_of(d, item, pair)];
     sl_strbuf_t b = {0};
-    if (v->kind == N_SEQ && !v->flow) {
+    if (v->kind == N_SEQ && v->flow) {
+        append_flow_limits(&b, limits, n);
+        edits_replace_buf(e, v->start, v->end - v->start, &b);
+        return true;
+    }
+    if (v->kind == N_SEQ) {
         if (line_prefix(d, v->start) != LINE_BLANK)
             return fail(err, err_size, "cannot tell the indentation of the limits");
         size_t from = line_start(d, v->start);
@@ -745,11 +754,12 @@ replace_limits(const doc_t *d, edits_t *e, size_t value, const sl_limit_t *limit
         edits_replace_buf(e, from, line_end(d, v->end) - from, &b);
         return true;
     }
-    /* An empty value sits right after the colon, which needs a space before a value. */
-    if (v->start == v->end && v->start > 0 && d->text[v->start - 1] == ':')
-        sl_strbuf_append(&b, " ", 1);
+    size_t from = after_colon(d, key_of(d, item, pair));
+    if (from == NONE)
+        return fail(err, err_size, "cannot find the colon after limits");
+    sl_strbuf_append(&b, " ", 1);
     append_flow_limits(&b, limits, n);
-    edits_replace_buf(e, v->start, v->end - v->start, &b);
+    edits_replace_buf(e, from, v->end - from, &b);
     return true;
 }
 
@@ -797,7 +807,7 @@ edit_limits(doc_t *d, edits_t *e, const char *section, const char *name, const s
         return fail(err, err_size, "%s[%s].limits: anchors and aliases are not edited", section, name);
     if (n == 0)
         return delete_entries(d, e, &(mark_t){item, p}, 1, err, err_size);
-    return replace_limits(d, e, value, limits, n, err, err_size);
+    return replace_limits(d, e, item, p, limits, n, err, err_size);
 }
 
 char *
@@ -1017,7 +1027,7 @@ sl_yamledit_redact_secrets(const char *yaml, size_t len, char *err, size_t err_s
     return out;
 }
 
-/* A secret of the current text, by its logical path. */
+/* A node at or under a secret position, by its logical path. */
 typedef struct {
     char *path;
     size_t node;
@@ -1046,9 +1056,28 @@ by_path(const void *a, const void *b)
     return c != 0 ? c : x->node < y->node ? -1 : x->node > y->node;
 }
 
-/* The first node collected at path (the loader keeps the first of duplicate entries), or NONE. */
+/* The doc's nodes at secret positions, by path and, for one path, in document order. */
+static secret_refs_t
+collect_secrets(doc_t *d)
+{
+    secret_refs_t refs = {0};
+    (void)walk_secrets(d, collect_one, &refs);
+    if (refs.n > 0)
+        qsort(refs.items, refs.n, sizeof(secret_ref_t), by_path);
+    return refs;
+}
+
+static void
+secret_refs_free(secret_refs_t *refs)
+{
+    for (size_t i = 0; i < refs->n; i++)
+        free(refs->items[i].path);
+    free(refs->items);
+}
+
+/* The nth node collected at path, or NONE. */
 static size_t
-refs_find(const secret_refs_t *refs, const char *path)
+refs_find(const secret_refs_t *refs, const char *path, size_t nth)
 {
     size_t lo = 0, hi = refs->n;
     while (lo < hi) {
@@ -1058,12 +1087,13 @@ refs_find(const secret_refs_t *refs, const char *path)
         else
             hi = mid;
     }
+    lo += nth;
     return lo < refs->n && strcmp(refs->items[lo].path, path) == 0 ? refs->items[lo].node : NONE;
 }
 
 typedef struct {
     doc_t current;
-    secret_refs_t secrets;
+    secret_refs_t secrets; /* of current */
     edits_t edits;
     char *err;
     size_t err_size;
@@ -1104,16 +1134,19 @@ restore_text(const restore_t *r, const node_t *to, const node_t *from, sl_strbuf
         sl_strbuf_append(b, src, len);
 }
 
+/*
+ * Gives a "***" at path the value of the current text there. Of duplicate
+ * entries (which the loader rejects), the nth one gets the nth one's.
+ */
 static bool
-restore_one(void *ctx, doc_t *d, size_t node, const char *path)
+restore_one(restore_t *r, doc_t *d, size_t node, const char *path, size_t nth)
 {
-    restore_t *r = ctx;
     const node_t *n = &d->nodes[node];
     if (!scalar_is(d, n, LIT(SL_YAMLEDIT_SECRET_SENTINEL)))
         return true;
     if (!reject_anchor(n, path, r->err, r->err_size))
         return false;
-    size_t at = refs_find(&r->secrets, path);
+    size_t at = refs_find(&r->secrets, path, nth);
     const node_t *cur = at != NONE ? &r->current.nodes[at] : NULL;
     if (cur != NULL && !reject_anchor(cur, path, r->err, r->err_size))
         return false;
@@ -1128,6 +1161,19 @@ restore_one(void *ctx, doc_t *d, size_t node, const char *path)
     return true;
 }
 
+static bool
+restore_all(restore_t *r, doc_t *d)
+{
+    secret_refs_t pushed = collect_secrets(d);
+    bool ok = true;
+    for (size_t i = 0, nth = 0; i < pushed.n && ok; i++) {
+        nth = i > 0 && strcmp(pushed.items[i].path, pushed.items[i - 1].path) == 0 ? nth + 1 : 0;
+        ok = restore_one(r, d, pushed.items[i].node, pushed.items[i].path, nth);
+    }
+    secret_refs_free(&pushed);
+    return ok;
+}
+
 char *
 sl_yamledit_restore_secrets(const char *new_yaml, size_t new_len, const char *current_yaml,
                             size_t current_len, char *err, size_t err_size)
@@ -1140,15 +1186,9 @@ sl_yamledit_restore_secrets(const char *new_yaml, size_t new_len, const char *cu
         doc_free(&d);
         return NULL;
     }
-    char *out = NULL;
-    (void)walk_secrets(&r.current, collect_one, &r.secrets);
-    if (r.secrets.n > 0)
-        qsort(r.secrets.items, r.secrets.n, sizeof(secret_ref_t), by_path);
-    if (walk_secrets(&d, restore_one, &r))
-        out = edits_apply(&r.edits, new_yaml, new_len);
-    for (size_t i = 0; i < r.secrets.n; i++)
-        free(r.secrets.items[i].path);
-    free(r.secrets.items);
+    r.secrets = collect_secrets(&r.current);
+    char *out = restore_all(&r, &d) ? edits_apply(&r.edits, new_yaml, new_len) : NULL;
+    secret_refs_free(&r.secrets);
     edits_free(&r.edits);
     doc_free(&r.current);
     doc_free(&d);

@@ -39,7 +39,7 @@ setup(void)
     char yaml[1024];
     snprintf(
         yaml, sizeof(yaml),
-        "listen: {gateway: {bind: 127.0.0.1, port: 0}}\n"
+        "listen: {gateway: {bind: 127.0.0.1, port: 0}, control: {port: 0}}\n"
         "clients: [{name: tester, key: \"" GATEWAY_KEY "\"}]\n"
         "providers:\n"
         "  - {name: br, protocol: bedrock, region: eu-west-1, base_url: \"http://127.0.0.1:%u\","

@@ -22,6 +22,7 @@ TestSuite(daemon, .fini = teardown, .timeout = 30);
 
 static const char valid_config[] = "listen:\n"
                                    "  gateway: {bind: 127.0.0.1, port: 0}\n"
+                                   "  control: {port: 0}\n"
                                    "providers:\n"
                                    "  - {name: anthropic, protocol: anthropic, key: k}\n"
                                    "shutdown_grace_secs: 5\n";
@@ -130,7 +131,7 @@ Test(daemon, sigint_also_exits_cleanly_with_an_idle_connection_open)
 
 Test(daemon, invalid_file_starts_in_safe_mode_and_sighup_repairs_it)
 {
-    uint16_t port = start_with("listen:\n  gateway: {port: 0}\nprovidrs: []\n");
+    uint16_t port = start_with("listen:\n  gateway: {port: 0}\n  control: {port: 0}\nprovidrs: []\n");
     cr_assert(strstr(proc.log, "SAFE MODE") != NULL, "%s", proc.log);
     cr_assert(strstr(proc.log, "unknown field 'providrs'; did you mean 'providers'?") != NULL, "%s",
               proc.log);
@@ -153,7 +154,7 @@ Test(daemon, invalid_file_starts_in_safe_mode_and_sighup_repairs_it)
 Test(daemon, invalid_reload_changes_nothing)
 {
     uint16_t port = start_with(valid_config);
-    write_temp_file(0, "listen:\n  gateway: {port: 0}\nfailover: {wait_secs: -1}\n");
+    write_temp_file(0, "listen:\n  gateway: {port: 0}\n  control: {port: 0}\nfailover: {wait_secs: -1}\n");
     kill(proc.pid, SIGHUP);
     cr_assert(proc_wait_log(&proc, "[config.rejected]", 5000), "%s", proc.log);
     cr_assert(strstr(proc.log, "failover.wait_secs (line 3)") != NULL, "%s", proc.log);
@@ -167,7 +168,8 @@ Test(daemon, invalid_reload_changes_nothing)
 
 Test(daemon, allow_from_refuses_other_addresses)
 {
-    uint16_t port = start_with("listen:\n  gateway: {port: 0, allow_from: [10.0.0.0/8]}\n");
+    uint16_t port =
+        start_with("listen:\n  gateway: {port: 0, allow_from: [10.0.0.0/8]}\n  control: {port: 0}\n");
     http_response_t res = {0};
     cr_assert_not(http_request(port, "GET", "/healthz", NULL, &res), "127.0.0.1 is not in 10.0.0.0/8");
     http_response_free(&res);

@@ -38,7 +38,7 @@ setup(void)
     up = fake_start(NULL, NULL, false);
     char yaml[1024];
     snprintf(yaml, sizeof(yaml),
-             "listen: {gateway: {bind: 127.0.0.1, port: 0}}\n"
+             "listen: {gateway: {bind: 127.0.0.1, port: 0}, control: {port: 0}}\n"
              "clients: [{name: tester, key: \"" GATEWAY_KEY "\"}]\n"
              "providers:\n"
              "  - {name: gem, protocol: gemini, base_url: \"http://127.0.0.1:%u\", key: upstream-key,"

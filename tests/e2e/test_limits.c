@@ -71,7 +71,7 @@ write_config(const setup_t *s)
             "  - {name: two, protocol: anthropic, base_url: \"http://127.0.0.1:%u\", key: k2, limits: %s}\n",
             fake_port(up2), s->two_limits);
     snprintf(config_yaml, sizeof(config_yaml),
-             "listen: {gateway: {bind: 127.0.0.1, port: 0}}\n"
+             "listen: {gateway: {bind: 127.0.0.1, port: 0}, control: {port: 0}}\n"
              "clients: [{name: tester, key: \"" GATEWAY_KEY "\", limits: %s}]\n"
              "providers:\n"
              "  - {name: one, protocol: %s, base_url: \"http://127.0.0.1:%u%s\", key: k1, limits: %s}\n"

@@ -73,6 +73,7 @@ start_gateway_full(const char *protocol, const char *up1_fields, const char *fai
         yaml, sizeof(yaml),
         "listen:\n"
         "  gateway: {bind: 127.0.0.1, port: 0}\n"
+        "  control: {port: 0}\n"
         "clients:\n"
         "  - {name: tester, key: \"" GATEWAY_KEY "\"}\n"
         "providers:\n"
@@ -219,7 +220,7 @@ Test(proxy, fails_over_when_the_connection_is_refused)
     snprintf(extra, sizeof(extra), "routes:\n  - {match: \"*\", failover: [dead, up2]}\n");
     char yaml[2048];
     snprintf(yaml, sizeof(yaml),
-             "listen: {gateway: {bind: 127.0.0.1, port: 0}}\n"
+             "listen: {gateway: {bind: 127.0.0.1, port: 0}, control: {port: 0}}\n"
              "clients: [{name: tester, key: \"" GATEWAY_KEY "\"}]\n"
              "providers:\n"
              "  - {name: dead, protocol: anthropic, base_url: \"http://127.0.0.1:%u\", key: k}\n"

@@ -64,7 +64,7 @@ start(const char *protocol, int upstreams, const char *failover, const char *ext
                  "  - {name: two, protocol: %s, base_url: \"http://127.0.0.1:%u\", key: k2}\n", protocol,
                  fake_port(up2));
     snprintf(yaml, sizeof(yaml),
-             "listen: {gateway: {bind: 127.0.0.1, port: 0}}\n"
+             "listen: {gateway: {bind: 127.0.0.1, port: 0}, control: {port: 0}}\n"
              "clients: [{name: tester, key: \"" GATEWAY_KEY "\"}]\n"
              "providers:\n"
              "  - {name: one, protocol: %s, base_url: \"http://127.0.0.1:%u\", key: k1}\n"
@@ -157,7 +157,7 @@ Test(retry, a_refused_connection_is_retried_until_the_upstream_comes_up)
     up1 = NULL;
     char yaml[1024];
     snprintf(yaml, sizeof(yaml),
-             "listen: {gateway: {bind: 127.0.0.1, port: 0}}\n"
+             "listen: {gateway: {bind: 127.0.0.1, port: 0}, control: {port: 0}}\n"
              "clients: [{name: tester, key: \"" GATEWAY_KEY "\"}]\n"
              "providers: [{name: one, protocol: anthropic, base_url: \"http://127.0.0.1:%u\", key: k1}]\n"
              "store: {path: %s}\n",

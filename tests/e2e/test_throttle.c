@@ -67,7 +67,7 @@ start(const char *provider_extra, const char *failover)
                  fake_port(up2));
     char yaml[2048];
     snprintf(yaml, sizeof(yaml),
-             "listen: {gateway: {bind: 127.0.0.1, port: 0}}\n"
+             "listen: {gateway: {bind: 127.0.0.1, port: 0}, control: {port: 0}}\n"
              "clients: [{name: tester, key: \"" GATEWAY_KEY "\"}]\n"
              "providers:\n"
              "  - {name: one, protocol: anthropic, base_url: \"http://127.0.0.1:%u\", key: k1%s}\n"

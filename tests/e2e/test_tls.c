@@ -273,7 +273,7 @@ start_gateway(const char *host, uint16_t tls_port, uint16_t plain_port)
     snprintf(store_path, sizeof(store_path), "%s", write_temp_file(1, ""));
     char yaml[2048];
     snprintf(yaml, sizeof(yaml),
-             "listen: {gateway: {bind: 127.0.0.1, port: 0}}\n"
+             "listen: {gateway: {bind: 127.0.0.1, port: 0}, control: {port: 0}}\n"
              "clients: [{name: tester, key: \"" GATEWAY_KEY "\"}]\n"
              "providers:\n"
              "  - {name: up1, protocol: anthropic, base_url: \"https://%s:%u\", key: k1}\n"
@@ -461,7 +461,8 @@ Test(tls, the_gateway_listener_serves_https_and_http2)
     char yaml[1024];
     snprintf(store_path, sizeof(store_path), "%s", write_temp_file(1, ""));
     snprintf(yaml, sizeof(yaml),
-             "listen: {gateway: {bind: 127.0.0.1, port: 0, tls: {cert: \"%s\", key: \"%s\"}}}\n"
+             "listen: {gateway: {bind: 127.0.0.1, port: 0, tls: {cert: \"%s\", key: \"%s\"}}, control: "
+             "{port: 0}}\n"
              "clients: [{name: tester, key: \"" GATEWAY_KEY "\"}]\n"
              "store: {path: %s}\n",
              good_leaf.cert_file, good_leaf.key_file, store_path);

@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "config.h"
 #include "core/xalloc.h"
@@ -117,7 +116,24 @@ static const sl_limit_t two[] = {
     {SL_PER_DAY, 1, SL_MEASURE_COST, 500000},
 };
 
-static char *restore(const char *new_yaml, const char *current);
+static char *
+redact(const char *yaml)
+{
+    return sl_yamledit_redact_secrets(yaml, strlen(yaml), err, sizeof(err));
+}
+
+static char *
+restore(const char *new_yaml, const char *current)
+{
+    return sl_yamledit_restore_secrets(new_yaml, strlen(new_yaml), current, strlen(current), err,
+                                       sizeof(err));
+}
+
+static char *
+delete_paths(const char *yaml, const char *const *paths, size_t n)
+{
+    return sl_yamledit_delete_paths(yaml, strlen(yaml), paths, n, err, sizeof(err));
+}
 
 /* ---- set_limits ------------------------------------------------------------ */
 
@@ -293,6 +309,32 @@ Test(yamledit_limits, keeps_an_unusual_indentation_and_a_file_without_a_final_ne
     free(out);
 }
 
+Test(yamledit_limits, a_value_that_is_not_a_list_is_replaced_from_the_colon)
+{
+    const char *yaml = "providers:\n"
+                       "  - name: a\n"
+                       "    limits: |\n"
+                       "      - {per: day, requests: 1}\n"
+                       "    protocol: anthropic\n"
+                       "  - name: b\n"
+                       "    limits:   # a mapping\n"
+                       "      per: day\n"
+                       "      requests: 1\n"
+                       "    protocol: anthropic\n";
+    char *out = set_limits(yaml, "providers", "a", two, 1);
+    char *step = replaced(yaml, " |\n      - {per: day, requests: 1}\n", " [{per: minute, requests: 100}]\n");
+    cr_assert_str_eq(out, step);
+    free(out);
+    out = set_limits(step, "providers", "b", two, 1);
+    cr_assert_not_null(out, "%s", err);
+    sl_config_result_t res = load(out);
+    assert_limits(res.config->providers[1].limits, res.config->providers[1].n_limits, two, 1);
+    sl_config_result_free(&res);
+    assert_edit(out, step, "   # a mapping\n      per: day\n      requests: 1\n",
+                " [{per: minute, requests: 100}]\n");
+    free(step);
+}
+
 Test(yamledit_limits, a_null_value_becomes_a_flow_list)
 {
     const char *yaml = "providers:\n  - name: a\n    limits:\n    protocol: anthropic\n";
@@ -385,12 +427,6 @@ Test(yamledit_limits, refuses_a_document_nested_too_deep)
 }
 
 /* ---- redact ----------------------------------------------------------------- */
-
-static char *
-redact(const char *yaml)
-{
-    return sl_yamledit_redact_secrets(yaml, strlen(yaml), err, sizeof(err));
-}
 
 static char *
 replaced_all(const char *s, const char *const (*pairs)[2], size_t n)
@@ -501,13 +537,6 @@ Test(yamledit_redact, refuses_an_alias_or_anchor_at_a_secret)
 
 /* ---- restore ---------------------------------------------------------------- */
 
-static char *
-restore(const char *new_yaml, const char *current)
-{
-    return sl_yamledit_restore_secrets(new_yaml, strlen(new_yaml), current, strlen(current), err,
-                                       sizeof(err));
-}
-
 Test(yamledit_restore, a_redacted_text_comes_back_byte_for_byte)
 {
     char *redacted = redact(base);
@@ -602,13 +631,17 @@ Test(yamledit_restore, requotes_a_value_that_would_not_read_the_same_where_it_go
     free(out);
 }
 
-Test(yamledit_restore, the_first_of_duplicate_entries_is_the_current_secret)
+Test(yamledit_restore, duplicate_entries_are_matched_in_order)
 {
     const char *current = "listen:\n  control:\n    key: first\n    key: second\n"
                           "clients:\n  - {name: a, key: one}\n  - {name: a, key: two}\n";
     char *out = restore("clients: [{name: a, key: \"***\"}]\nlisten: {control: {key: \"***\"}}\n", current);
     cr_assert_not_null(out, "%s", err);
     cr_assert_str_eq(out, "clients: [{name: a, key: one}]\nlisten: {control: {key: \"first\"}}\n");
+    free(out);
+    out = restore("clients:\n  - {name: a, key: \"${X}\"}\n  - {name: a, key: \"***\"}\n", current);
+    cr_assert_not_null(out, "%s", err);
+    cr_assert_str_eq(out, "clients:\n  - {name: a, key: \"${X}\"}\n  - {name: a, key: two}\n");
     free(out);
 }
 
@@ -628,12 +661,6 @@ Test(yamledit_restore, leaves_a_sentinel_elsewhere_and_refuses_anchors)
 }
 
 /* ---- delete_paths ------------------------------------------------------------- */
-
-static char *
-delete_paths(const char *yaml, const char *const *paths, size_t n)
-{
-    return sl_yamledit_delete_paths(yaml, strlen(yaml), paths, n, err, sizeof(err));
-}
 
 /* The paths of the loader's unknown-field errors, the way safe mode collects them (caller frees). */
 static char **

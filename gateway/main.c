@@ -1,6 +1,8 @@
 /*
- * The sluice daemon: flags, config, the data plane's workers, and signals.
- * Everything else lives in the library this binary links.
+ * The sluice daemon: flags, signals, and the order things start and stop in
+ * — the config's life (runtime.c), the control endpoint (control/), the data
+ * plane's workers (server.c). Everything else lives in the libraries this
+ * binary links.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -17,14 +19,10 @@
 #include "config.h"
 #include "endpoint.h"
 #include "eventlog.h"
-#include "core/xalloc.h"
-#include "limiter.h"
-#include "recorder.h"
-#include "request.h"
-#include "upstream.h"
 #include "log.h"
-#include "server.h"
+#include "request.h"
 #include "runtime.h"
+#include "server.h"
 #include "snapshot.h"
 
 #define SLUICE_VERSION "0.1.0"

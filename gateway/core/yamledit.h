@@ -29,8 +29,10 @@
  * Sets the limits of the item of section ("providers" or "clients") whose
  * name is name: an existing `limits` value is replaced (a flow sequence by a
  * flow sequence, a block sequence by one `- {per: …}` line per limit at its
- * indentation); an item without one gets a `limits:` entry after its last
- * entry (block) or `, limits: […]` before its closing brace (flow). With
+ * indentation, anything else by a flow sequence after the colon; comments
+ * inside the old value go with it); an item without one gets a `limits:`
+ * entry after its last entry (block) or `, limits: […]` before its closing
+ * brace (flow). With
  * n == 0 the `limits` entry is removed. `every` is written only when above 1
  * (0 counts as 1); cost is written in USD, exactly (500000 micro-dollars is
  * `cost: 0.5`). Fails when the text does not parse, the section or the item
@@ -55,8 +57,10 @@ char *sl_yamledit_redact_secrets(const char *yaml, size_t len, char *err, size_t
  * (quotes included; a value spread over several lines, or a plain one
  * moving into a flow collection, is re-quoted on one line). Positions are
  * logical: list items are matched by name, headers by name (any case),
- * listen.control.key by its path. Fails, naming the path, when current_yaml
- * has no value at such a position; and when either text does not parse.
+ * listen.control.key by its path; of duplicate entries, the nth gets the
+ * nth. Fails, naming the path, when current_yaml has no value (or an empty
+ * one) at such a position, when an anchor or alias stands at either end,
+ * and when either text does not parse.
  */
 char *sl_yamledit_restore_secrets(const char *new_yaml, size_t new_len, const char *current_yaml,
                                   size_t current_len, char *err, size_t err_size);

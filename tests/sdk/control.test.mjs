@@ -3,6 +3,7 @@
 // handshake, snapshot + events with no gap, late subscribers, live pushes, config reloads,
 // safe mode, and bad input answered with errors while the connection and process survive.
 import assert from "node:assert/strict";
+import { execFileSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
@@ -364,7 +365,7 @@ describe("control endpoint: config pushes, reloads and safe mode", () => {
   after(() => fs.rmSync(dir, { recursive: true, force: true }));
   beforeEach(() => up.reset());
 
-  function writeConfig(extra = "", providerExtra = "") {
+  function writeConfig(extra = "", providerExtra = "", controlExtra = "", clientExtra = "") {
     const file = path.join(dir, "sluice.yaml");
     fs.writeFileSync(
       file,
@@ -372,9 +373,9 @@ describe("control endpoint: config pushes, reloads and safe mode", () => {
         "# the test's config; comments stay",
         "listen:",
         "  gateway: {bind: 127.0.0.1, port: 0}",
-        `  control: {bind: 127.0.0.1, port: 0, key: "${CONTROL_KEY}"}`,
+        `  control: {bind: 127.0.0.1, port: 0, key: "${CONTROL_KEY}"${controlExtra}}`,
         "clients:",
-        `  - {name: sdk, key: "${GATEWAY_KEY}"}`,
+        `  - {name: sdk, key: "${GATEWAY_KEY}"${clientExtra}}`,
         "providers:",
         "  - name: only",
         "    protocol: anthropic",
@@ -510,5 +511,48 @@ describe("control endpoint: config pushes, reloads and safe mode", () => {
     assert.ok(!fs.readFileSync(file, "utf8").includes("bogus_key"));
     assert.equal((await c.request({ kind: "get_config" })).problems, undefined);
     await c.close();
+  });
+
+  test("set_key_limits: a client key's limit applies to its next request and is written back", T, async () => {
+    const file = writeConfig();
+    await gw?.stop();
+    gw = await startGateway([], { configPath: file });
+    const c = await connect();
+    const r = await c.request({ kind: "set_key_limits", client: "sdk", limits: [{ per: "day", every: 1, requests: 1 }] });
+    assert.equal(r.kind, "ok", JSON.stringify(r));
+    up.push(jsonReply(200, OK_MESSAGE), jsonReply(200, OK_MESSAGE));
+    assert.equal((await ask("one")).status, 200);
+    const second = await ask("two");
+    assert.equal(second.status, 429);
+    assert.equal(second.headers.get("x-sluice-error"), "gw.key.used_up");
+    assert.match(fs.readFileSync(file, "utf8"), /- \{name: sdk, key: "[^"]+", limits: \[\{per: day, requests: 1\}\]\}/);
+    const unknown = await c.request({ kind: "set_key_limits", client: "nobody", limits: [] });
+    assert.equal(unknown.message.code, "control.unknown_client");
+    await c.close();
+  });
+
+  test("allow_from: a control connection from outside the ranges is refused", T, async () => {
+    const file = writeConfig("", "", ", allow_from: [10.0.0.0/8]");
+    await gw?.stop();
+    gw = await startGateway([], { configPath: file });
+    await assert.rejects(ControlClient.connect(gw.controlPort, { key: CONTROL_KEY }));
+    up.push(jsonReply(200, OK_MESSAGE));
+    assert.equal((await ask("the data plane is not affected")).status, 200);
+  });
+
+  test("TLS: the control endpoint serves wss with the configured certificate", T, async () => {
+    const cert = path.join(dir, "cert.pem");
+    const key = path.join(dir, "key.pem");
+    execFileSync("openssl", ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert,
+                             "-days", "1", "-subj", "/CN=localhost"], { stdio: "ignore" });
+    const file = writeConfig("", "", `, tls: {cert: "${cert}", key: "${key}"}`);
+    await gw?.stop();
+    gw = await startGateway([], { configPath: file });
+    assert.match(gw.log(), /control endpoint on wss:/);
+    const c = await ControlClient.connect(gw.controlPort, { key: CONTROL_KEY, tls: { ca: fs.readFileSync(cert), servername: "localhost" } });
+    assert.equal((await c.next()).kind, "welcome");
+    await c.close();
+    // A plain ws:// client gets nowhere.
+    await assert.rejects(ControlClient.connect(gw.controlPort, { key: CONTROL_KEY }));
   });
 });

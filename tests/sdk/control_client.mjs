@@ -28,9 +28,11 @@ export function protocol() {
 // One connection. messages: every decoded message in arrival order; next(pred) waits for the
 // first not yet taken that matches; request(msg) sends with a fresh req and waits for its reply.
 export class ControlClient {
-  static async connect(port, { key, version, subprotocol = "sluice-control", path: p = "/control" } = {}) {
+  // tls: {ca, servername} connects with wss:// and verifies the server against ca.
+  static async connect(port, { key, version, subprotocol = "sluice-control", path: p = "/control", tls } = {}) {
     const proto = await protocol();
-    const ws = new WebSocket(`ws://127.0.0.1:${port}${p}`, subprotocol ? [subprotocol] : []);
+    const url = `${tls ? "wss" : "ws"}://127.0.0.1:${port}${p}`;
+    const ws = new WebSocket(url, subprotocol ? [subprotocol] : [], tls ?? {});
     ws.binaryType = "nodebuffer";
     const c = new ControlClient(proto, ws);
     await new Promise((resolve, reject) => {

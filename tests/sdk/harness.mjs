@@ -96,7 +96,7 @@ export async function startGateway(providers, options = {}) {
     throw e;
   });
 
-  const control = /control endpoint on ws:\/\/127\.0\.0\.1:(\d+)/.exec(log);
+  const control = /control endpoint on wss?:\/\/127\.0\.0\.1:(\d+)/.exec(log);
   return {
     port,
     controlPort: control ? Number(control[1]) : null,

@@ -625,3 +625,18 @@ Test(config, aliases_and_deep_nesting_do_not_crash)
     res = parse("a: &a [*a]\nproviders: &p [{name: x, protocol: anthropic, models: *p}]\n");
     cr_assert_geq(res.errors.len, 1);
 }
+
+Test(config, a_control_endpoint_off_loopback_needs_tls)
+{
+    res = parse("listen:\n"
+                "  control: {bind: 0.0.0.0, port: 8081}\n");
+    assert_single_error(SL_CODE_CONFIG_CONTROL_REMOTE_WITHOUT_TLS, "listen.control.bind", "2");
+    sl_config_result_free(&res);
+    res = parse("listen:\n"
+                "  control: {bind: \"::1\", port: 8081}\n");
+    assert_no_errors();
+    sl_config_result_free(&res);
+    res = parse("listen:\n"
+                "  control: {bind: 0.0.0.0, port: 8081, tls: {cert: /ok/c.pem, key: /ok/k.pem}}\n");
+    assert_no_errors();
+}

@@ -32,11 +32,12 @@
  * indentation, anything else by a flow sequence after the colon; comments
  * inside the old value go with it); an item without one gets a `limits:`
  * entry after its last entry (block) or `, limits: […]` before its closing
- * brace (flow). With
- * n == 0 the `limits` entry is removed. `every` is written only when above 1
- * (0 counts as 1); cost is written in USD, exactly (500000 micro-dollars is
- * `cost: 0.5`). Fails when the text does not parse, the section or the item
- * is absent, or a limit has an unknown per/measure or an amount below 1.
+ * brace (flow). With n == 0 the `limits` entry is removed. `every` is
+ * written only when above 1 (0 counts as 1); cost is written in USD, exactly
+ * (500000 micro-dollars is `cost: 0.5`). Fails when the text does not parse,
+ * the section or the item is absent, the item lies under an anchor, the
+ * limits hold an anchor or alias, or a limit has an unknown per/measure or
+ * an amount below 1.
  */
 char *sl_yamledit_set_limits(const char *yaml, size_t len, const char *section, const char *name,
                              const sl_limit_t *limits, size_t n, char *err, size_t err_size);
@@ -71,8 +72,8 @@ char *sl_yamledit_restore_secrets(const char *new_yaml, size_t new_len, const ch
  * holding '.' or '[' is matched whole, the longest key first). A block entry
  * goes with its whole lines (its trailing comment included), a flow entry
  * with its comma; a block mapping left empty becomes `{}`. Fails when the
- * text does not parse, a path names no mapping entry, or the entry holds an
- * anchor.
+ * text does not parse, a path names no mapping entry, passes through an
+ * alias, or the entry holds or lies under an anchor.
  */
 char *sl_yamledit_delete_paths(const char *yaml, size_t len, const char *const *paths, size_t n, char *err,
                                size_t err_size);

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "bus.h"
+#include "core/mask.h"
 #include "core/xalloc.h"
 #include "core/yamledit.h"
 #include "log.h"
@@ -612,6 +613,11 @@ sl_runtime_get_config(sl_runtime_t *rt, sl_runtime_config_view_t *out)
             free(out->repair_yaml);
             out->repair_yaml = redacted;
         }
+        /*
+         * An invalid file may hold a secret where the redactor does not look
+         * (a misspelt `api_key:`): whatever looks like a credential is masked too.
+         */
+        sl_scrub_secrets(out->yaml, strlen(out->yaml));
     }
     pthread_mutex_unlock(&rt->lock);
 }

@@ -491,7 +491,8 @@ describe("control endpoint: config pushes, reloads and safe mode", () => {
   });
 
   test("safe mode: 503 gw.safe_mode, the problems and a repair that brings sluice back", T, async () => {
-    const file = writeConfig("bogus_key: 1\n");
+    const leaked = "sk-ant-api03-ThisIsAMisspeltSecretField0123456789";
+    const file = writeConfig("bogus_key: 1\n", `    api_kee: ${leaked}`);
     await gw?.stop();
     gw = await startGateway([], { configPath: file });
     const answer = await ask("in safe mode");
@@ -499,9 +500,10 @@ describe("control endpoint: config pushes, reloads and safe mode", () => {
     assert.equal(answer.headers.get("x-sluice-error"), "gw.safe_mode");
     const c = await connect();
     const got = await c.request({ kind: "get_config" });
-    assert.equal(got.problems[0].code, "config.unknown_field");
-    assert.equal(got.problems[0].args.path, "bogus_key");
-    assert.ok(got.repair_yaml && !got.repair_yaml.includes("bogus_key"));
+    assert.deepEqual(got.problems.map((p) => [p.code, p.args.path]),
+                     [["config.unknown_field", "providers[0].api_kee"], ["config.unknown_field", "bogus_key"]]);
+    assert.ok(!got.yaml.includes(leaked), "a secret under a misspelt field is masked too");
+    assert.ok(got.repair_yaml && !got.repair_yaml.includes("bogus_key") && !got.repair_yaml.includes("api_kee"));
     const limits = await c.request({ kind: "set_provider_limits", provider: "only", limits: [] });
     assert.equal(limits.message.code, "control.safe_mode");
     const fixed = await c.request({ kind: "put_config", yaml: got.repair_yaml, expect_revision: got.revision });

@@ -157,7 +157,7 @@ Test(daemon, invalid_reload_changes_nothing)
     write_temp_file(0, "listen:\n  gateway: {port: 0}\n  control: {port: 0}\nfailover: {wait_secs: -1}\n");
     kill(proc.pid, SIGHUP);
     cr_assert(proc_wait_log(&proc, "[config.rejected]", 5000), "%s", proc.log);
-    cr_assert(strstr(proc.log, "failover.wait_secs (line 3)") != NULL, "%s", proc.log);
+    cr_assert(strstr(proc.log, "failover.wait_secs (line 4)") != NULL, "%s", proc.log);
     http_response_t res = {0};
     cr_assert(http_request(port, "GET", "/healthz", NULL, &res));
     cr_assert_eq(res.status, 200, "still serving on the old config");

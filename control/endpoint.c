@@ -11,6 +11,7 @@
 #include <libwebsockets.h>
 #include <msgpack.h>
 
+#include "assets.h"
 #include "core/cidr.h"
 #include "core/xalloc.h"
 #include "eventlog.h"
@@ -34,6 +35,13 @@ typedef struct conn {
     sl_hello_verdict_t delayed_verdict; /* CONN_HELLO_DELAYED: the answer to send when the timer fires */
     uint32_t delayed_theirs;
 } conn_t;
+
+/* lws's per-connection user data: a WebSocket's session, or an HTTP GET's progress. */
+typedef struct {
+    conn_t *conn;
+    const sl_asset_t *asset; /* the file being sent */
+    size_t sent;
+} pss_t;
 
 /* What ProviderChanged last showed for one upstream. */
 typedef struct {
@@ -460,6 +468,79 @@ on_receive(sl_control_t *ctl, conn_t *c, const char *in, size_t len)
     }
 }
 
+/* ---- the web app's files ------------------------------------------------------------------------ */
+
+static const sl_asset_t *
+find_asset(const char *uri)
+{
+    size_t len = strcspn(uri, "?#");
+    for (size_t i = 0; i < sl_assets_count; i++)
+        if (strlen(sl_assets[i].path) == len && memcmp(sl_assets[i].path, uri, len) == 0)
+            return &sl_assets[i];
+    return NULL;
+}
+
+/* Whether the connection ends after an HTTP answer (lws may keep it alive for the next request). */
+static int
+http_done(struct lws *wsi)
+{
+    return lws_http_transaction_completed(wsi) ? -1 : 0;
+}
+
+static int
+add_header(struct lws *wsi, const char *name, const char *value, unsigned char **p, unsigned char *end)
+{
+    return lws_add_http_header_by_name(wsi, (const unsigned char *)name, (const unsigned char *)value,
+                                       (int)strlen(value), p, end);
+}
+
+/* A GET on the control port: the web app's files; anything else 404. */
+static int
+serve_asset(struct lws *wsi, pss_t *pss, const char *uri)
+{
+    const sl_asset_t *a = find_asset(uri);
+    if (a == NULL) {
+        lws_return_http_status(wsi, HTTP_STATUS_NOT_FOUND, NULL);
+        return http_done(wsi);
+    }
+    unsigned char buf[LWS_PRE + 1024], *start = buf + LWS_PRE, *p = start, *end = buf + sizeof(buf) - 1;
+    if (lws_add_http_common_headers(wsi, HTTP_STATUS_OK, a->content_type, a->len, &p, end) ||
+        add_header(wsi, "cache-control:", "no-cache", &p, end) ||
+        add_header(wsi, "x-content-type-options:", "nosniff", &p, end) ||
+        add_header(wsi, "content-security-policy:",
+                   "default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data:; frame-ancestors 'none'",
+                   &p, end) ||
+        lws_finalize_write_http_header(wsi, start, &p, end))
+        return -1;
+    pss->asset = a;
+    pss->sent = 0;
+    lws_callback_on_writable(wsi);
+    return 0;
+}
+
+static int
+write_asset(sl_control_t *ctl, struct lws *wsi, pss_t *pss)
+{
+    const sl_asset_t *a = pss->asset;
+    if (a == NULL)
+        return 0;
+    size_t n = a->len - pss->sent;
+    if (n > ctl->frame_cap)
+        n = ctl->frame_cap;
+    bool last = pss->sent + n == a->len;
+    memcpy(ctl->frame + LWS_PRE, a->data + pss->sent, n);
+    if (lws_write(wsi, (unsigned char *)ctl->frame + LWS_PRE, n, last ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP) <
+        (int)n)
+        return -1;
+    pss->sent += n;
+    if (!last) {
+        lws_callback_on_writable(wsi);
+        return 0;
+    }
+    pss->asset = NULL;
+    return http_done(wsi);
+}
+
 /* ---- the lws callback --------------------------------------------------------------------------- */
 
 static bool
@@ -516,7 +597,8 @@ static int
 callback_control(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len)
 {
     sl_control_t *ctl = control_of(wsi);
-    conn_t **slot = user;
+    pss_t *pss = reason == LWS_CALLBACK_FILTER_NETWORK_CONNECTION ? NULL : user;
+    conn_t **slot = pss != NULL ? &pss->conn : NULL;
     switch (reason) {
     case LWS_CALLBACK_FILTER_NETWORK_CONNECTION:
         return ctl != NULL && !peer_allowed(ctl, user) ? -1 : 0;
@@ -526,21 +608,28 @@ callback_control(struct lws *wsi, enum lws_callback_reasons reason, void *user, 
             return -1;
         return 0;
     }
+    case LWS_CALLBACK_HTTP:
+        return pss != NULL ? serve_asset(wsi, pss, in) : -1;
+    case LWS_CALLBACK_HTTP_WRITEABLE:
+        return pss != NULL ? write_asset(ctl, wsi, pss) : -1;
     case LWS_CALLBACK_ESTABLISHED:
+        if (slot == NULL)
+            return -1;
         conn_open(ctl, wsi, slot);
         return 0;
     case LWS_CALLBACK_RECEIVE:
-        if (*slot != NULL)
+        if (slot != NULL && *slot != NULL)
             on_receive(ctl, *slot, in, len);
         return 0;
     case LWS_CALLBACK_TIMER:
-        if (*slot != NULL && (*slot)->state == CONN_HELLO_DELAYED)
+        if (slot != NULL && *slot != NULL && (*slot)->state == CONN_HELLO_DELAYED)
             answer_hello(ctl, *slot, (*slot)->delayed_verdict, (*slot)->delayed_theirs);
         return 0;
     case LWS_CALLBACK_SERVER_WRITEABLE:
-        return *slot != NULL ? write_pending(ctl, *slot) : 0;
+        return slot != NULL && *slot != NULL ? write_pending(ctl, *slot) : 0;
     case LWS_CALLBACK_CLOSED:
-        conn_close(ctl, slot);
+        if (slot != NULL)
+            conn_close(ctl, slot);
         return 0;
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
         if (ctl != NULL)
@@ -552,7 +641,7 @@ callback_control(struct lws *wsi, enum lws_callback_reasons reason, void *user, 
 }
 
 static const struct lws_protocols protocols[] = {
-    {"sluice-control", callback_control, sizeof(conn_t *), 64 * 1024, 0, NULL, 0},
+    {"sluice-control", callback_control, sizeof(pss_t), 64 * 1024, 0, NULL, 0},
     {NULL, NULL, 0, 0, 0, NULL, 0},
 };
 

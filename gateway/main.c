@@ -240,7 +240,7 @@ main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &signals, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    runtime = sl_runtime_start(opt.config_path, &gateway);
+    runtime = sl_runtime_start(opt.config_path, NULL, &gateway);
     bool safe_mode = sl_runtime_safe_mode(runtime);
     sl_control_t *control = start_control();
     /* Without a control endpoint, the debug log still shows the events. */

@@ -203,7 +203,7 @@ msgs_copy(sl_msgs_t *dst, const sl_msgs_t *src)
 static const char *
 source_name(const sl_runtime_t *rt)
 {
-    return rt->path != NULL ? rt->path : "the embedded default";
+    return rt->path != NULL ? rt->path : "the built-in configuration";
 }
 
 /*
@@ -325,10 +325,10 @@ log_problems(const sl_config_result_t *res)
 }
 
 static sl_config_result_t
-load_start_text(sl_runtime_t *rt)
+load_start_text(sl_runtime_t *rt, const char *builtin)
 {
     if (rt->path == NULL) {
-        rt->text = sl_config_default_yaml(sl_config_env_system());
+        rt->text = builtin != NULL ? sl_xstrdup(builtin) : sl_config_default_yaml(sl_config_env_system());
         rt->text_len = strlen(rt->text);
         return sl_config_parse(rt->text, rt->text_len, NULL, sl_config_env_system());
     }
@@ -343,14 +343,14 @@ load_start_text(sl_runtime_t *rt)
 }
 
 sl_runtime_t *
-sl_runtime_start(const char *config_path, sl_gateway_t *gw)
+sl_runtime_start(const char *config_path, const char *builtin, sl_gateway_t *gw)
 {
     sl_runtime_t *rt = sl_xcalloc(1, sizeof(*rt));
     pthread_mutex_init(&rt->lock, NULL);
     rt->path = config_path != NULL ? sl_xstrdup(config_path) : NULL;
     rt->gw = gw;
     rt->revision = 1;
-    sl_config_result_t res = load_start_text(rt);
+    sl_config_result_t res = load_start_text(rt, builtin);
     log_problems(&res);
     rt->safe_mode = res.errors.len > 0;
     static const sl_listen_t gateway_fallback = {.bind = "127.0.0.1", .port = 8080};

@@ -24,11 +24,12 @@
 typedef struct sl_runtime sl_runtime_t;
 
 /*
- * Loads config_path (NULL = the embedded default), opens the request DB,
- * and publishes the first snapshot; an invalid file starts safe mode.
- * Initialises *gw (which the caller keeps alive). Never NULL.
+ * Loads config_path, or with none the YAML text builtin (demo mode), or
+ * with neither the embedded default; opens the request DB and publishes
+ * the first snapshot; an invalid file starts safe mode. Initialises *gw
+ * (which the caller keeps alive). Never NULL.
  */
-sl_runtime_t *sl_runtime_start(const char *config_path, sl_gateway_t *gw);
+sl_runtime_t *sl_runtime_start(const char *config_path, const char *builtin, sl_gateway_t *gw);
 
 sl_snapshot_holder_t *sl_runtime_holder(sl_runtime_t *rt);
 sl_upstreams_t *sl_runtime_upstreams(sl_runtime_t *rt);

@@ -31,6 +31,7 @@ typedef struct {
     const char *config_path;
     const char *check_path;
     unsigned threads;
+    int port, control_port; /* -1 = as configured */
     bool version;
 } options_t;
 
@@ -38,10 +39,13 @@ static void
 usage(FILE *out)
 {
     fputs(
-        "usage: sluice [--config FILE] [--check-config FILE] [--threads N] [--log-level LEVEL] [--version]\n"
+        "usage: sluice [--config FILE] [--check-config FILE] [--threads N] [--port N] [--control-port N]\n"
+        "              [--log-level LEVEL] [--version]\n"
         "  --config FILE        run on FILE (default: the embedded default configuration)\n"
         "  --check-config FILE  report every problem in FILE and exit (1 if there are any)\n"
         "  --threads N          data-plane worker threads (default: one per core)\n"
+        "  --port N             the gateway's port instead of listen.gateway.port (0 = any free port)\n"
+        "  --control-port N     the control endpoint's port instead of listen.control.port (0 = any)\n"
         "  --log-level LEVEL    error, warn, info (default) or debug\n"
         "  --version            print the version and exit\n",
         out);
@@ -55,6 +59,8 @@ parse_options(int argc, char **argv, options_t *o)
         {"config", required_argument, NULL, 'c'},
         {"check-config", required_argument, NULL, 'C'},
         {"threads", required_argument, NULL, 't'},
+        {"port", required_argument, NULL, 'p'},
+        {"control-port", required_argument, NULL, 'P'},
         {"log-level", required_argument, NULL, 'l'},
         {"version", no_argument, NULL, 'v'},
         {"help", no_argument, NULL, 'h'},
@@ -77,6 +83,18 @@ parse_options(int argc, char **argv, options_t *o)
                 return 2;
             }
             o->threads = (unsigned)n;
+            break;
+        }
+        case 'p':
+        case 'P': {
+            char *end;
+            long n = strtol(optarg, &end, 10);
+            if (*end != '\0' || n < 0 || n > 65535) {
+                fprintf(stderr, "sluice: --%s takes a port from 0 to 65535, not '%s'\n",
+                        ch == 'p' ? "port" : "control-port", optarg);
+                return 2;
+            }
+            *(ch == 'p' ? &o->port : &o->control_port) = (int)n;
             break;
         }
         case 'l': {
@@ -220,7 +238,7 @@ shut_down(sl_server_t *server, const sigset_t *signals, uint32_t grace_secs)
 int
 main(int argc, char **argv)
 {
-    options_t opt = {0};
+    options_t opt = {.port = -1, .control_port = -1};
     int rc = parse_options(argc, argv, &opt);
     if (rc != 0)
         return rc < 0 ? 0 : rc;
@@ -241,6 +259,7 @@ main(int argc, char **argv)
     signal(SIGPIPE, SIG_IGN);
 
     runtime = sl_runtime_start(opt.config_path, NULL, &gateway);
+    sl_runtime_set_ports(runtime, opt.port, opt.control_port);
     bool safe_mode = sl_runtime_safe_mode(runtime);
     sl_control_t *control = start_control();
     /* Without a control endpoint, the debug log still shows the events. */

@@ -409,6 +409,15 @@ sl_runtime_control_listen(const sl_runtime_t *rt)
     return &rt->control_listen;
 }
 
+void
+sl_runtime_set_ports(sl_runtime_t *rt, int gateway_port, int control_port)
+{
+    if (gateway_port >= 0)
+        rt->gateway_listen.port = (uint16_t)gateway_port;
+    if (control_port >= 0)
+        rt->control_listen.port = (uint16_t)control_port;
+}
+
 const char *
 sl_runtime_store_path(const sl_runtime_t *rt)
 {

@@ -39,6 +39,9 @@ bool sl_runtime_safe_mode(sl_runtime_t *rt);
 const sl_listen_t *sl_runtime_gateway_listen(const sl_runtime_t *rt);
 const sl_listen_t *sl_runtime_control_listen(const sl_runtime_t *rt);
 
+/* Overrides the configured ports (the --port flags); a negative port keeps the configured one. */
+void sl_runtime_set_ports(sl_runtime_t *rt, int gateway_port, int control_port);
+
 /*
  * The control key: the config's, else the one in `sluice.key` beside the
  * request DB, generated (mode 0600) at first start. Owned by rt. NULL

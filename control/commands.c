@@ -7,14 +7,7 @@
 
 #include "core/xalloc.h"
 #include "recorder.h"
-
-static int64_t
-wall_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
+#include "worker.h"
 
 static void
 ok(sl_proto_message_t *reply, uint32_t req)
@@ -183,7 +176,7 @@ sl_control_handle(const sl_control_ctx_t *ctx, const sl_proto_message_t *m, sl_p
     case SL_PROTO_MESSAGE_GET_IN_FLIGHT: {
         ok(reply, m->get_in_flight.req);
         sl_proto_in_flight_t *f = sl_xcalloc(1, sizeof(*f));
-        f->now_ms = (uint64_t)wall_now_ms();
+        f->now_ms = (uint64_t)sl_wall_ms();
         f->requests_len = sl_inflight_view(ctx->inflight, &f->requests);
         reply->ok.in_flight = f;
         break;

@@ -16,6 +16,7 @@
 #include "core/xalloc.h"
 #include "eventlog.h"
 #include "log.h"
+#include "worker.h"
 #include "session.h"
 
 typedef enum { CONN_AWAIT_HELLO, CONN_HELLO_DELAYED, CONN_READY, CONN_CLOSING } conn_state_t;
@@ -75,14 +76,6 @@ struct sl_control {
     char *frame; /* LWS_PRE headroom + one frame */
     size_t frame_cap;
 };
-
-static int64_t
-wall_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static sl_control_t *
 control_of(struct lws *wsi)
@@ -154,7 +147,7 @@ answer_hello(sl_control_t *ctl, conn_t *c, sl_hello_verdict_t verdict, uint32_t 
         sl_proto_message_init(&m, SL_PROTO_MESSAGE_WELCOME);
         m.welcome.protocol = SL_PROTO_VERSION;
         m.welcome.server = sl_xstrdup(ctl->server_name);
-        m.welcome.now_ms = (uint64_t)wall_now_ms();
+        m.welcome.now_ms = (uint64_t)sl_wall_ms();
         send_message(c, &m);
         sl_proto_message_free(&m);
         sl_log_info("control: %s connected", c->peer);
@@ -167,7 +160,7 @@ answer_hello(sl_control_t *ctl, conn_t *c, sl_hello_verdict_t verdict, uint32_t 
         snprintf(other, sizeof(other), "%u", theirs);
         why = sl_msg_make(SL_CODE_CONTROL_PROTOCOL_MISMATCH, "ours", ours, "theirs", other, NULL);
     } else {
-        sl_auth_guard_failed(ctl->guard, c->peer, wall_now_ms());
+        sl_auth_guard_failed(ctl->guard, c->peer, sl_wall_ms());
         why = sl_msg_make(SL_CODE_CONTROL_AUTH_REJECTED, NULL);
     }
     sl_log_warn("control: refused %s: %s [%s]", c->peer, why.text, sl_code_slug(why.code));
@@ -184,7 +177,7 @@ on_hello(sl_control_t *ctl, conn_t *c, const sl_proto_hello_msg_t *hello)
 {
     sl_hello_verdict_t verdict = sl_control_check_hello(hello, ctl->key, SL_PROTO_VERSION);
     /* An address that failed before waits for its answer, right or wrong: guessing gets slow. */
-    int64_t delay = sl_auth_guard_delay_ms(ctl->guard, c->peer, wall_now_ms());
+    int64_t delay = sl_auth_guard_delay_ms(ctl->guard, c->peer, sl_wall_ms());
     if (delay > 0) {
         c->state = CONN_HELLO_DELAYED;
         c->delayed_verdict = verdict;
@@ -207,7 +200,7 @@ subscribe(sl_control_t *ctl, conn_t *c, const sl_proto_subscribe_msg_t *m)
     sl_proto_message_t s;
     sl_proto_message_init(&s, SL_PROTO_MESSAGE_SNAPSHOT);
     s.snapshot.req = m->req;
-    s.snapshot.now_ms = (uint64_t)wall_now_ms();
+    s.snapshot.now_ms = (uint64_t)sl_wall_ms();
     s.snapshot.providers_len = sl_runtime_provider_views(ctl->runtime, &s.snapshot.providers);
     s.snapshot.in_flight_len = sl_inflight_view(ctl->inflight, &s.snapshot.in_flight);
     s.snapshot.seq = sl_outq_seq(c->out);
@@ -326,7 +319,7 @@ providers_tick(lws_sorted_usec_list_t *sul)
                 s->bytes = sl_xmalloc(sb.size);
                 memcpy(s->bytes, sb.data, sb.size);
                 s->len = sb.size;
-                ev.provider_changed.at_ms = (uint64_t)wall_now_ms();
+                ev.provider_changed.at_ms = (uint64_t)sl_wall_ms();
                 fan_out(ctl, SL_PROTO_TOPIC_PROVIDERS, &ev);
             }
             msgpack_sbuffer_destroy(&sb);
@@ -334,7 +327,7 @@ providers_tick(lws_sorted_usec_list_t *sul)
         sl_runtime_provider_views_free(views, n);
     }
     /* A request whose end was lost with dropped events lingers at most this long. */
-    int64_t now = wall_now_ms();
+    int64_t now = sl_wall_ms();
     if (now - ctl->last_expire_ms > 60 * 1000) {
         ctl->last_expire_ms = now;
         sl_inflight_expire(ctl->inflight, now - 3 * 3600 * 1000);
@@ -507,9 +500,10 @@ serve_asset(struct lws *wsi, pss_t *pss, const char *uri)
     if (lws_add_http_common_headers(wsi, HTTP_STATUS_OK, a->content_type, a->len, &p, end) ||
         add_header(wsi, "cache-control:", "no-cache", &p, end) ||
         add_header(wsi, "x-content-type-options:", "nosniff", &p, end) ||
-        add_header(wsi, "content-security-policy:",
-                   "default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data:; frame-ancestors 'none'",
-                   &p, end) ||
+        add_header(
+            wsi, "content-security-policy:",
+            "default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data:; frame-ancestors 'none'",
+            &p, end) ||
         lws_finalize_write_http_header(wsi, start, &p, end))
         return -1;
     pss->asset = a;
@@ -529,8 +523,8 @@ write_asset(sl_control_t *ctl, struct lws *wsi, pss_t *pss)
         n = ctl->frame_cap;
     bool last = pss->sent + n == a->len;
     memcpy(ctl->frame + LWS_PRE, a->data + pss->sent, n);
-    if (lws_write(wsi, (unsigned char *)ctl->frame + LWS_PRE, n, last ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP) <
-        (int)n)
+    if (lws_write(wsi, (unsigned char *)ctl->frame + LWS_PRE, n,
+                  last ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP) < (int)n)
         return -1;
     pss->sent += n;
     if (!last) {

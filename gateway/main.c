@@ -38,17 +38,16 @@ typedef struct {
 static void
 usage(FILE *out)
 {
-    fputs(
-        "usage: sluice [--config FILE] [--check-config FILE] [--threads N] [--port N] [--control-port N]\n"
-        "              [--log-level LEVEL] [--version]\n"
-        "  --config FILE        run on FILE (default: the embedded default configuration)\n"
-        "  --check-config FILE  report every problem in FILE and exit (1 if there are any)\n"
-        "  --threads N          data-plane worker threads (default: one per core)\n"
-        "  --port N             the gateway's port instead of listen.gateway.port (0 = any free port)\n"
-        "  --control-port N     the control endpoint's port instead of listen.control.port (0 = any)\n"
-        "  --log-level LEVEL    error, warn, info (default) or debug\n"
-        "  --version            print the version and exit\n",
-        out);
+    fputs("usage: sluice [--config FILE] [--check-config FILE] [--threads N] [--port N] [--control-port N]\n"
+          "              [--log-level LEVEL] [--version]\n"
+          "  --config FILE        run on FILE (default: the embedded default configuration)\n"
+          "  --check-config FILE  report every problem in FILE and exit (1 if there are any)\n"
+          "  --threads N          data-plane worker threads (default: one per core)\n"
+          "  --port N             the gateway's port instead of listen.gateway.port (0 = any free port)\n"
+          "  --control-port N     the control endpoint's port instead of listen.control.port (0 = any)\n"
+          "  --log-level LEVEL    error, warn, info (default) or debug\n"
+          "  --version            print the version and exit\n",
+          out);
 }
 
 /* Returns 0 when the flags were read, else the exit status to leave with. */

@@ -208,14 +208,6 @@ static void flush_to_client(request_t *r);
 
 /* ---- small helpers ---------------------------------------------------------------------- */
 
-static int64_t
-wall_ms(void)
-{
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
-
 /*
  * Times on the two clocks: waiting runs on sl_now_ms's (monotonic), events
  * and usage limits on the wall clock. now and wall are the same moment.
@@ -410,7 +402,7 @@ emit_routed(request_t *r, size_t route, sl_affinity_effect_t effect)
         effect == SL_AFFINITY_SEALED ? SL_PROTO_AFFINITY_SEALED : SL_PROTO_AFFINITY_STICKY;
     bool has_affinity = effect == SL_AFFINITY_STICKY || effect == SL_AFFINITY_SEALED;
     sl_proto_event_t ev;
-    emit(r, sl_bus_request_routed(&ev, wall_ms(), r->id, route_name, names, r->n_cands,
+    emit(r, sl_bus_request_routed(&ev, sl_wall_ms(), r->id, route_name, names, r->n_cands,
                                   has_affinity ? &affinity : NULL));
 }
 
@@ -438,7 +430,7 @@ emit_attempt(request_t *r, const attempt_t *a)
         .skip = skipped ? (sl_proto_serve_skip_t)(a->skipped - 1) : SL_PROTO_SERVE_SKIP_DISABLED,
     };
     sl_proto_event_t ev;
-    emit(r, sl_bus_attempt(&ev, wall_ms(), r->id, &view));
+    emit(r, sl_bus_attempt(&ev, sl_wall_ms(), r->id, &view));
     if (a->has_error)
         sl_msg_free(&msg);
 }
@@ -453,7 +445,7 @@ first_token(request_t *r)
     r->ttft_ms = sl_now_ms() - r->started_ms;
     if (events_on(r)) {
         sl_proto_event_t ev;
-        emit(r, sl_bus_request_first_token(&ev, wall_ms(), r->id, r->ttft_ms));
+        emit(r, sl_bus_request_first_token(&ev, sl_wall_ms(), r->id, r->ttft_ms));
     }
 }
 
@@ -465,14 +457,14 @@ emit_end(request_t *r, sl_row_outcome_t outcome, int status, sl_code_t code, con
     sl_proto_event_t ev;
     int64_t duration = sl_now_ms() - r->started_ms;
     if (outcome == SL_ROW_CANCELLED) {
-        emit(r, sl_bus_request_cancelled(&ev, wall_ms(), r->id, duration));
+        emit(r, sl_bus_request_cancelled(&ev, sl_wall_ms(), r->id, duration));
     } else if (r->gateway_error) {
         sl_msg_t msg = sl_msg_make(code, NULL);
         if (text != NULL) {
             free(msg.text);
             msg.text = sl_xstrdup(text);
         }
-        emit(r, sl_bus_request_failed(&ev, wall_ms(), r->id, sl_bus_failure_source(code), &msg, duration));
+        emit(r, sl_bus_request_failed(&ev, sl_wall_ms(), r->id, sl_bus_failure_source(code), &msg, duration));
         sl_msg_free(&msg);
     } else {
         const sl_usage_t *u = &r->stream.usage;
@@ -480,8 +472,8 @@ emit_end(request_t *r, sl_row_outcome_t outcome, int status, sl_code_t code, con
                                   (uint64_t)u->cache_write, outcome == SL_ROW_ANSWERED_LOCALLY};
         bool has_usage = u->input || u->output || u->cache_read || u->cache_write;
         /* What is still in rx goes out with the final send that follows. */
-        emit(r, sl_bus_request_finished(&ev, wall_ms(), r->id, status, r->bytes_out + r->rx->size, duration,
-                                        has_usage ? &usage : NULL, SL_BUS_ABSENT));
+        emit(r, sl_bus_request_finished(&ev, sl_wall_ms(), r->id, status, r->bytes_out + r->rx->size,
+                                        duration, has_usage ? &usage : NULL, SL_BUS_ABSENT));
     }
 }
 
@@ -495,7 +487,7 @@ emit_health(request_t *r, const char *provider, sl_breaker_t b)
         return;
     int64_t until = SL_BUS_ABSENT;
     if (b.state != SL_BREAKER_CLOSED && b.until_ms != SL_BREAKER_UNTIL_CLEARED)
-        until = wall_ms() + (b.until_ms - sl_now_ms());
+        until = sl_wall_ms() + (b.until_ms - sl_now_ms());
     sl_code_t code = SL_CODE_GW_BREAKER_RECOVERED;
     const char *slug = sl_breaker_reason_slug(&b);
     if (slug != NULL)
@@ -504,7 +496,7 @@ emit_health(request_t *r, const char *provider, sl_breaker_t b)
     snprintf(count, sizeof(count), "%u", b.failures);
     sl_msg_t reason = sl_msg_make(code, "provider", provider, "count", count, NULL);
     sl_proto_event_t ev;
-    emit(r, sl_bus_health_changed(&ev, wall_ms(), provider, b.state, until, &reason));
+    emit(r, sl_bus_health_changed(&ev, sl_wall_ms(), provider, b.state, until, &reason));
     sl_msg_free(&reason);
 }
 
@@ -582,7 +574,7 @@ record(request_t *r, sl_row_outcome_t outcome, int status, bool has_error, sl_co
         sl_log_debug("request %llu: the request DB queue is full, row dropped", (unsigned long long)r->id);
         if (events_on(r)) {
             sl_proto_event_t ev;
-            emit(r, sl_bus_rows_dropped(&ev, wall_ms(), 1));
+            emit(r, sl_bus_rows_dropped(&ev, sl_wall_ms(), 1));
         }
     }
 }
@@ -662,7 +654,7 @@ static void
 recharge_at_send(request_t *r)
 {
     charge_t *c = &r->up_charge;
-    int64_t now = wall_ms();
+    int64_t now = sl_wall_ms();
     if (c->set == NULL || now <= c->at_ms)
         return;
     sl_amounts_t back = {-c->amounts.requests, -c->amounts.tokens, -c->amounts.cost_micros};
@@ -689,7 +681,7 @@ settle(request_t *r, charge_t *c, const sl_amounts_t *real, sl_waitq_t *waiters)
     sl_amounts_t delta = {real->requests - c->amounts.requests, real->tokens - c->amounts.tokens,
                           real->cost_micros - c->amounts.cost_micros};
     sl_waitq_lock();
-    sl_limits_add(c->set->states, c->set->n, c->at_ms, wall_ms(), &delta);
+    sl_limits_add(c->set->states, c->set->n, c->at_ms, sl_wall_ms(), &delta);
     if (waiters != NULL && (delta.requests < 0 || delta.tokens < 0 || delta.cost_micros < 0))
         sl_waitq_wake(waiters, 1);
     sl_waitq_unlock();
@@ -932,7 +924,7 @@ start_response(request_t *r)
     }
     if (events_on(r)) {
         sl_proto_event_t ev;
-        emit(r, sl_bus_request_headers(&ev, wall_ms(), r->id, r->up_status, r->ttfb_ms));
+        emit(r, sl_bus_request_headers(&ev, sl_wall_ms(), r->id, r->up_status, r->ttfb_ms));
     }
     /* A whole answer's head is its first token; a stream's is its first content event. */
     if (!r->events || r->stream.phase == SL_STREAM_FLOWING)
@@ -1252,7 +1244,7 @@ jitter_unit(void)
 {
     static _Thread_local uint64_t state;
     if (state == 0)
-        state = (uint64_t)wall_ms() * 0x9E3779B97F4A7C15ull | 1;
+        state = (uint64_t)sl_wall_ms() * 0x9E3779B97F4A7C15ull | 1;
     state ^= state << 13;
     state ^= state >> 7;
     state ^= state << 17;
@@ -1272,7 +1264,7 @@ static int64_t
 failure_hint(const request_t *r, const sl_headers_t *headers, const char *body, size_t len)
 {
     (void)r;
-    return sl_hint_find(headers, body, len, wall_ms()).ms;
+    return sl_hint_find(headers, body, len, sl_wall_ms()).ms;
 }
 
 /* Whether this request may still wait or retry at all (behaviour.md §5): wait_secs 0 never does. */
@@ -1289,7 +1281,7 @@ on_backoff_done(sl_timer_t *t)
     request_t *r = H2O_STRUCT_FROM_MEMBER(request_t, backoff_timer, t);
     if (events_on(r)) {
         sl_proto_event_t ev;
-        emit(r, sl_bus_request_dequeued(&ev, wall_ms(), r->id, NULL));
+        emit(r, sl_bus_request_dequeued(&ev, sl_wall_ms(), r->id, NULL));
     }
     r->next = 0;
     next_hop(r);
@@ -1361,7 +1353,7 @@ schedule_retry(request_t *r)
         }
         sl_msg_t last = sl_msg_make(r->last.code, "provider", provider_of(r, r->cur)->name, "reason",
                                     r->last.detail, "code", r->last.detail, "status", r->last.detail, NULL);
-        int64_t wall = wall_ms();
+        int64_t wall = sl_wall_ms();
         sl_proto_event_t ev;
         emit(r, sl_bus_request_retrying(&ev, wall, r->id, names, k, r->round, wall + pause,
                                         wall + (r->deadline_ms - now), by_hint, &last));
@@ -1522,11 +1514,11 @@ emit_throttle(request_t *r, const char *provider, const sl_throttle_t *t)
         return;
     sl_bus_throttle_facts_t f = {
         .t = t,
-        .t_until_ms = wall_of(sl_now_ms(), wall_ms(), sl_throttle_shown_until_ms(t)),
+        .t_until_ms = wall_of(sl_now_ms(), sl_wall_ms(), sl_throttle_shown_until_ms(t)),
         .limits = SL_LIMIT_OK,
     };
     sl_proto_event_t ev;
-    emit(r, sl_bus_throttle_changed(&ev, wall_ms(), provider, sl_bus_throttle_view(provider, &f)));
+    emit(r, sl_bus_throttle_changed(&ev, sl_wall_ms(), provider, sl_bus_throttle_view(provider, &f)));
 }
 
 /* The upstream of the hop answered (anything but a 429): its streak resets and a probe passes. */
@@ -1710,7 +1702,7 @@ start_waiting(request_t *r, int64_t now, const sl_bus_gate_t *gates, size_t n_ga
         r->queued_since_ms = now;
         if (events_on(r)) {
             sl_proto_event_t ev;
-            int64_t wall = wall_ms();
+            int64_t wall = sl_wall_ms();
             emit(r, sl_bus_request_queued(&ev, wall, r->id, gates, n_gates, wall + (r->deadline_ms - now)));
         }
     }
@@ -1817,7 +1809,7 @@ wait_or_give_up(request_t *r)
     case SL_WAIT_WAIT: {
         sl_bus_gate_t bus_gates[n + 1];
         size_t k = 0;
-        int64_t wall = wall_ms();
+        int64_t wall = sl_wall_ms();
         for (size_t i = 0; i < n; i++) {
             if (!wait_on[i] && d.action == SL_WAIT_WAIT)
                 continue;
@@ -1876,7 +1868,7 @@ admit_key(request_t *r)
     sl_limit_set_t *set = r->key_limits;
     if (set == NULL || r->key_charge.set != NULL)
         return true;
-    int64_t now = sl_now_ms(), wall = wall_ms();
+    int64_t now = sl_now_ms(), wall = sl_wall_ms();
     sl_amounts_t need = usage_estimate(r, r->in.model);
     sl_waitq_lock();
     if (set->n == 0) {
@@ -2489,7 +2481,7 @@ emit_limit_throttle(request_t *r, const char *provider, sl_limit_verdict_t v, in
         return;
     sl_bus_throttle_facts_t f = {.limits = v, .limit = limit, .limits_until_ms = until_wall};
     sl_proto_event_t ev;
-    emit(r, sl_bus_throttle_changed(&ev, wall_ms(), provider, sl_bus_throttle_view(provider, &f)));
+    emit(r, sl_bus_throttle_changed(&ev, sl_wall_ms(), provider, sl_bus_throttle_view(provider, &f)));
 }
 
 /*
@@ -2507,7 +2499,7 @@ claim_upstream(request_t *r, size_t cand)
         r->snapshot->limits.providers != NULL ? r->snapshot->limits.providers[r->cands[cand].provider] : NULL;
     uint32_t max_concurrent = provider_of(r, cand)->max_concurrent;
     sl_amounts_t need = {0}; /* the estimate, made only for an upstream with limits */
-    int64_t now = sl_now_ms(), wall = wall_ms();
+    int64_t now = sl_now_ms(), wall = sl_wall_ms();
     sl_limits_check_t limits = {.verdict = SL_LIMIT_OK};
     bool limits_changed = false;
     sl_limit_t limit = {0};
@@ -2623,7 +2615,7 @@ sign_for_aws(request_t *r, const sl_provider_t *p, const sl_upstream_head_t *inf
                                        getenv("AWS_SESSION_TOKEN")};
     if (creds.access_key_id == NULL || creds.secret_access_key == NULL || p->region == NULL)
         return false;
-    return sl_dialect_sign_head(&r->head, info, r->body.base, r->body.len, p->region, &creds, wall_ms());
+    return sl_dialect_sign_head(&r->head, info, r->body.base, r->body.len, p->region, &creds, sl_wall_ms());
 }
 
 static void
@@ -2669,7 +2661,7 @@ start_hop(request_t *r, size_t cand)
         stop_waiting(r, true);
         if (events_on(r)) {
             sl_proto_event_t ev;
-            emit(r, sl_bus_request_dequeued(&ev, wall_ms(), r->id, p->name));
+            emit(r, sl_bus_request_dequeued(&ev, sl_wall_ms(), r->id, p->name));
         }
     }
     sl_headers_t headers = sl_request_headers(r->req);
@@ -2986,7 +2978,7 @@ sl_request_serve(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapsh
     r->config = snapshot->config;
     r->id = atomic_fetch_add(&gw->next_id, 1) + 1;
     r->started_ms = sl_now_ms();
-    r->started_wall_ms = wall_ms();
+    r->started_wall_ms = sl_wall_ms();
     r->ttfb_ms = r->ttft_ms = SL_ROW_ABSENT;
     r->path = req->path;
     r->hint_ms = -1;
@@ -3093,7 +3085,7 @@ sl_gateway_init(sl_gateway_t *gw, sl_recorder_t *recorder)
     gw->affinity = sl_affinity_new(SL_AFFINITY_DEFAULT_CAPACITY, SL_AFFINITY_DEFAULT_IDLE_MS);
     /* The hash key only has to be unknown to clients. */
     if (getrandom(&gw->affinity_key, sizeof(gw->affinity_key), 0) != (ssize_t)sizeof(gw->affinity_key)) {
-        gw->affinity_key.k0 = (uint64_t)wall_ms() * 0x9E3779B97F4A7C15ull;
+        gw->affinity_key.k0 = (uint64_t)sl_wall_ms() * 0x9E3779B97F4A7C15ull;
         gw->affinity_key.k1 = (uint64_t)sl_now_ms() ^ (uint64_t)(uintptr_t)gw;
     }
 }

@@ -38,14 +38,6 @@ struct sl_runtime {
     sl_bus_batch_t batch; /* events of changes, flushed at once */
 };
 
-static int64_t
-wall_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* ---- events ------------------------------------------------------------------------------------- */
 
 static void
@@ -67,7 +59,7 @@ announce_limits_changed(void *ctx, const sl_limit_set_t *set, const sl_limit_t *
     sl_log_info("usage limits of %s %s replaced (%zu limit%s)",
                 set->kind == SL_BUCKET_CLIENT ? "key" : "upstream", set->name, n, n == 1 ? "" : "s");
     sl_proto_event_t ev;
-    emit(rt, sl_bus_limits_changed(&ev, wall_now_ms(),
+    emit(rt, sl_bus_limits_changed(&ev, sl_wall_ms(),
                                    set->kind == SL_BUCKET_CLIENT ? SL_PROTO_LIMIT_TARGET_CLIENT
                                                                  : SL_PROTO_LIMIT_TARGET_PROVIDER,
                                    set->name, limits, n));
@@ -171,7 +163,7 @@ publish(sl_runtime_t *rt, sl_config_t *config, bool safe_mode, bool first)
 {
     apply_timezone(config);
     sl_upstream_t **ups = sl_upstreams_bind(rt->upstreams, config);
-    sl_limit_sets_t sets = sl_limiter_bind(rt->limiter, config, wall_now_ms());
+    sl_limit_sets_t sets = sl_limiter_bind(rt->limiter, config, sl_wall_ms());
     if (first)
         sl_snapshot_holder_init(&rt->holder, config, ups, sets, safe_mode);
     else
@@ -229,7 +221,7 @@ apply_text(sl_runtime_t *rt, char *text, size_t len, sl_proto_config_source_t so
         sl_msg_t m = sl_msg_make(SL_CODE_CONFIG_REJECTED, "path", source_name(rt), "count", count, NULL);
         sl_log_error("%s [%s]", m.text, sl_code_slug(m.code));
         sl_msg_free(&m);
-        emit(rt, sl_bus_config_rejected(&ev, wall_now_ms(), source, &res.errors));
+        emit(rt, sl_bus_config_rejected(&ev, sl_wall_ms(), source, &res.errors));
         if (problems != NULL)
             msgs_copy(problems, &res.errors);
         sl_config_result_free(&res);
@@ -258,7 +250,7 @@ apply_text(sl_runtime_t *rt, char *text, size_t len, sl_proto_config_source_t so
     sl_log_info("%s [%s] (revision %llu%s)", m.text, sl_code_slug(m.code), (unsigned long long)rt->revision,
                 was_safe ? ", safe mode over" : "");
     sl_msg_free(&m);
-    emit(rt, sl_bus_config_reloaded(&ev, wall_now_ms(), rt->revision, source));
+    emit(rt, sl_bus_config_reloaded(&ev, sl_wall_ms(), rt->revision, source));
     return 0;
 }
 
@@ -521,7 +513,7 @@ reload_locked(sl_runtime_t *rt)
         sl_msgs_t problems = {0};
         sl_msgs_push(&problems, m);
         sl_proto_event_t ev;
-        emit(rt, sl_bus_config_rejected(&ev, wall_now_ms(), SL_PROTO_CONFIG_SOURCE_FILE, &problems));
+        emit(rt, sl_bus_config_rejected(&ev, sl_wall_ms(), SL_PROTO_CONFIG_SOURCE_FILE, &problems));
         sl_msgs_clear(&problems);
         return;
     }
@@ -764,7 +756,7 @@ sl_runtime_pause(sl_runtime_t *rt, const char *name, int64_t until_wall_ms, sl_m
         *err = unknown_name(SL_BUCKET_PROVIDER, name);
         return -1;
     }
-    int64_t mono = sl_now_ms(), wall = wall_now_ms();
+    int64_t mono = sl_now_ms(), wall = sl_wall_ms();
     int64_t until = until_wall_ms == 0 ? SL_THROTTLE_NEVER : mono + (until_wall_ms - wall);
     sl_throttle_t after;
     bool changed = false;
@@ -782,7 +774,7 @@ sl_runtime_resume(sl_runtime_t *rt, const char *name, sl_msg_t *err)
         *err = unknown_name(SL_BUCKET_PROVIDER, name);
         return -1;
     }
-    int64_t mono = sl_now_ms(), wall = wall_now_ms();
+    int64_t mono = sl_now_ms(), wall = sl_wall_ms();
     sl_throttle_t after;
     bool changed = false;
     sl_upstreams_resume(rt->upstreams, name, mono, &after, &changed);
@@ -835,7 +827,7 @@ sl_runtime_provider_views(sl_runtime_t *rt, sl_proto_provider_view_t **out)
     sl_snapshot_t *s = sl_snapshot_acquire(&rt->holder);
     size_t n = s->config->n_providers;
     *out = n > 0 ? sl_xcalloc(n, sizeof(**out)) : NULL;
-    int64_t mono = sl_now_ms(), wall = wall_now_ms();
+    int64_t mono = sl_now_ms(), wall = sl_wall_ms();
     for (size_t i = 0; i < n; i++)
         provider_view(&(*out)[i], &s->config->providers[i], s->upstreams[i],
                       s->limits.providers != NULL ? s->limits.providers[i] : NULL, mono, wall);

@@ -33,4 +33,7 @@ typedef struct {
 /* Monotonic milliseconds: the clock of every timer and deadline. */
 int64_t sl_now_ms(void);
 
+/* Wall-clock milliseconds since the Unix epoch: the clock of events, rows and usage windows. */
+int64_t sl_wall_ms(void);
+
 #endif

@@ -406,15 +406,29 @@ emit_routed(request_t *r, size_t route, sl_affinity_effect_t effect)
                                   has_affinity ? &affinity : NULL));
 }
 
+/*
+ * A hop's error as a message (AttemptView.error, the attempt's row): its one
+ * detail fills the template's one placeholder besides {provider} ({status},
+ * {secs}, {reason}, ...). name is room for that placeholder's name, which
+ * must outlive the message (sl_msg_make keeps names by pointer).
+ */
+static sl_msg_t
+hop_msg(sl_code_t code, const char *provider, const char *detail, char name[32])
+{
+    if (!sl_msg_template_other(sl_code_template(code), "provider", name, 32))
+        snprintf(name, 32, "detail");
+    return sl_msg_make(code, "provider", provider, name, detail, NULL);
+}
+
 static void
 emit_attempt(request_t *r, const attempt_t *a)
 {
     if (!events_on(r))
         return;
     sl_msg_t msg = {0};
+    char name[32];
     if (a->has_error)
-        msg = sl_msg_make(a->error_code, "provider", r->config->providers[a->provider].name, "reason",
-                          a->error_detail, "code", a->error_detail, NULL);
+        msg = hop_msg(a->error_code, r->config->providers[a->provider].name, a->error_detail, name);
     bool skipped = a->skipped != SL_ROW_SKIP_NONE;
     sl_bus_attempt_t view = {
         .provider = r->config->providers[a->provider].name,
@@ -505,12 +519,8 @@ emit_health(request_t *r, const char *provider, sl_breaker_t b)
 static void
 fill_row_msg(sl_row_msg_t *m, sl_code_t code, const char *provider, const char *detail)
 {
-    /* A hop's error keeps one detail: it fills the template's one placeholder besides {provider}
-     * ({status}, {secs}, {reason}, ...). */
-    char name[32]; /* outlives msg, as sl_msg_make asks of names */
-    if (!sl_msg_template_other(sl_code_template(code), "provider", name, sizeof(name)))
-        snprintf(name, sizeof(name), "detail");
-    sl_msg_t msg = sl_msg_make(code, "provider", provider, name, detail, NULL);
+    char name[32];
+    sl_msg_t msg = hop_msg(code, provider, detail, name);
     *m = sl_row_msg_from(&msg);
     sl_msg_free(&msg);
 }

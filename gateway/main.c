@@ -17,6 +17,9 @@
 #include <h2o/version.h>
 
 #include "config.h"
+#include "core/demo_script.h"
+#include "demo.h"
+#include "demoload.h"
 #include "endpoint.h"
 #include "eventlog.h"
 #include "log.h"
@@ -32,6 +35,9 @@ typedef struct {
     const char *check_path;
     unsigned threads;
     int port, control_port; /* -1 = as configured */
+    bool demo, demo_load;
+    const char *demo_trouble; /* NULL = cycle through the trouble modes */
+    unsigned demo_clients;
     bool version;
 } options_t;
 
@@ -45,6 +51,11 @@ usage(FILE *out)
           "  --threads N          data-plane worker threads (default: one per core)\n"
           "  --port N             the gateway's port instead of listen.gateway.port (0 = any free port)\n"
           "  --control-port N     the control endpoint's port instead of listen.control.port (0 = any)\n"
+          "  --demo               run on simulated upstreams (every dialect, with trouble), no keys needed\n"
+          "  --demo-trouble MODE  pin the demo's trouble: calm, overload, rate-limit, drop, slow (default: "
+          "cycle)\n"
+          "  --demo-load          send demo traffic through sluice (with --demo)\n"
+          "  --demo-clients N     how many demo clients send at once (default 8)\n"
           "  --log-level LEVEL    error, warn, info (default) or debug\n"
           "  --version            print the version and exit\n",
           out);
@@ -59,6 +70,10 @@ parse_options(int argc, char **argv, options_t *o)
         {"check-config", required_argument, NULL, 'C'},
         {"threads", required_argument, NULL, 't'},
         {"port", required_argument, NULL, 'p'},
+        {"demo", no_argument, NULL, 'd'},
+        {"demo-trouble", required_argument, NULL, 'D'},
+        {"demo-load", no_argument, NULL, 'L'},
+        {"demo-clients", required_argument, NULL, 'N'},
         {"control-port", required_argument, NULL, 'P'},
         {"log-level", required_argument, NULL, 'l'},
         {"version", no_argument, NULL, 'v'},
@@ -96,6 +111,32 @@ parse_options(int argc, char **argv, options_t *o)
             *(ch == 'p' ? &o->port : &o->control_port) = (int)n;
             break;
         }
+        case 'd':
+            o->demo = true;
+            break;
+        case 'D':
+            if (!sl_demo_trouble_parse(optarg, &(sl_demo_trouble_t){0})) {
+                fprintf(stderr,
+                        "sluice: --demo-trouble takes calm, overload, rate-limit, drop or slow, not '%s'\n",
+                        optarg);
+                return 2;
+            }
+            o->demo_trouble = optarg;
+            break;
+        case 'L':
+            o->demo_load = true;
+            break;
+        case 'N': {
+            char *end;
+            long n = strtol(optarg, &end, 10);
+            if (*end != '\0' || n < 0 || n > SL_DEMOLOAD_MAX_CLIENTS) {
+                fprintf(stderr, "sluice: --demo-clients takes a number from 0 to %d, not '%s'\n",
+                        SL_DEMOLOAD_MAX_CLIENTS, optarg);
+                return 2;
+            }
+            o->demo_clients = (unsigned)n;
+            break;
+        }
         case 'l': {
             sl_log_level_t level;
             if (sl_log_level_parse(optarg, &level) != 0) {
@@ -119,6 +160,14 @@ parse_options(int argc, char **argv, options_t *o)
     if (optind < argc) {
         fprintf(stderr, "sluice: unexpected argument '%s'\n", argv[optind]);
         usage(stderr);
+        return 2;
+    }
+    if (o->demo && o->config_path != NULL) {
+        fprintf(stderr, "sluice: --demo runs on its own configuration; it does not take --config\n");
+        return 2;
+    }
+    if ((o->demo_trouble != NULL || o->demo_load) && !o->demo) {
+        fprintf(stderr, "sluice: --demo-trouble and --demo-load go with --demo\n");
         return 2;
     }
     return 0;
@@ -237,7 +286,7 @@ shut_down(sl_server_t *server, const sigset_t *signals, uint32_t grace_secs)
 int
 main(int argc, char **argv)
 {
-    options_t opt = {.port = -1, .control_port = -1};
+    options_t opt = {.port = -1, .control_port = -1, .demo_clients = 8};
     int rc = parse_options(argc, argv, &opt);
     if (rc != 0)
         return rc < 0 ? 0 : rc;
@@ -257,7 +306,22 @@ main(int argc, char **argv)
     pthread_sigmask(SIG_BLOCK, &signals, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    runtime = sl_runtime_start(opt.config_path, NULL, &gateway);
+    /* Demo mode: the simulated upstreams first, then sluice on the configuration that points at them. */
+    sl_demo_t *demo = NULL;
+    char *demo_yaml = NULL;
+    if (opt.demo) {
+        char err[256];
+        demo = sl_demo_start(opt.demo_trouble, err, sizeof(err));
+        if (demo == NULL) {
+            sl_log_error("demo: %s", err);
+            return 1;
+        }
+        demo_yaml = sl_demo_config_yaml(sl_demo_port(demo));
+        sl_log_info("demo: simulated upstreams on 127.0.0.1:%u (%s); clients use the key %s",
+                    sl_demo_port(demo), sl_demo_trouble_now(demo), SL_DEMO_CLIENT_KEY);
+    }
+    runtime = sl_runtime_start(opt.config_path, demo_yaml, &gateway);
+    free(demo_yaml);
     sl_runtime_set_ports(runtime, opt.port, opt.control_port);
     bool safe_mode = sl_runtime_safe_mode(runtime);
     sl_control_t *control = start_control();
@@ -287,9 +351,17 @@ main(int argc, char **argv)
         return 1;
     }
     atomic_store(&serving, server);
+    sl_demoload_t *demo_load = NULL;
+    if (opt.demo_load && opt.demo_clients > 0) {
+        demo_load = sl_demoload_start(sl_server_port(server), SL_DEMO_CLIENT_KEY, opt.demo_clients);
+        sl_log_info("demo: %u clients send traffic through sluice", opt.demo_clients);
+    }
     sl_log_info("sluice %s serving on %s://%s:%u (%u thread%s, config: %s)%s", SLUICE_VERSION,
                 listen->tls_cert != NULL ? "https" : "http", listen->bind, sl_server_port(server), threads,
-                threads == 1 ? "" : "s", opt.config_path != NULL ? opt.config_path : "embedded default",
+                threads == 1 ? "" : "s",
+                opt.config_path != NULL ? opt.config_path
+                : opt.demo              ? "demo"
+                                        : "embedded default",
                 safe_mode ? " in SAFE MODE" : "");
 
     for (;;) {
@@ -308,7 +380,11 @@ main(int argc, char **argv)
         uint32_t grace = s->config->shutdown_grace_secs;
         sl_snapshot_release(s);
         sl_log_info("%s received", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+        if (demo_load != NULL)
+            sl_demoload_stop(demo_load);
         shut_down(server, &signals, grace);
+        if (demo != NULL)
+            sl_demo_stop(demo);
         sl_control_stop(control);
         if (eventlog != NULL)
             sl_eventlog_stop(eventlog);

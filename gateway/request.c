@@ -506,9 +506,11 @@ emit_health(request_t *r, const char *provider, sl_breaker_t b)
     const char *slug = sl_breaker_reason_slug(&b);
     if (slug != NULL)
         sl_code_from_slug(slug, &code);
-    char count[16];
+    char count[16], until_text[64] = "it is cleared";
     snprintf(count, sizeof(count), "%u", b.failures);
-    sl_msg_t reason = sl_msg_make(code, "provider", provider, "count", count, NULL);
+    if (until >= 0)
+        sl_text_local_time(until, until_text, sizeof(until_text));
+    sl_msg_t reason = sl_msg_make(code, "provider", provider, "count", count, "until", until_text, NULL);
     sl_proto_event_t ev;
     emit(r, sl_bus_health_changed(&ev, sl_wall_ms(), provider, b.state, until, &reason));
     sl_msg_free(&reason);

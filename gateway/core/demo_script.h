@@ -15,7 +15,8 @@
  *   calm        a rare overload (3 %)                      fine
  *   overload    60 %: 529/503, or for streams an in-stream 10 %
  *               overloaded error before any content
- *   rate-limit  85 %: 429 with a retry hint of 2-6 s       fine
+ *   rate-limit  85 %: 429 with a retry hint of 2-6 s       25 % (so that requests queue when
+ *                                                          both are paused)
  *   drop        50 % of streams cut (half before content,   5 %
  *               half after); 30 % of non-streamed requests
  *               closed before the head
@@ -71,7 +72,7 @@ typedef struct {
     uint32_t secs;
 } sl_demo_step_t;
 
-/* The cycle: 25 s calm, 15 s overload, 20 s rate-limit storm, 15 s drops, 15 s slow; then again. */
+/* The cycle: 20 s calm, 20 s rate-limit storm, 15 s drops, 15 s slow, 15 s overload; then again. */
 extern const sl_demo_step_t sl_demo_cycle[];
 extern const size_t sl_demo_cycle_len;
 
@@ -130,13 +131,13 @@ sl_demo_parse_t sl_demo_request_parse(const char *method, const char *target, si
 /* ---- the plan ------------------------------------------------------------------------------------- */
 
 typedef enum {
-    SL_DEMO_ANSWER,              /* 200: the whole answer, streamed or not */
-    SL_DEMO_OVERLOADED,          /* a 529 (Anthropic) / 503 status answer in the dialect's error shape */
-    SL_DEMO_RATE_LIMITED,        /* a 429 status answer with a retry hint */
-    SL_DEMO_STREAM_OVERLOADED,   /* 200, the opening events, then an in-stream overloaded error */
-    SL_DEMO_CUT_BEFORE_CONTENT,  /* 200, the opening events, then the connection closes */
-    SL_DEMO_CUT_AFTER_CONTENT,   /* 200, some content, then the connection closes mid-event */
-    SL_DEMO_CLOSE_BEFORE_HEAD,   /* the connection closes without an answer */
+    SL_DEMO_ANSWER,             /* 200: the whole answer, streamed or not */
+    SL_DEMO_OVERLOADED,         /* a 529 (Anthropic) / 503 status answer in the dialect's error shape */
+    SL_DEMO_RATE_LIMITED,       /* a 429 status answer with a retry hint */
+    SL_DEMO_STREAM_OVERLOADED,  /* 200, the opening events, then an in-stream overloaded error */
+    SL_DEMO_CUT_BEFORE_CONTENT, /* 200, the opening events, then the connection closes */
+    SL_DEMO_CUT_AFTER_CONTENT,  /* 200, some content, then the connection closes mid-event */
+    SL_DEMO_CLOSE_BEFORE_HEAD,  /* the connection closes without an answer */
     SL_DEMO_OUTCOME_COUNT
 } sl_demo_outcome_t;
 
@@ -148,7 +149,7 @@ typedef struct {
     int status;                /* of the head; 0 for SL_DEMO_CLOSE_BEFORE_HEAD */
     uint32_t retry_after_secs; /* the hint of a 429 (header, or Gemini's retryDelay); 0 otherwise */
     bool stream;               /* as the request asked */
-    uint32_t words;            /* of the answer's text (the output tokens) */
+    uint32_t words;            /* of the answer's text, at least (sl_demo_text ends it with a sentence) */
     uint32_t head_delay_ms;    /* before the head (streams: with the opening events) */
     uint32_t first_token_ms;   /* streams: from the head to the first content (or the error / cut) */
     uint32_t token_delay_ms;   /* streams: between content events */
@@ -179,7 +180,7 @@ typedef enum {
 } sl_demo_end_t;
 
 typedef struct {
-    int status; /* 0 with SL_DEMO_END_CLOSE_BEFORE_HEAD */
+    int status;               /* 0 with SL_DEMO_END_CLOSE_BEFORE_HEAD */
     const char *reason;       /* "OK", "Too Many Requests", …: static */
     const char *content_type; /* static */
     sl_strbuf_t headers;      /* extra header lines, each ending in \r\n ("retry-after: 4\r\n") */
@@ -232,9 +233,11 @@ void sl_demo_answer_error(sl_dialect_t dialect, int status, const char *message,
 void sl_demo_answer_free(sl_demo_answer_t *a);
 
 /*
- * The text of an answer: `words` words from the built-in sentences, starting
- * where seed says, appended to out (no leading space). Exposed for tests.
+ * The text of an answer, appended to out: at least `words` words from the
+ * built-in sentences, on to the end of the sentence the last of them is in,
+ * starting where seed says (no leading space). Returns how many words it
+ * wrote: the answer's output tokens. 0 words writes nothing.
  */
-void sl_demo_text(uint64_t seed, uint32_t words, sl_strbuf_t *out);
+uint32_t sl_demo_text(uint64_t seed, uint32_t words, sl_strbuf_t *out);
 
 #endif

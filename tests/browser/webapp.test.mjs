@@ -1,0 +1,203 @@
+// The web control app in Debian's chromium (headless, driven by playwright-core; never a
+// downloaded browser) against a real sluice in demo mode: simulated upstreams with pinned
+// trouble and the built-in load generator. Screenshots go to SLUICE_ARTIFACTS.
+import assert from "node:assert/strict";
+import { spawn } from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import { after, before, describe, test } from "node:test";
+import { fileURLToPath } from "node:url";
+
+import { chromium } from "playwright-core";
+
+import { protocol } from "../sdk/control_client.mjs";
+
+const here = (rel) => fileURLToPath(new URL(rel, import.meta.url));
+const bin = process.env.SLUICE_BIN || here("../../build/sluice");
+const artifacts = process.env.SLUICE_ARTIFACTS || path.join(os.tmpdir(), "sluice-browser-artifacts");
+const chromiumPath = process.env.SLUICE_CHROMIUM || "/usr/bin/chromium";
+const T = { timeout: 90_000 };
+
+fs.mkdirSync(artifacts, { recursive: true });
+
+// sluice --demo with a pinned trouble mode, on free ports, in a temp dir (its DB and key file).
+async function startDemo(trouble, clients = 16) {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), "sluice-demo-"));
+  const args = ["--demo", "--demo-trouble", trouble, "--demo-load", "--demo-clients", String(clients),
+                "--port", "0", "--control-port", "0", "--threads", "2"];
+  const child = spawn(bin, args, { cwd: dir, stdio: ["ignore", "pipe", "pipe"] });
+  let log = "";
+  child.stdout.on("data", (d) => (log += d));
+  child.stderr.on("data", (d) => (log += d));
+  const exited = new Promise((resolve) => child.once("exit", resolve));
+  const deadline = Date.now() + 10_000;
+  while (!/serving on http:\/\/127\.0\.0\.1:\d+/.test(log)) {
+    if (Date.now() > deadline || child.exitCode !== null) throw new Error(`sluice --demo did not start:\n${log}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  const controlPort = Number(/control endpoint on ws:\/\/127\.0\.0\.1:(\d+)/.exec(log)[1]);
+  const gatewayPort = Number(/serving on http:\/\/127\.0\.0\.1:(\d+)/.exec(log)[1]);
+  const key = fs.readFileSync(path.join(dir, "sluice.key"), "utf8").trim();
+  return {
+    controlPort, gatewayPort, key, log: () => log,
+    async stop() {
+      child.kill("SIGTERM");
+      const killer = setTimeout(() => child.kill("SIGKILL"), 8000);
+      const code = await exited;
+      clearTimeout(killer);
+      fs.rmSync(dir, { recursive: true, force: true });
+      return code;
+    },
+  };
+}
+
+let browser;
+
+async function openApp(demo) {
+  const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+  page.on("pageerror", (e) => { throw e; });
+  await page.goto(`http://127.0.0.1:${demo.controlPort}/#key=${demo.key}`);
+  await page.waitForSelector('[data-testid="banner"][data-state="connected"]', { timeout: 10_000 });
+  return page;
+}
+
+async function shot(page, name) {
+  await page.screenshot({ path: path.join(artifacts, `${name}.png`), fullPage: true });
+}
+
+describe("web control app (chromium, sluice --demo)", () => {
+  before(async () => {
+    const userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), "sluice-chromium-"));
+    browser = await chromium.launchPersistentContext(userDataDir, {
+      executablePath: chromiumPath,
+      headless: true,
+      args: ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+             "--no-first-run", "--disable-sync"],
+    });
+  });
+  after(async () => {
+    await browser?.close();
+  });
+
+  test("an overload burst: a retried request shows a backoff phase in its timeline", T, async () => {
+    const demo = await startDemo("overload");
+    try {
+      const page = await openApp(demo);
+      assert.match(await page.textContent('[data-testid="banner"]'), /protocol v?1/i);
+      // Wait for a request that backed off (live or recent), then open its timeline.
+      const row = page.locator('[data-testid="request-row"][data-state="backoff"], [data-testid="recent-row"]')
+        .filter({ has: page.locator("text=/retr|backoff/i") }).first();
+      let opened = false;
+      for (let i = 0; i < 60 && !opened; i++) {
+        const backoff = page.locator('[data-testid="request-row"][data-state="backoff"]').first();
+        if (await backoff.count()) {
+          await backoff.click();
+          opened = true;
+        } else {
+          await page.waitForTimeout(500);
+        }
+      }
+      assert.ok(opened || (await row.count()) > 0, "a request backed off within 30 s");
+      if (!opened) await row.click();
+      const phase = page.locator('[data-testid="timeline"] [data-testid="phase"][data-kind="backoff"]').first();
+      await phase.waitFor({ timeout: 10_000 });
+      assert.match(await phase.textContent(), /backoff|retry/i);
+      await shot(page, "overload-retry-timeline");
+      const attempts = await page.locator('[data-testid="timeline"] [data-testid="phase"][data-kind="attempt"]').count();
+      assert.ok(attempts >= 1, `the timeline shows the failed attempt before the backoff (${attempts})`);
+      await page.close();
+    } finally {
+      await demo.stop();
+    }
+  });
+
+  test("a 429 storm: a provider shows paused with a countdown, and requests queue", T, async () => {
+    const demo = await startDemo("rate-limit", 24);
+    try {
+      const page = await openApp(demo);
+      const paused = page.locator('[data-testid="provider-card"][data-throttle="paused"]').first();
+      await paused.waitFor({ timeout: 30_000 });
+      const countdown = await paused.locator('[data-testid="throttle-countdown"]').textContent();
+      assert.match(countdown, /\d/, "a countdown is shown");
+      await page.locator('[data-testid="request-row"][data-state="queued"]').first().waitFor({ timeout: 40_000 });
+      await shot(page, "rate-limit-storm");
+      await page.close();
+    } finally {
+      await demo.stop();
+    }
+  });
+
+  test("the limits editor: a pushed limit is applied and changes what sluice admits", T, async () => {
+    const demo = await startDemo("calm", 0);
+    try {
+      const page = await openApp(demo);
+      await page.click('[data-testid="tab-limits"]');
+      const editor = page.locator('[data-testid="limits-editor"]');
+      await editor.waitFor();
+      await page.selectOption('[data-testid="limits-provider"]', "demo-anthropic-a");
+      await page.click('[data-testid="limits-add"]');
+      const row = page.locator('[data-testid="limit-row"]').last();
+      await row.locator('[data-testid="limit-per"]').selectOption("minute");
+      await row.locator('[data-testid="limit-measure"]').selectOption("requests");
+      await row.locator('[data-testid="limit-value"]').fill("1");
+      await page.locator('[data-testid="limits-diff"]').waitFor();
+      await page.click('[data-testid="limits-push"]');
+      await page.locator('[data-testid="limits-applied"]').waitFor({ timeout: 10_000 });
+      await shot(page, "limits-applied");
+      // Two requests for claude-*: the first goes to demo-anthropic-a, the second cannot (its window is
+      // full) and fails over to demo-anthropic-b.
+      for (let i = 0; i < 2; i++) {
+        const res = await fetch(`http://127.0.0.1:${demo.gatewayPort}/v1/messages`, {
+          method: "POST",
+          headers: { "content-type": "application/json", "x-api-key": "sk-demo-0000000000000000",
+                     "anthropic-version": "2023-06-01" },
+          body: JSON.stringify({ model: "claude-demo", max_tokens: 16, messages: [{ role: "user", content: "hi" }] }),
+        });
+        assert.equal(res.status, 200);
+        await res.text();
+      }
+      await page.click('[data-testid="tab-history"]');
+      await page.click('[data-testid="history-search"]');
+      await page.locator('[data-testid="history-row"]').nth(1).waitFor({ timeout: 10_000 });
+      const rows = await page.locator('[data-testid="history-row"]').allTextContents();
+      assert.ok(rows.some((t) => t.includes("demo-anthropic-b")), rows.join("\n"));
+      assert.ok(rows.some((t) => t.includes("demo-anthropic-a")), rows.join("\n"));
+      await shot(page, "limits-history");
+      await page.close();
+    } finally {
+      await demo.stop();
+    }
+  });
+
+  test("a protocol version mismatch: the banner names both versions and does not reconnect", T, async () => {
+    const demo = await startDemo("calm", 0);
+    try {
+      const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+      let connections = 0;
+      const proto = await protocol();
+      // A server of the next protocol version: it refuses the client's hello as sluice would.
+      const refused = Buffer.from(proto.encodeMessage({
+        kind: "refused",
+        message: { code: "control.protocol.mismatch", args: { ours: "2", theirs: String(proto.PROTOCOL_VERSION) },
+                   text: `protocol version mismatch: sluice speaks 2, the client ${proto.PROTOCOL_VERSION}` },
+      }));
+      await page.routeWebSocket(/\/control$/, (ws) => {
+        connections++;
+        ws.onMessage(() => ws.send(refused));
+      });
+      await page.goto(`http://127.0.0.1:${demo.controlPort}/#key=${demo.key}`);
+      const banner = page.locator('[data-testid="banner"][data-state="mismatch"]');
+      await banner.waitFor({ timeout: 10_000 });
+      const text = await banner.textContent();
+      assert.match(text, /2/);
+      assert.match(text, /1/);
+      await page.waitForTimeout(3000);
+      assert.equal(connections, 1, "no reconnect loop after a mismatch");
+      await shot(page, "version-mismatch");
+      await page.close();
+    } finally {
+      await demo.stop();
+    }
+  });
+});

@@ -19,6 +19,7 @@
 #include <h2o.h>
 
 #include "core/msg.h"
+#include "core/resetguard.h"
 #include "core/xalloc.h"
 #include "log.h"
 #include "request.h"
@@ -37,6 +38,7 @@ typedef struct {
     h2o_multithread_queue_t *queue;
     h2o_multithread_receiver_t wake;
     h2o_multithread_receiver_t cancels; /* cancel_request from the control thread */
+    sl_reset_guard_t resets;            /* HTTP/2 streams reset before their answer, per connection */
     unsigned index;
     h2o_socket_t *turns_listener; /* the internal socket WebSocket turns come back in on */
 } worker_t;
@@ -63,14 +65,33 @@ struct sl_server {
 typedef struct {
     sl_server_t *server;
     sl_snapshot_t *snapshot;
+    worker_t *worker;
+    h2o_req_t *req;
 } request_guard_t;
 
 static void
 on_request_disposed(void *p)
 {
     request_guard_t *g = p;
+    /* An HTTP/2 stream that ends before any answer went out: the client reset it (rapid reset counts these).
+     */
+    if (g->req->version >= 0x200 && g->req->res.status == 0)
+        sl_reset_guard_note(&g->worker->resets, g->req->conn->id, sl_now_ms());
     sl_snapshot_release(g->snapshot);
     atomic_fetch_sub(&g->server->in_flight, 1);
+}
+
+/*
+ * A connection that resets streams faster than a client with a reason would
+ * (rapid reset, stack-notes.md) gets a bare 429 for its next streams, made
+ * before any routing, event or request row: what it resets costs h2o's parse
+ * and nothing of the gateway's. (h2o 2.2.5's GOAWAY is internal: its headers
+ * need khash.h, which Debian does not ship.)
+ */
+static bool
+resets_exceeded(worker_t *w, h2o_req_t *req)
+{
+    return req->version >= 0x200 && sl_reset_guard_exceeded(&w->resets, req->conn->id, sl_now_ms());
 }
 
 static void
@@ -116,7 +137,14 @@ on_req(h2o_handler_t *self, h2o_req_t *req)
     request_guard_t *g = h2o_mem_alloc_shared(&req->pool, sizeof(*g), on_request_disposed);
     g->server = server;
     g->snapshot = sl_snapshot_acquire(server->holder);
+    g->worker = w;
+    g->req = req;
     atomic_fetch_add(&server->in_flight, 1);
+    if (resets_exceeded(w, req)) {
+        h2o_send_error_generic(req, 429, "Too Many Requests", "too many streams reset on this connection",
+                               H2O_SEND_ERROR_KEEP_HEADERS);
+        return 0;
+    }
 
     if (h2o_memis(req->path_normalized.base, req->path_normalized.len, H2O_STRLIT("/healthz")) &&
         (h2o_memis(req->method.base, req->method.len, H2O_STRLIT("GET")) ||

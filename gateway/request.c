@@ -1800,6 +1800,18 @@ wait_or_give_up(request_t *r)
     if (!may_wait(r))
         req.deadline_ms = now;
     sl_wait_decision_t d = sl_wait_decide(gates, n, &req, wait_on);
+    /*
+     * A request behind others in a paused upstream's line waits for the
+     * line (a busy gate: woken as it moves), but what holds the line is the
+     * pause: RequestQueued says so, with the pause's end.
+     */
+    int64_t behind_pause_until[n + 1];
+    for (size_t i = 0; i < n; i++) {
+        const sl_throttle_t *t = &r->snapshot->upstreams[r->cands[i].provider]->throttle;
+        behind_pause_until[i] = gates[i].skip == SL_WAIT_SKIP_BUSY && sl_throttle_kind(t) != SL_THROTTLE_FREE
+                                    ? sl_throttle_recovery_ms(t, now)
+                                    : -1;
+    }
     bool joined = false;
     if (d.action == SL_WAIT_WAIT && may_start_waiting(r)) {
         if (r->waiter == NULL)
@@ -1827,11 +1839,14 @@ wait_or_give_up(request_t *r)
                 continue;
             if (gates[i].skip == SL_WAIT_SKIP_OTHER || gates[i].skip == SL_WAIT_SKIP_PERIOD_USED_UP)
                 continue;
+            bool paused = behind_pause_until[i] >= 0;
             bool timed = gates[i].skip != SL_WAIT_SKIP_BUSY;
             bus_gates[k++] = (sl_bus_gate_t){
                 .upstream = provider_of(r, i)->name,
-                .skip = serve_skip_of(gates[i].skip),
-                .until_ms = timed ? wall_of(now, wall, gates[i].recovery_ms) : -1,
+                .skip = paused ? SL_PROTO_SERVE_SKIP_THROTTLED : serve_skip_of(gates[i].skip),
+                .until_ms = paused  ? wall_of(now, wall, behind_pause_until[i])
+                            : timed ? wall_of(now, wall, gates[i].recovery_ms)
+                                    : -1,
             };
         }
         /* Woken by a message when a slot frees or a probe passes; the timer covers pauses, windows and the

@@ -1037,6 +1037,10 @@ static void
 append_stream_error(request_t *r, sl_code_t code, const char *text)
 {
     r->gateway_error = true;
+    /* Only keep-alives went out: what a hop given up on left held (its opening events, its error) is no part
+     * of this answer, which is the gateway's error alone. */
+    if (!r->answer_started)
+        r->parsed = 0;
     if (r->rx->size > r->parsed)
         r->rx->size = r->parsed;
     sl_strbuf_t ev = {0};

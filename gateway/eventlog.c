@@ -86,6 +86,9 @@ sl_eventlog_write(const sl_proto_event_t *ev)
         sl_log_debug("event %s provider=%s state=%s", kind, ev->health_changed.provider,
                      sl_proto_health_state_slug(ev->health_changed.state));
         break;
+    case SL_PROTO_EVENT_ROWS_DROPPED:
+        sl_log_debug("event %s count=%llu", kind, (unsigned long long)ev->rows_dropped.count);
+        break;
     case SL_PROTO_EVENT_LIMITS_CHANGED:
         sl_log_debug("event %s target=%s name=%s limits=%zu", kind,
                      sl_proto_limit_target_slug(ev->limits_changed.target), ev->limits_changed.name,

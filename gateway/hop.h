@@ -63,6 +63,12 @@ void sl_hop_cancel(sl_hop_t *hop);
 void sl_hop_pause_reading(sl_hop_t *hop);
 void sl_hop_resume_reading(sl_hop_t *hop);
 
+/* The receive buffer of upstream sockets (the kernel doubles it): what one read can bring in. */
+#define SL_HOP_RCVBUF_BYTES (1 << 20)
+
+/* The longest upstream response head read; a longer one ends the hop as SL_HOP_END_BROKEN_BEFORE_HEAD. */
+#define SL_HOP_MAX_HEAD_BYTES (64u << 10)
+
 /* Short English name of an end, for logs. */
 const char *sl_hop_end_name(sl_hop_end_t how);
 

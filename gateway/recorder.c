@@ -485,6 +485,8 @@ struct sl_recorder {
     size_t batch_max;
     uint32_t retention_days;
     pthread_t thread;
+    void (*on_dropped)(void *ctx, uint64_t rows, const char *reason);
+    void *on_dropped_ctx;
 
     pthread_mutex_t lock; /* guards everything below; never held across IO */
     pthread_cond_t wake;  /* the writer sleeps here */
@@ -738,6 +740,8 @@ do_write(sl_recorder_t *rec, sl_request_row_t **batch, size_t n)
     int rc = write_batch(rec, batch, n);
     for (size_t i = 0; i < n; i++)
         sl_request_row_free(batch[i]);
+    if (rc != SQLITE_OK && rec->on_dropped != NULL)
+        rec->on_dropped(rec->on_dropped_ctx, n, sqlite3_errstr(rc));
     pthread_mutex_lock(&rec->lock);
     if (rc == SQLITE_OK)
         rec->stats.written += n;
@@ -926,6 +930,8 @@ sl_recorder_open(const char *path, const sl_recorder_options_t *opts, char *err,
     }
     rec->batch_max = o.batch_max;
     rec->retention_days = o.retention_days;
+    rec->on_dropped = o.on_dropped;
+    rec->on_dropped_ctx = o.on_dropped_ctx;
     rec->cap = o.queue_capacity;
     rec->queue = sl_xmalloc(rec->cap * sizeof *rec->queue);
     rec->usage_flushed_ms = rec->sweep_at_ms = clock_ms(CLOCK_MONOTONIC);

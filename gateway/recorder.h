@@ -161,6 +161,13 @@ typedef struct {
     uint32_t busy_timeout_ms; /* how long a write waits for another connection's lock */
     uint32_t retention_days;  /* request rows older than this are deleted (store.retention_days) */
     uint64_t max_db_bytes;    /* 0 = no cap; past it writes fail like a full disk */
+    /*
+     * Optional: told of rows counted as dropped because their batch could not
+     * be written (a locked DB past busy_timeout_ms, a full disk), with
+     * SQLite's reason. Called on the writer thread, with no lock held.
+     */
+    void (*on_dropped)(void *ctx, uint64_t rows, const char *reason);
+    void *on_dropped_ctx;
 } sl_recorder_options_t;
 
 typedef struct {

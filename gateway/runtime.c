@@ -290,15 +290,37 @@ listen_copy(sl_listen_t *dst, const sl_listen_t *src)
     }
 }
 
+/*
+ * Rows the writer could not write (behaviour.md §10: counted as dropped, and
+ * an event says so): a warning and a RowsDropped event. On the writer thread;
+ * the bus takes a flush from any thread.
+ */
+static void
+report_rows_dropped(void *ctx, uint64_t rows, const char *reason)
+{
+    sl_gateway_t *gw = ctx;
+    sl_log_warn("request DB: %llu row(s) could not be written (%s): counted as dropped",
+                (unsigned long long)rows, reason);
+    if (gw->bus == NULL || !sl_bus_is_active(gw->bus))
+        return;
+    sl_bus_batch_t batch = {0};
+    sl_proto_event_t ev;
+    sl_bus_emit(&batch, sl_bus_rows_dropped(&ev, sl_wall_ms(), rows));
+    sl_bus_flush(gw->bus, &batch);
+    sl_bus_batch_clear(&batch);
+}
+
 /* The request DB; without one sluice still serves, and counts every row as dropped. */
 static sl_recorder_t *
-open_recorder(const sl_config_t *config)
+open_recorder(const sl_config_t *config, sl_gateway_t *gw)
 {
     sl_recorder_options_t opts = {
         .queue_capacity = SL_RECORDER_DEFAULT_QUEUE,
         .batch_max = SL_RECORDER_DEFAULT_BATCH,
         .busy_timeout_ms = SL_RECORDER_DEFAULT_BUSY_MS,
         .retention_days = config->retention_days,
+        .on_dropped = report_rows_dropped,
+        .on_dropped_ctx = gw,
     };
     char err[512];
     sl_recorder_t *rec = sl_recorder_open(config->store_path, &opts, err, sizeof(err));
@@ -360,7 +382,7 @@ sl_runtime_start(const char *config_path, const char *builtin, sl_gateway_t *gw)
     res.config = NULL;
     sl_config_result_free(&res);
     rt->upstreams = sl_upstreams_new();
-    sl_gateway_init(gw, open_recorder(config));
+    sl_gateway_init(gw, open_recorder(config, gw));
     if (gw->recorder != NULL)
         rt->store_path = sl_xstrdup(config->store_path);
     rt->limiter = sl_limiter_new(&gw->retry_params, read_usage_history, announce_limits_changed, rt);

@@ -131,9 +131,10 @@ record(fake_upstream_t *f, const char *head, size_t head_len, const char *body, 
     pthread_mutex_unlock(&f->lock);
 }
 
-/* Sends the body: whole, or chunked one SSE event per chunk; stops early at cut_after. */
+/* Sends the body: whole, or chunked one SSE event per chunk; stops early at cut_after. Without end, a chunked
+ * body's last chunk is left out (the stream stays open). */
 static bool
-send_body(fake_upstream_t *f, conn_t *c, const fake_reply_t *r, const char *body, size_t len)
+send_body(fake_upstream_t *f, conn_t *c, const fake_reply_t *r, const char *body, size_t len, bool end)
 {
     size_t limit = r->cut_after > 0 && r->cut_after < len ? r->cut_after : len;
     if (!r->chunked)
@@ -143,12 +144,13 @@ send_body(fake_upstream_t *f, conn_t *c, const fake_reply_t *r, const char *body
         /* memmem, not strstr: the search stays within the body (and cheap under ASan). */
         const char *end = memmem(body + off, len - off, "\n\n", 2);
         size_t n = end != NULL ? (size_t)(end + 2 - (body + off)) : len - off;
+        size_t announced = n;
         if (off + n > limit)
             n = limit - off;
         char size_line[32];
-        snprintf(size_line, sizeof(size_line), "%zx\r\n", n);
+        snprintf(size_line, sizeof(size_line), "%zx\r\n", r->cut_mid_chunk ? announced : n);
         if (!conn_write(c, size_line, strlen(size_line)) || !conn_write(c, body + off, n) ||
-            !conn_write(c, "\r\n", 2))
+            (n < announced && r->cut_mid_chunk) || !conn_write(c, "\r\n", 2))
             return false;
         off += n;
         if (off < limit && !pause_ms(f, r->delay_ms))
@@ -156,17 +158,116 @@ send_body(fake_upstream_t *f, conn_t *c, const fake_reply_t *r, const char *body
     }
     if (limit < len)
         return false;
-    return conn_write(c, "0\r\n\r\n", 5);
+    return !end || conn_write(c, "0\r\n\r\n", 5);
+}
+
+/*
+ * Resets the connection: with SO_LINGER 0 the socket's last close sends an RST. The descriptor is
+ * replaced by /dev/null rather than closed, so c->fd stays valid for fake_stop (and is not reused).
+ */
+static void
+reset_conn(conn_t *c)
+{
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    setsockopt(c->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (devnull < 0 || dup2(devnull, c->fd) < 0)
+        fail("reset");
+    close(devnull);
+}
+
+/* A head whose last header line never ends: 'a's as fast as the peer takes them (at most 16 GiB). */
+static void
+send_endless_head(conn_t *c)
+{
+    static const char start[] = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nx-endless: ";
+    enum { BLOCK = 64 << 10 };
+    char *block = malloc(BLOCK);
+    memset(block, 'a', BLOCK);
+    if (conn_write(c, start, sizeof(start) - 1)) {
+        for (uint64_t sent = 0; sent < (16ull << 30) && conn_write(c, block, BLOCK); sent += BLOCK)
+            ;
+    }
+    free(block);
+}
+
+/* Writes one chunk of chunked transfer coding. */
+static bool
+write_chunk(conn_t *c, const char *data, size_t n)
+{
+    char size_line[32];
+    snprintf(size_line, sizeof(size_line), "%zx\r\n", n);
+    return conn_write(c, size_line, strlen(size_line)) && conn_write(c, data, n) && conn_write(c, "\r\n", 2);
+}
+
+/*
+ * A whole Anthropic stream of about total bytes: its opening, ~64 KiB chunks of 1 KiB text deltas (one
+ * block built once and sent again and again, so nothing of the size of the stream is ever held), its end.
+ */
+static bool
+send_huge_stream(conn_t *c, uint64_t total)
+{
+    static const char head[] = "HTTP/1.1 200 Fake\r\ncontent-type: text/event-stream\r\n"
+                               "transfer-encoding: chunked\r\n\r\n";
+    static const char opening[] =
+        "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"msg_huge\","
+        "\"type\":\"message\",\"role\":\"assistant\",\"content\":[],\"model\":\"claude-x\","
+        "\"usage\":{\"input_tokens\":10,\"output_tokens\":1}}}\n\n"
+        "event: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,"
+        "\"content_block\":{\"type\":\"text\",\"text\":\"\"}}\n\n";
+    static const char ending[] =
+        "event: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\n"
+        "event: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":"
+        "\"end_turn\"},\"usage\":{\"output_tokens\":5}}\n\n"
+        "event: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+    char delta[1100];
+    int n = snprintf(delta, sizeof(delta),
+                     "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,"
+                     "\"delta\":{\"type\":\"text_delta\",\"text\":\"%0960d\"}}\n\n",
+                     7);
+    size_t per_block = (64u << 10) / (size_t)n, block_len = per_block * (size_t)n;
+    char *block = malloc(block_len);
+    for (size_t i = 0; i < per_block; i++)
+        memcpy(block + i * (size_t)n, delta, (size_t)n);
+    bool ok = conn_write(c, head, sizeof(head) - 1) && write_chunk(c, opening, sizeof(opening) - 1);
+    for (uint64_t sent = sizeof(opening) - 1; ok && sent < total; sent += block_len)
+        ok = write_chunk(c, block, block_len);
+    free(block);
+    return ok && write_chunk(c, ending, sizeof(ending) - 1) && conn_write(c, "0\r\n\r\n", 5);
 }
 
 static bool
 answer(fake_upstream_t *f, conn_t *c, const fake_reply_t *r)
 {
-    if (r->action == FAKE_CLOSE_BEFORE_HEAD)
+    switch (r->action) {
+    case FAKE_CLOSE_BEFORE_HEAD:
         return false;
-    if (r->action == FAKE_HANG) {
+    case FAKE_HANG:
         pause_ms(f, 60000);
         return false;
+    case FAKE_RESET_BEFORE_HEAD:
+        if (c->ssl == NULL)
+            reset_conn(c);
+        return false;
+    case FAKE_RESET_MID_HEAD: {
+        static const char half[] = "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-le";
+        /* The half head goes out on its own, so sluice reads it before the reset. */
+        if (conn_write(c, half, sizeof(half) - 1) && pause_ms(f, 50) && c->ssl == NULL)
+            reset_conn(c);
+        return false;
+    }
+    case FAKE_GARBAGE:
+        conn_write(c, r->body != NULL ? r->body : "",
+                   r->body_len > 0 ? r->body_len : strlen(r->body ? r->body : ""));
+        pause_ms(f, 50);
+        return false;
+    case FAKE_ENDLESS_HEAD:
+        send_endless_head(c);
+        return false;
+    case FAKE_HUGE_STREAM:
+        return send_huge_stream(c, r->huge_bytes);
+    default:
+        break;
     }
     if (!pause_ms(f, r->delay_ms))
         return false;
@@ -179,7 +280,14 @@ answer(fake_upstream_t *f, conn_t *c, const fake_reply_t *r)
         n += snprintf(head + n, sizeof(head) - (size_t)n, "transfer-encoding: chunked\r\n\r\n");
     else
         n += snprintf(head + n, sizeof(head) - (size_t)n, "content-length: %zu\r\n\r\n", len);
-    return conn_write(c, head, (size_t)n) && send_body(f, c, r, body, len);
+    if (r->action == FAKE_SILENT_AFTER_HEAD) {
+        /* Everything but the end: the stream stays open and says nothing more. */
+        if (conn_write(c, head, (size_t)n))
+            send_body(f, c, r, body, len, false);
+        pause_ms(f, 60000);
+        return false;
+    }
+    return conn_write(c, head, (size_t)n) && send_body(f, c, r, body, len, true);
 }
 
 static size_t

@@ -15,6 +15,14 @@ typedef enum {
     FAKE_RESPOND,           /* send the reply */
     FAKE_CLOSE_BEFORE_HEAD, /* read the request, then close without answering */
     FAKE_HANG,              /* read the request, then say nothing until the fake stops */
+    /* The faults of the fault matrix (test_faults.c). */
+    FAKE_RESET_BEFORE_HEAD, /* read the request, then reset the connection (SO_LINGER 0) */
+    FAKE_RESET_MID_HEAD,    /* send the first half of a head, then reset the connection */
+    FAKE_GARBAGE,           /* send body (raw bytes, not HTTP), then close */
+    FAKE_ENDLESS_HEAD,      /* a head whose last header line never ends, sent as fast as the peer takes it */
+    FAKE_HUGE_STREAM,       /* a 200 Anthropic SSE stream of huge_bytes, generated on the fly */
+    FAKE_SILENT_AFTER_HEAD, /* the head and body (chunked, as FAKE_RESPOND), then silence until the fake stops
+                             */
 } fake_action_t;
 
 typedef struct {
@@ -26,6 +34,8 @@ typedef struct {
     bool chunked;        /* Transfer-Encoding: chunked, one chunk per SSE event (split at blank lines) */
     int delay_ms;        /* before the head, and between chunks */
     size_t cut_after;    /* close the connection after this many body bytes (0 = send all) */
+    uint64_t huge_bytes; /* FAKE_HUGE_STREAM: the stream's length (about: whole events) */
+    bool cut_mid_chunk;  /* chunked: the cut falls inside a chunk (its size line announces the whole event) */
 } fake_reply_t;
 
 typedef struct {

@@ -317,3 +317,11 @@ db_int(const char *path, const char *sql)
     sqlite3_close(db);
     return n;
 }
+
+const char *
+after_keepalives(const char *body)
+{
+    while (body != NULL && strncmp(body, ": keep-alive\n\n", 14) == 0)
+        body += 14;
+    return body != NULL ? body : "";
+}

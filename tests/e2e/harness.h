@@ -64,4 +64,8 @@ void remove_temp_files(void);
 /* The first column of the first row of sql over the SQLite file at path (read-only); -1 on any error. */
 int db_int(const char *path, const char *sql);
 
+/* A stream held past 15 s (150 ms scaled) starts with keep-alive comments (behaviour.md §4): what follows
+ * them. */
+const char *after_keepalives(const char *body);
+
 #endif

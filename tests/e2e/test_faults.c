@@ -512,16 +512,6 @@ ok_stream(void)
     return (fake_reply_t){.status = 200, .headers = SSE_HEADER, .body = ok_text(), .chunked = true};
 }
 
-/* A held stream past 15 s (150 ms scaled) starts with keep-alive comments (behaviour.md §4): what follows
- * them. */
-static const char *
-after_keepalives(const char *body)
-{
-    while (body != NULL && strncmp(body, ": keep-alive\n\n", 14) == 0)
-        body += 14;
-    return body != NULL ? body : "";
-}
-
 /* The served answer: 200 and the upstream's stream byte for byte (after any keep-alives). */
 static void
 assert_served(const answer_t *a)

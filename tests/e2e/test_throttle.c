@@ -102,17 +102,6 @@ limited_with(const char *headers, const char *body)
     return (fake_reply_t){.status = 429, .headers = headers, .body = body};
 }
 
-/* A stream held past 15 s (scaled) starts with keep-alive comments: the answer is what follows them. */
-static const char *
-after_keepalives(const char *body)
-{
-    if (body == NULL)
-        return "";
-    while (strncmp(body, ": keep-alive\n\n", 14) == 0)
-        body += 14;
-    return body;
-}
-
 static const char *
 body(int i)
 {

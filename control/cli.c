@@ -7,6 +7,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "core/text.h"
+
 #define N(a) (sizeof(a) / sizeof((a)[0]))
 
 /* The wire's integers stop at 2^53 - 1 (protocol.md). */
@@ -224,35 +226,10 @@ sl_cli_parse_usd(const char *s, uint64_t *micros)
         return -1;
     if (*s == '$')
         s++;
-    uint64_t whole = 0, frac = 0;
-    int frac_digits = -1; /* -1: no point yet */
-    bool any_digit = false;
-    for (; *s; s++) {
-        if (*s == '.' && frac_digits < 0) {
-            frac_digits = 0;
-        } else if (*s >= '0' && *s <= '9') {
-            any_digit = true;
-            if (frac_digits < 0) {
-                whole = whole * 10 + (uint64_t)(*s - '0');
-                if (whole > WIRE_MAX / 1000000)
-                    return -1;
-            } else if (++frac_digits <= 6) {
-                frac = frac * 10 + (uint64_t)(*s - '0');
-            } else {
-                return -1; /* below a micro-dollar: not representable, so not silently rounded */
-            }
-        } else {
-            return -1;
-        }
-    }
-    if (!any_digit)
+    int64_t v;
+    if (sl_decimal_millionths(s, (int64_t)WIRE_MAX, &v) != 0 || v == 0)
         return -1;
-    for (int d = frac_digits < 0 ? 0 : frac_digits; d < 6; d++)
-        frac *= 10;
-    uint64_t v = whole * 1000000 + frac;
-    if (v == 0 || v > WIRE_MAX)
-        return -1;
-    *micros = v;
+    *micros = (uint64_t)v;
     return 0;
 }
 

@@ -17,6 +17,7 @@
 
 #include "core/arena.h"
 #include "core/dialect.h"
+#include "core/text.h"
 #include "core/xalloc.h"
 
 static const char *const dialect_slugs[SL_DIALECT_COUNT] = {"anthropic", "openai-chat", "openai-responses",
@@ -176,33 +177,7 @@ parse_micros(const yaml_node_t *node, int64_t *out)
         return -1;
     if (*s == '-')
         return -2;
-    int64_t whole = 0, frac = 0;
-    int frac_digits = -1;
-    bool any_digit = false;
-    for (; *s; s++) {
-        if (*s == '.' && frac_digits < 0) {
-            frac_digits = 0;
-        } else if (*s >= '0' && *s <= '9') {
-            any_digit = true;
-            if (frac_digits < 0) {
-                if (whole > (INT64_MAX / 1000000 - 9) / 10)
-                    return -2;
-                whole = whole * 10 + (*s - '0');
-            } else if (++frac_digits <= 6) {
-                frac = frac * 10 + (*s - '0');
-            } else {
-                return -1;
-            }
-        } else {
-            return -1;
-        }
-    }
-    if (!any_digit)
-        return -1;
-    for (int d = frac_digits < 0 ? 0 : frac_digits; d < 6; d++)
-        frac *= 10;
-    *out = whole * 1000000 + frac;
-    return 0;
+    return sl_decimal_millionths(s, INT64_MAX, out);
 }
 
 static bool

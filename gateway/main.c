@@ -27,6 +27,7 @@
 #include "runtime.h"
 #include "server.h"
 #include "snapshot.h"
+#include "worker.h"
 
 #define SLUICE_VERSION "0.1.0"
 
@@ -245,14 +246,6 @@ start_control(void)
     return control;
 }
 
-static uint64_t
-now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-}
-
 /* Stop accepting, let requests in flight finish within the grace period; a second signal cuts it short. */
 static void
 shut_down(sl_server_t *server, const sigset_t *signals, uint32_t grace_secs)
@@ -261,8 +254,8 @@ shut_down(sl_server_t *server, const sigset_t *signals, uint32_t grace_secs)
     sl_upstreams_wake_all(sl_runtime_upstreams(runtime));
     sl_log_info("shutting down: %u request(s) in flight, waiting up to %u s", sl_server_in_flight(server),
                 grace_secs);
-    uint64_t deadline = now_ms() + (uint64_t)grace_secs * 1000;
-    while (sl_server_in_flight(server) > 0 && now_ms() < deadline) {
+    int64_t deadline = sl_now_ms() + (int64_t)grace_secs * 1000;
+    while (sl_server_in_flight(server) > 0 && sl_now_ms() < deadline) {
         struct timespec tick = {0, 20 * 1000 * 1000};
         int sig = sigtimedwait(signals, NULL, &tick);
         if (sig == SIGTERM || sig == SIGINT) {

@@ -1,5 +1,6 @@
 #include "text.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <time.h>
 
@@ -50,4 +51,38 @@ sl_text_local_time(int64_t wall_ms, char *out, size_t size)
     struct tm tm;
     if (localtime_r(&t, &tm) == NULL || strftime(out, size, "%Y-%m-%d %H:%M %Z", &tm) == 0)
         snprintf(out, size, "%lld", (long long)wall_ms);
+}
+
+int
+sl_decimal_millionths(const char *s, int64_t max, int64_t *out)
+{
+    int64_t whole = 0, frac = 0;
+    int frac_digits = -1; /* -1: no point yet */
+    bool any_digit = false;
+    for (; *s; s++) {
+        if (*s == '.' && frac_digits < 0) {
+            frac_digits = 0;
+        } else if (*s >= '0' && *s <= '9') {
+            any_digit = true;
+            if (frac_digits < 0) {
+                if (whole > (max / 1000000 - 9) / 10)
+                    return -2;
+                whole = whole * 10 + (*s - '0');
+            } else if (++frac_digits <= 6) {
+                frac = frac * 10 + (*s - '0');
+            } else {
+                return -1;
+            }
+        } else {
+            return -1;
+        }
+    }
+    if (!any_digit)
+        return -1;
+    for (int d = frac_digits < 0 ? 0 : frac_digits; d < 6; d++)
+        frac *= 10;
+    if (whole * 1000000 + frac > max)
+        return -2;
+    *out = whole * 1000000 + frac;
+    return 0;
 }

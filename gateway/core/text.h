@@ -19,6 +19,14 @@ int sl_hex_digit(int c);
  */
 size_t sl_utf8_len(const unsigned char *s, size_t n);
 
+/*
+ * A plain non-negative decimal ("20", "0.5", "1.000001") in millionths: at
+ * most 6 fractional digits (a smaller unit is refused, never rounded).
+ * Returns 0 with *out set; -1 when s is not such a number; -2 when its
+ * value is larger than max.
+ */
+int sl_decimal_millionths(const char *s, int64_t max, int64_t *out);
+
 /* A wall-clock time (ms since the epoch) as "2026-11-29 19:47 CET" in the process's zone (TZ). */
 void sl_text_local_time(int64_t wall_ms, char *out, size_t size);
 

@@ -221,21 +221,13 @@ function setProvider(state: State, view: ProviderView): Provider {
   return p;
 }
 
-/** A provider known only by name so far (an event named it before any view did). */
-function providerStub(state: State, name: string): Provider {
-  return (
-    state.providers[name] ??
-    setProvider(state, {
-      name,
-      protocol: "anthropic",
-      base_url: "",
-      disabled: false,
-      health: "ok",
-      limits: [],
-      in_flight: 0,
-      queued: 0,
-    })
-  );
+/**
+ * The provider an event names, or undefined before any view of it arrived (a provider added by a
+ * reload): the providers topic's ProviderChanged brings its whole view within 250 ms, so the event
+ * adds nothing a made-up entry could show correctly.
+ */
+function knownProvider(state: State, name: string): Provider | undefined {
+  return state.providers[name];
 }
 
 /**
@@ -307,7 +299,8 @@ export function applyEventsDropped(state: State, count: number, nowMs: number): 
 export function applyEvent(state: State, ev: Event, nowMs: number): State {
   switch (ev.kind) {
     case "throttle_changed": {
-      const p = providerStub(state, ev.provider);
+      const p = knownProvider(state, ev.provider);
+      if (!p) break;
       if (ev.throttle) {
         if (!p.throttle || p.throttle.kind !== ev.throttle.kind) p.throttleSince = ev.at_ms;
         p.throttle = ev.throttle;
@@ -319,7 +312,8 @@ export function applyEvent(state: State, ev: Event, nowMs: number): State {
       break;
     }
     case "health_changed": {
-      const p = providerStub(state, ev.provider);
+      const p = knownProvider(state, ev.provider);
+      if (!p) break;
       p.health = ev.state;
       if (ev.until_ms !== undefined) p.healthUntil = ev.until_ms;
       else delete p.healthUntil;
@@ -333,9 +327,11 @@ export function applyEvent(state: State, ev: Event, nowMs: number): State {
       break;
     case "limits_changed": {
       if (ev.target === "provider") {
-        const p = providerStub(state, ev.name);
-        p.limits = mergeLimits(p.limits, ev.limits);
-        p.rev++;
+        const p = knownProvider(state, ev.name);
+        if (p) {
+          p.limits = mergeLimits(p.limits, ev.limits);
+          p.rev++;
+        }
       } else {
         state.clientLimits[ev.name] = ev.limits;
       }

@@ -190,6 +190,22 @@ on_hello(sl_control_t *ctl, conn_t *c, const sl_proto_hello_msg_t *hello)
 
 /* ---- subscriptions ------------------------------------------------------------------------------ */
 
+/*
+ * With nobody subscribed and no debug log (which writes every event as it
+ * happens) the bus is drained on the tick, and before any request reads the
+ * in-flight table.
+ */
+static void
+update_eagerness(sl_control_t *ctl)
+{
+    bool eager = sl_log_enabled(SL_LOG_DEBUG);
+    for (conn_t *c = ctl->conns; c != NULL && !eager; c = c->next) {
+        for (size_t t = 0; t < SL_PROTO_TOPIC_COUNT && !eager; t++)
+            eager = c->state == CONN_READY && c->topics[t];
+    }
+    sl_bus_set_eager(ctl->bus, eager);
+}
+
 static void
 subscribe(sl_control_t *ctl, conn_t *c, const sl_proto_subscribe_msg_t *m)
 {
@@ -299,6 +315,8 @@ static void
 providers_tick(lws_sorted_usec_list_t *sul)
 {
     sl_control_t *ctl = lws_container_of(sul, sl_control_t, tick);
+    drain_bus(ctl);
+    update_eagerness(ctl); /* the log level may have changed with the config */
     bool wanted = false;
     for (conn_t *c = ctl->conns; c != NULL && !wanted; c = c->next)
         wanted = c->state == CONN_READY && c->topics[SL_PROTO_TOPIC_PROVIDERS];
@@ -376,12 +394,16 @@ dispatch(sl_control_t *ctl, conn_t *c, const sl_proto_message_t *m)
     }
     if (c->state != CONN_READY)
         return;
+    /* Whatever the request reads (a snapshot, the in-flight table, a request to cancel) is current. */
+    drain_bus(ctl);
     switch (m->kind) {
     case SL_PROTO_MESSAGE_SUBSCRIBE:
         subscribe(ctl, c, &m->subscribe);
+        update_eagerness(ctl);
         break;
     case SL_PROTO_MESSAGE_UNSUBSCRIBE:
         unsubscribe(c, &m->unsubscribe);
+        update_eagerness(ctl);
         break;
     default: {
         sl_control_ctx_t cmd = {
@@ -585,6 +607,7 @@ conn_close(sl_control_t *ctl, conn_t **slot)
     free(c->rx);
     free(c);
     *slot = NULL;
+    update_eagerness(ctl);
 }
 
 static int
@@ -723,6 +746,7 @@ sl_control_start(const sl_control_options_t *o, char *err, size_t err_size)
     int port = ctl->vhost != NULL ? lws_get_vhost_listen_port(ctl->vhost) : l->port;
     ctl->port = port > 0 ? (uint16_t)port : l->port;
     /* The bus is consumed from before the first connection: the in-flight log must see every start. */
+    update_eagerness(ctl);
     sl_bus_set_wake(o->bus, wake, ctl);
     sl_bus_set_active(o->bus, true);
     if (pthread_create(&ctl->tid, NULL, control_main, ctl) != 0) {
@@ -752,6 +776,7 @@ sl_control_stop(sl_control_t *ctl)
     if (ctl->tid != 0) {
         sl_bus_set_wake(ctl->bus, NULL, NULL);
         sl_bus_set_active(ctl->bus, false);
+        sl_bus_set_eager(ctl->bus, true);
     }
     if (ctl->ctx != NULL)
         lws_context_destroy(ctl->ctx);

@@ -58,6 +58,7 @@ struct sl_bus {
     void *wake_ctx;
     uint64_t unreported; /* dropped since the last drain */
     atomic_bool active;
+    atomic_bool eager;
     atomic_uint_fast64_t dropped;
 };
 
@@ -103,6 +104,7 @@ sl_bus_new(size_t cap)
     }
     bus->cap = cap > 0 ? cap : 1;
     atomic_init(&bus->active, false);
+    atomic_init(&bus->eager, true);
     atomic_init(&bus->dropped, 0);
     return bus;
 }
@@ -151,6 +153,21 @@ sl_bus_set_wake(sl_bus_t *bus, sl_bus_wake_fn fn, void *ctx)
 }
 
 void
+sl_bus_set_eager(sl_bus_t *bus, bool eager)
+{
+    atomic_store(&bus->eager, eager);
+}
+
+bool
+sl_bus_wants_wake(bool eager, size_t before, size_t after, size_t cap)
+{
+    if (eager)
+        return before == 0 && after > 0;
+    size_t mark = cap / 4 > 0 ? cap / 4 : 1;
+    return before < mark && after >= mark;
+}
+
+void
 sl_bus_flush(sl_bus_t *bus, sl_bus_batch_t *batch)
 {
     size_t n = batch->len;
@@ -173,7 +190,7 @@ sl_bus_flush(sl_bus_t *bus, sl_bus_batch_t *batch)
         return;
     }
     ring_t *q = &bus->pending;
-    bool was_empty = q->len == 0;
+    size_t before = q->len;
     if (q->items == NULL && bus->spare.items != NULL) {
         *q = bus->spare;
         bus->spare = (ring_t){0};
@@ -198,7 +215,8 @@ sl_bus_flush(sl_bus_t *bus, sl_bus_batch_t *batch)
     }
     uint64_t lost = first + displaced;
     bus->unreported += lost;
-    sl_bus_wake_fn wake = was_empty ? bus->wake : NULL;
+    sl_bus_wake_fn wake =
+        sl_bus_wants_wake(atomic_load(&bus->eager), before, q->len, bus->cap) ? bus->wake : NULL;
     void *wake_ctx = bus->wake_ctx;
     pthread_mutex_unlock(&bus->lock);
 

@@ -89,11 +89,27 @@ void sl_bus_set_active(sl_bus_t *bus, bool active);
 bool sl_bus_is_active(const sl_bus_t *bus);
 
 /*
- * Sets the hook a flush calls when the pending queue goes from empty to
- * non-empty (once per such transition); fn NULL = no wake-up. ctx is
- * borrowed and must outlive the hook. Safe from any thread.
+ * Sets the hook a flush calls when the consumer should drain (see
+ * sl_bus_wants_wake); fn NULL = no wake-up. ctx is borrowed and must
+ * outlive the hook. Safe from any thread.
  */
 void sl_bus_set_wake(sl_bus_t *bus, sl_bus_wake_fn fn, void *ctx);
+
+/*
+ * Whether the consumer wants a wake-up for every batch (eager: someone
+ * watches live; the default) or drains on its own tick and needs waking
+ * only before the queue fills (lazy: nobody subscribed, the events only
+ * keep the in-flight table current). Safe from any thread.
+ */
+void sl_bus_set_eager(sl_bus_t *bus, bool eager);
+
+/*
+ * The wake-up rule of a flush that took the pending queue from `before` to
+ * `after` events: eager, when it was empty; lazy, when it crossed a quarter
+ * of the cap (a waking costs the consumer thread a context switch, which
+ * at tens of thousands of requests a second is more than the events).
+ */
+bool sl_bus_wants_wake(bool eager, size_t before, size_t after, size_t cap);
 
 /*
  * Moves every event of the batch into the bus under one lock and leaves the
@@ -101,7 +117,7 @@ void sl_bus_set_wake(sl_bus_t *bus, sl_bus_wake_fn fn, void *ctx);
  * consumer: when the pending queue would exceed the cap, the oldest events
  * are dropped and counted; the flushing thread frees them after unlocking,
  * so its extra work is at most proportional to what it flushed. Calls the
- * wake-up hook, outside the lock, when the queue was empty before.
+ * wake-up hook, outside the lock, as sl_bus_wants_wake says.
  */
 void sl_bus_flush(sl_bus_t *bus, sl_bus_batch_t *batch);
 

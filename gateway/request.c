@@ -41,6 +41,7 @@
 #define CLIENT_BUFFER_CAP (4u << 20)  /* bytes waiting for a slow client before upstream reads pause */
 #define MAX_ATTEMPTS      64
 #define ANSWER_TAIL_CAP   (16u << 10) /* the end of a whole JSON answer, kept to read its usage */
+#define WATCH_CLIENT_AFTER_MS 20 /* see watch_client_soon */
 
 typedef enum {
     REQ_ROUTING,       /* choosing the next candidate */
@@ -145,6 +146,7 @@ typedef struct {
     bool waited; /* sluice retried or waited: a handed-over error says x-should-retry: false */
     sl_timer_t start_timer, backoff_timer, keepalive_timer;
     sl_timer_t stall_timer; /* armed while upstream reads wait for a slow client */
+    sl_timer_t watch_timer; /* a request still unanswered this long has its client watched */
     /* Waiting on upstreams that are paused or busy (behaviour.md §6). */
     sl_timer_t wait_timer;
     sl_waiter_t *waiter; /* while it is in upstream queues */
@@ -1445,7 +1447,25 @@ watch_client(request_t *r)
 static void
 unwatch_client(request_t *r)
 {
+    sl_timer_cancel(&r->io->timers, &r->watch_timer);
     sl_watch_remove(r->io->watch, &r->watch);
+}
+
+static void
+on_watch_due(sl_timer_t *t)
+{
+    watch_client(H2O_STRUCT_FROM_MEMBER(request_t, watch_timer, t));
+}
+
+/*
+ * Watching a client costs two epoll_ctl calls; an answer that comes within
+ * WATCH_CLIENT_AFTER_MS (every cached or tiny one) never needs them, and a
+ * client that leaves sooner is noticed that much later.
+ */
+static void
+watch_client_soon(request_t *r)
+{
+    sl_timer_arm(&r->io->timers, &r->watch_timer, sl_now_ms() + WATCH_CLIENT_AFTER_MS, on_watch_due);
 }
 
 /*
@@ -2184,13 +2204,16 @@ scan_events(request_t *r)
             return false;
         }
         r->parsed += len;
-        if (r->state == REQ_HELD && r->stream.phase == SL_STREAM_FLOWING)
+        if (r->state == REQ_HELD && r->stream.phase == SL_STREAM_FLOWING) {
             release_hold(r);
-        else if (r->stream.phase == SL_STREAM_FLOWING && !r->first_token_seen && r->answer_started) {
+            /* The first content goes out now; what came in the same read follows when this send is done. */
+            flush_to_client(r);
+        } else if (r->stream.phase == SL_STREAM_FLOWING && !r->first_token_seen && r->answer_started) {
             throttle_answered(r);
             breaker_account(r, NULL);
             remember_conversation(r);
             first_token(r);
+            flush_to_client(r);
         }
     }
 }
@@ -3080,7 +3103,7 @@ sl_request_serve(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapsh
     }
     if (r->in.client != NULL && snapshot->limits.clients != NULL)
         r->key_limits = snapshot->limits.clients[r->in.client - r->config->clients];
-    watch_client(r);
+    watch_client_soon(r);
     /*
      * The first hop starts on the next loop turn: an HTTP/2 stream opened and
      * reset in one read is disposed before any upstream work (the rapid-reset

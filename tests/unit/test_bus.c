@@ -125,6 +125,49 @@ Test(bus, flush_keeps_each_workers_order_and_the_flush_order)
     sl_bus_free(bus);
 }
 
+Test(bus, wake_rule_eager_on_first_event_lazy_at_a_quarter_of_the_cap)
+{
+    cr_assert(sl_bus_wants_wake(true, 0, 1, 100), "eager: empty to non-empty");
+    cr_assert_not(sl_bus_wants_wake(true, 1, 2, 100), "eager: already waiting to be drained");
+    cr_assert_not(sl_bus_wants_wake(true, 0, 0, 100), "eager: nothing came");
+    cr_assert_not(sl_bus_wants_wake(false, 0, 1, 100), "lazy: the tick drains it");
+    cr_assert_not(sl_bus_wants_wake(false, 0, 24, 100));
+    cr_assert(sl_bus_wants_wake(false, 24, 25, 100), "lazy: the queue reached a quarter of its cap");
+    cr_assert(sl_bus_wants_wake(false, 0, 100, 100), "lazy: one big batch crossing the mark");
+    cr_assert_not(sl_bus_wants_wake(false, 25, 30, 100), "lazy: once per crossing");
+    cr_assert(sl_bus_wants_wake(false, 0, 1, 2), "a tiny cap still wakes");
+}
+
+Test(bus, a_lazy_bus_wakes_only_when_its_queue_fills)
+{
+    sl_bus_t *bus = sl_bus_new(8);
+    atomic_int wakes = 0;
+    sl_bus_set_wake(bus, count_wake, &wakes);
+    sl_bus_set_active(bus, true);
+    sl_bus_set_eager(bus, false);
+    sl_bus_batch_t b = {0};
+    emit_mark(&b, 1, 1);
+    sl_bus_flush(bus, &b);
+    cr_assert_eq(atomic_load(&wakes), 0, "one event: left for the tick");
+    emit_mark(&b, 1, 2);
+    sl_bus_flush(bus, &b);
+    cr_assert_eq(atomic_load(&wakes), 1, "a quarter of the cap (2 of 8): woken");
+    emit_mark(&b, 1, 3);
+    sl_bus_flush(bus, &b);
+    cr_assert_eq(atomic_load(&wakes), 1);
+
+    seen_t s = {0};
+    cr_assert_eq(sl_bus_drain(bus, on_seen, &s, NULL), 3, "nothing was lost while lazy");
+    sl_bus_set_eager(bus, true);
+    emit_mark(&b, 1, 4);
+    sl_bus_flush(bus, &b);
+    cr_assert_eq(atomic_load(&wakes), 2, "eager again: the first event wakes");
+    sl_bus_set_wake(bus, NULL, NULL);
+    seen_free(&s);
+    sl_bus_batch_clear(&b);
+    sl_bus_free(bus);
+}
+
 Test(bus, wakes_once_per_empty_to_non_empty_transition)
 {
     sl_bus_t *bus = sl_bus_new(SL_BUS_DEFAULT_CAP);

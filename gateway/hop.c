@@ -28,6 +28,7 @@ struct sl_hop {
     sl_hop_end_t pending_how;
     const char *pending_detail;
     bool starting, in_callback, cancelled, paused;
+    bool rcvbuf_capped;
     h2o_socket_cb saved_reader;
 };
 
@@ -143,14 +144,33 @@ touch_idle(sl_hop_t *hop)
         sl_timer_arm(&hop->io->timers, &hop->idle_timer, sl_now_ms() + hop->params.idle_ms, on_idle_timeout);
 }
 
+/*
+ * h2o reads a socket until a read comes back short, into one buffer grown as
+ * it goes: with the kernel's receive buffer autotuned (tcp_rmem, up to 32 MiB
+ * on the test machine) a fast upstream put 32 MiB and more into one read, and
+ * request.c copies it. A fixed receive buffer bounds each read: measured on a
+ * 2 GiB stream to a fast client, sluice's RSS peaked at 118 MiB before, 25 MiB
+ * after. Set once a read brought more than it, not on every hop: a setsockopt
+ * per request showed in the benchmark, and small answers never need it.
+ */
+static void
+cap_receive_buffer(sl_hop_t *hop, h2o_socket_t *sock)
+{
+    int rcvbuf = SL_HOP_RCVBUF_BYTES;
+    setsockopt(h2o_socket_get_fd(sock), SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+    hop->rcvbuf_capped = true;
+}
+
 static int
 on_body(h2o_http1client_t *client, const char *errstr)
 {
     sl_hop_t *hop = client->data;
     /* The data comes first: the last bytes arrive together with the end. */
     if (client->sock != NULL && client->sock->input->size > 0 && !hop->cancelled) {
+        if (!hop->rcvbuf_capped && client->sock->input->size > SL_HOP_RCVBUF_BYTES)
+            cap_receive_buffer(hop, client->sock);
         hop->in_callback = true;
-        hop->cb.on_body(hop->data, &client->sock->input);
+        hop->cb.on_body(hop->data, &client->sock->input, errstr == h2o_http1client_error_is_eos);
         hop->in_callback = false;
     }
     if (hop->cancelled) {
@@ -245,17 +265,6 @@ on_connect(h2o_http1client_t *client, const char *errstr, h2o_iovec_t **reqbufs,
         return NULL;
     }
     sl_timer_cancel(&hop->io->timers, &hop->connect_timer);
-    /*
-     * h2o reads a socket until a read comes back short, into one buffer grown
-     * as it goes: with the kernel's receive buffer autotuned (tcp_rmem, up to
-     * 32 MiB on the test machine) a fast upstream put 32 MiB and more into one
-     * read, and request.c copies it. A fixed receive buffer bounds each read:
-     * measured on a 2 GiB stream to a fast client, sluice's RSS peaked at
-     * 118 MiB before, 25 MiB after (256 KiB halved the peak again, but cost
-     * throughput when the machine was loaded).
-     */
-    int rcvbuf = SL_HOP_RCVBUF_BYTES;
-    setsockopt(h2o_socket_get_fd(client->sock), SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
     hop->state = HOP_WAITING_HEAD;
     hop->reqbufs[0] = hop->params.head;
     hop->reqbufs[1] = hop->params.body;

@@ -32,8 +32,11 @@ typedef struct {
     void (*on_sent)(void *data);
     /* The head arrived. headers are valid during the call only. */
     void (*on_head)(void *data, int status, const h2o_header_t *headers, size_t n_headers);
-    /* Body bytes are in *input (de-chunked); take what you need and h2o_buffer_consume it. */
-    void (*on_body)(void *data, h2o_buffer_t **input);
+    /*
+     * Body bytes are in *input (de-chunked); take what you need and h2o_buffer_consume it.
+     * end_follows: these are the last bytes and on_end (SL_HOP_END_EOS) comes right after.
+     */
+    void (*on_body)(void *data, h2o_buffer_t **input, bool end_follows);
     /* The hop is over (after any last on_body); the hop is freed after this returns. */
     void (*on_end)(void *data, sl_hop_end_t how, const char *detail);
 } sl_hop_callbacks_t;

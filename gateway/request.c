@@ -36,12 +36,12 @@
 #include "intake.h"
 #include "log.h"
 
-#define HOLD_CAP          (1u << 20)  /* opening bytes held before the first content (behaviour.md §4) */
-#define ERROR_BODY_CAP    (64u << 10) /* an error answer is read this far before it is judged */
-#define CLIENT_BUFFER_CAP (4u << 20)  /* bytes waiting for a slow client before upstream reads pause */
-#define MAX_ATTEMPTS      64
-#define ANSWER_TAIL_CAP   (16u << 10) /* the end of a whole JSON answer, kept to read its usage */
-#define WATCH_CLIENT_AFTER_MS 20 /* see watch_client_soon */
+#define HOLD_CAP              (1u << 20)  /* opening bytes held before the first content (behaviour.md §4) */
+#define ERROR_BODY_CAP        (64u << 10) /* an error answer is read this far before it is judged */
+#define CLIENT_BUFFER_CAP     (4u << 20)  /* bytes waiting for a slow client before upstream reads pause */
+#define MAX_ATTEMPTS          64
+#define ANSWER_TAIL_CAP       (16u << 10) /* the end of a whole JSON answer, kept to read its usage */
+#define WATCH_CLIENT_AFTER_MS 20          /* see watch_client_soon */
 
 typedef enum {
     REQ_ROUTING,       /* choosing the next candidate */
@@ -147,6 +147,7 @@ typedef struct {
     sl_timer_t start_timer, backoff_timer, keepalive_timer;
     sl_timer_t stall_timer; /* armed while upstream reads wait for a slow client */
     sl_timer_t watch_timer; /* a request still unanswered this long has its client watched */
+    bool end_follows;       /* the bytes being processed are the upstream's last (see flush_to_client) */
     /* Waiting on upstreams that are paused or busy (behaviour.md §6). */
     sl_timer_t wait_timer;
     sl_waiter_t *waiter; /* while it is in upstream queues */
@@ -990,6 +991,12 @@ flush_to_client(request_t *r)
 {
     /* While a hold goes on behind keep-alives, held bytes stay held. */
     if (r->sending || r->req == NULL || !r->response_started || (!r->answer_started && !r->final_queued))
+        return;
+    /*
+     * A whole answer's end came with these bytes: they go out with it, in one
+     * send (one write). A stream's first content goes at once all the same.
+     */
+    if (r->end_follows && !r->final_queued && !r->events)
         return;
     bool last = r->final_queued && r->parsed == r->rx->size;
     if (r->parsed == 0 && !last) {
@@ -2352,9 +2359,10 @@ on_hop_head(void *data, int status, const h2o_header_t *headers, size_t n)
 }
 
 static void
-on_hop_body(void *data, h2o_buffer_t **input)
+on_hop_body(void *data, h2o_buffer_t **input, bool end_follows)
 {
     request_t *r = data;
+    r->end_follows = end_follows;
     size_t n = (*input)->size;
     h2o_iovec_t dst = h2o_buffer_reserve(&r->rx, n);
     memcpy(dst.base, (*input)->bytes, n);
@@ -2388,6 +2396,7 @@ on_hop_end(void *data, sl_hop_end_t how, const char *detail)
 {
     request_t *r = data;
     r->hop = NULL;
+    r->end_follows = false;
     switch (r->state) {
     case REQ_WAITING_HEAD:
         /* A kept-alive connection the upstream had closed fails this way: resending is safe, nothing has

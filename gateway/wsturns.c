@@ -131,8 +131,9 @@ relay_events(session_t *s)
 }
 
 static void
-on_turn_body(void *data, h2o_buffer_t **input)
+on_turn_body(void *data, h2o_buffer_t **input, bool end_follows)
 {
+    (void)end_follows; /* each event is relayed as its own WebSocket message anyway */
     session_t *s = data;
     size_t n = (*input)->size;
     if (s->status >= 300 && s->rx->size + n > ERROR_BODY_CAP)

@@ -568,8 +568,10 @@ append_host(sl_strbuf_t *out, const sl_base_url_t *base)
     sl_strbuf_append(out, "[", bracket);
     sl_strbuf_append(out, base->host, base->host_len);
     sl_strbuf_append(out, "]", bracket);
-    if (!base->port_is_default)
-        sl_strbuf_appendf(out, ":%u", (unsigned)base->port);
+    if (!base->port_is_default) {
+        sl_strbuf_append(out, ":", 1);
+        sl_strbuf_append_u64(out, base->port);
+    }
     sl_strbuf_append(out, "\r\n", 2);
 }
 
@@ -583,7 +585,10 @@ append_credential(const sl_dialect_def_t *def, const sl_provider_t *p, sl_strbuf
     if (p->key == NULL)
         return def->sigv4_without_key ? SL_UPSTREAM_AUTH_SIGV4_PENDING : SL_UPSTREAM_AUTH_NONE;
     sl_strbuf_append(out, def->credential_header, name_len);
-    sl_strbuf_appendf(out, ": %s%s\r\n", def->credential_scheme, p->key);
+    sl_strbuf_append(out, ": ", 2);
+    sl_strbuf_append_str(out, def->credential_scheme);
+    sl_strbuf_append_str(out, p->key);
+    sl_strbuf_append(out, "\r\n", 2);
     return SL_UPSTREAM_AUTH_HEADER;
 }
 
@@ -630,7 +635,8 @@ sl_dialect_upstream_head(const sl_provider_t *p, const sl_upstream_request_t *re
         return SL_HEAD_BAD_KEY;
 
     size_t start = out->len;
-    sl_strbuf_appendf(out, "%s ", req->method);
+    sl_strbuf_append_str(out, req->method);
+    sl_strbuf_append(out, " ", 1);
     size_t target_off = out->len;
     if (append_upstream_path(def, &base, req, out) != 0) {
         out->len = start;
@@ -641,8 +647,11 @@ sl_dialect_upstream_head(const sl_provider_t *p, const sl_upstream_request_t *re
     size_t target_len = out->len - target_off;
     sl_strbuf_append(out, " HTTP/1.1\r\n", 11);
     append_host(out, &base);
-    if (method_has_body(req->method))
-        sl_strbuf_appendf(out, "content-length: %" PRIu64 "\r\n", req->body_len);
+    if (method_has_body(req->method)) {
+        sl_strbuf_append(out, "content-length: ", 16);
+        sl_strbuf_append_u64(out, req->body_len);
+        sl_strbuf_append(out, "\r\n", 2);
+    }
     sl_upstream_auth_t auth = append_credential(def, p, out);
     sl_strbuf_append(out, "accept-encoding: identity\r\n", 27);
     append_passthrough(p, req->headers, out);

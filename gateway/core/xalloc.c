@@ -70,6 +70,24 @@ sl_strbuf_append(sl_strbuf_t *b, const char *s, size_t n)
 }
 
 void
+sl_strbuf_append_str(sl_strbuf_t *b, const char *s)
+{
+    sl_strbuf_append(b, s, strlen(s));
+}
+
+void
+sl_strbuf_append_u64(sl_strbuf_t *b, uint64_t v)
+{
+    char digits[20];
+    size_t n = 0;
+    do {
+        digits[sizeof(digits) - ++n] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v > 0);
+    sl_strbuf_append(b, digits + sizeof(digits) - n, n);
+}
+
+void
 sl_strbuf_appendf(sl_strbuf_t *b, const char *fmt, ...)
 {
     va_list ap;

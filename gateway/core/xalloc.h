@@ -7,6 +7,7 @@
 #define SL_XALLOC_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 void *sl_xmalloc(size_t n);
 void *sl_xcalloc(size_t count, size_t size);
@@ -22,6 +23,9 @@ typedef struct {
 
 void sl_strbuf_append(sl_strbuf_t *b, const char *s, size_t n);
 void sl_strbuf_appendf(sl_strbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The hot-path forms of appendf's "%s" and "%" PRIu64 (no format parsing). */
+void sl_strbuf_append_str(sl_strbuf_t *b, const char *s);
+void sl_strbuf_append_u64(sl_strbuf_t *b, uint64_t v);
 /* Returns the built string (caller frees); never NULL. The buffer is empty afterwards. */
 char *sl_strbuf_finish(sl_strbuf_t *b);
 

@@ -1,107 +1,189 @@
 /*
  * Usage per dialect (answer_usage.h): one row per dialect says where its
- * usage object is and how its counts map onto sl_usage_t; the stream
- * classifiers and the whole-answer reader both go through it.
+ * usage object is, which counts it reads and the one rule that maps them
+ * onto sl_usage_t. The counts are extracted either from a parsed object (the
+ * stream classifiers that parse their events) or by a walk over its bytes
+ * (whole answers, Gemini chunks), and both feed the same rule.
  */
 #include <jansson.h>
 
 #include "core/answer_usage.h"
+#include "core/jwalk.h"
 
-#define N(a) (sizeof(a) / sizeof((a)[0]))
+/* The most counts a dialect reads. */
+#define MAX_COUNTS 5
 
-/* A count named by the provider that lands in one field as it is. */
+/* A count: the member key of the usage object, or (sub not NULL) the member sub of the object at key. */
 typedef struct {
-    const char *key;
-    size_t field;
-} count_key_t;
+    const char *key, *sub;
+} count_at_t;
 
-static const count_key_t anthropic_counts[] = {
-    {"input_tokens", offsetof(sl_usage_t, input)},
-    {"output_tokens", offsetof(sl_usage_t, output)},
-    {"cache_read_input_tokens", offsetof(sl_usage_t, cache_read)},
-    {"cache_creation_input_tokens", offsetof(sl_usage_t, cache_write)},
-};
+/* Where each rule finds its counts in its row's list. */
+enum { DIRECT_INPUT, DIRECT_OUTPUT, DIRECT_CACHE_READ, DIRECT_CACHE_WRITE };
+enum { OPENAI_INPUT, OPENAI_OUTPUT, OPENAI_CACHED };
+enum { GEMINI_PROMPT, GEMINI_CACHED, GEMINI_TOOL_PROMPT, GEMINI_CANDIDATES, GEMINI_THOUGHTS };
 
-static const count_key_t bedrock_counts[] = {
-    {"inputTokens", offsetof(sl_usage_t, input)},
-    {"outputTokens", offsetof(sl_usage_t, output)},
-    {"cacheReadInputTokens", offsetof(sl_usage_t, cache_read)},
-    {"cacheWriteInputTokens", offsetof(sl_usage_t, cache_write)},
-};
+typedef struct {
+    const char *member;            /* the answer's top-level member holding the usage object */
+    count_at_t counts[MAX_COUNTS]; /* key NULL past the last */
+    /* c[i] is counts[i] read, -1 when absent or not a count. Writes only the fields the counts report. */
+    void (*rule)(const int64_t *c, sl_usage_t *usage);
+} dialect_usage_t;
 
-typedef struct dialect_usage dialect_usage_t;
-
-struct dialect_usage {
-    const char *member; /* the answer's top-level member holding the usage object */
-    void (*take)(const dialect_usage_t *d, const json_t *u, sl_usage_t *usage);
-    const count_key_t *counts; /* do_take_counts */
-    size_t n_counts;
-    const char *input, *output, *details; /* do_take_openai: the API's key names */
-};
-
-/* -1 when the member is absent or not a count. */
-static int64_t
-count_of(const json_t *o, const char *key)
+/* Input already excludes the cache: each count lands in its field as it is. */
+static void
+do_direct(const int64_t *c, sl_usage_t *usage)
 {
-    const json_t *v = json_object_get(o, key);
-    return json_is_integer(v) && json_integer_value(v) >= 0 ? json_integer_value(v) : -1;
+    if (c[DIRECT_INPUT] >= 0)
+        usage->input = c[DIRECT_INPUT];
+    if (c[DIRECT_OUTPUT] >= 0)
+        usage->output = c[DIRECT_OUTPUT];
+    if (c[DIRECT_CACHE_READ] >= 0)
+        usage->cache_read = c[DIRECT_CACHE_READ];
+    if (c[DIRECT_CACHE_WRITE] >= 0)
+        usage->cache_write = c[DIRECT_CACHE_WRITE];
 }
 
+/* The input includes the cached part; without an input count the cached one means nothing. */
 static void
-do_take_counts(const dialect_usage_t *d, const json_t *u, sl_usage_t *usage)
+do_openai(const int64_t *c, sl_usage_t *usage)
 {
-    for (size_t i = 0; i < d->n_counts; i++) {
-        int64_t n = count_of(u, d->counts[i].key);
-        if (n >= 0)
-            *(int64_t *)((char *)usage + d->counts[i].field) = n;
+    if (c[OPENAI_INPUT] >= 0) {
+        int64_t cached = c[OPENAI_CACHED] > 0 ? c[OPENAI_CACHED] : 0;
+        if (cached > c[OPENAI_INPUT])
+            cached = c[OPENAI_INPUT];
+        usage->input = c[OPENAI_INPUT] - cached;
+        usage->cache_read = cached;
     }
+    if (c[OPENAI_OUTPUT] >= 0)
+        usage->output = c[OPENAI_OUTPUT];
 }
 
+/*
+ * promptTokenCount includes the cached part; thoughts and tool-use prompts
+ * are billed like output and input but counted apart (totalTokenCount is
+ * the sum of prompt, candidates, thoughts and tool-use prompt). Each
+ * usageMetadata is a whole snapshot: a count it leaves out is zero, except
+ * that a snapshot without a prompt or output count says nothing about that
+ * side.
+ */
 static void
-do_take_openai(const dialect_usage_t *d, const json_t *u, sl_usage_t *usage)
+do_gemini(const int64_t *c, sl_usage_t *usage)
 {
-    sl__openai_usage(u, d->input, d->output, d->details, usage);
-}
-
-/* The rule of stream_gemini.c's take_usage, over a parsed object: keep the two in step. */
-static void
-do_take_gemini(const dialect_usage_t *d, const json_t *u, sl_usage_t *usage)
-{
-    (void)d;
-    int64_t prompt = count_of(u, "promptTokenCount");
-    int64_t cached = count_of(u, "cachedContentTokenCount");
-    int64_t tool_prompt = count_of(u, "toolUsePromptTokenCount");
-    int64_t candidates = count_of(u, "candidatesTokenCount");
-    int64_t thoughts = count_of(u, "thoughtsTokenCount");
-    if (prompt >= 0) {
-        int64_t input = prompt + (tool_prompt > 0 ? tool_prompt : 0);
-        if (cached < 0)
-            cached = 0;
+    if (c[GEMINI_PROMPT] >= 0) {
+        int64_t input = c[GEMINI_PROMPT] + (c[GEMINI_TOOL_PROMPT] > 0 ? c[GEMINI_TOOL_PROMPT] : 0);
+        int64_t cached = c[GEMINI_CACHED] > 0 ? c[GEMINI_CACHED] : 0;
         if (cached > input)
             cached = input;
         usage->input = input - cached;
         usage->cache_read = cached;
     }
-    if (candidates >= 0 || thoughts >= 0)
-        usage->output = (candidates > 0 ? candidates : 0) + (thoughts > 0 ? thoughts : 0);
+    if (c[GEMINI_CANDIDATES] >= 0 || c[GEMINI_THOUGHTS] >= 0)
+        usage->output = (c[GEMINI_CANDIDATES] > 0 ? c[GEMINI_CANDIDATES] : 0) +
+                        (c[GEMINI_THOUGHTS] > 0 ? c[GEMINI_THOUGHTS] : 0);
 }
 
 static const dialect_usage_t dialects[SL_DIALECT_COUNT] = {
-    [SL_DIALECT_ANTHROPIC] = {"usage", do_take_counts, anthropic_counts, N(anthropic_counts)},
-    [SL_DIALECT_OPENAI_CHAT] = {"usage", do_take_openai, .input = "prompt_tokens",
-                                .output = "completion_tokens", .details = "prompt_tokens_details"},
-    [SL_DIALECT_OPENAI_RESPONSES] = {"usage", do_take_openai, .input = "input_tokens",
-                                     .output = "output_tokens", .details = "input_tokens_details"},
-    [SL_DIALECT_GEMINI] = {"usageMetadata", do_take_gemini},
-    [SL_DIALECT_BEDROCK] = {"usage", do_take_counts, bedrock_counts, N(bedrock_counts)},
+    [SL_DIALECT_ANTHROPIC] = {"usage",
+                              {[DIRECT_INPUT] = {"input_tokens", NULL},
+                               [DIRECT_OUTPUT] = {"output_tokens", NULL},
+                               [DIRECT_CACHE_READ] = {"cache_read_input_tokens", NULL},
+                               [DIRECT_CACHE_WRITE] = {"cache_creation_input_tokens", NULL}},
+                              do_direct},
+    [SL_DIALECT_OPENAI_CHAT] = {"usage",
+                                {[OPENAI_INPUT] = {"prompt_tokens", NULL},
+                                 [OPENAI_OUTPUT] = {"completion_tokens", NULL},
+                                 [OPENAI_CACHED] = {"prompt_tokens_details", "cached_tokens"}},
+                                do_openai},
+    [SL_DIALECT_OPENAI_RESPONSES] = {"usage",
+                                     {[OPENAI_INPUT] = {"input_tokens", NULL},
+                                      [OPENAI_OUTPUT] = {"output_tokens", NULL},
+                                      [OPENAI_CACHED] = {"input_tokens_details", "cached_tokens"}},
+                                     do_openai},
+    [SL_DIALECT_GEMINI] = {"usageMetadata",
+                           {[GEMINI_PROMPT] = {"promptTokenCount", NULL},
+                            [GEMINI_CACHED] = {"cachedContentTokenCount", NULL},
+                            [GEMINI_TOOL_PROMPT] = {"toolUsePromptTokenCount", NULL},
+                            [GEMINI_CANDIDATES] = {"candidatesTokenCount", NULL},
+                            [GEMINI_THOUGHTS] = {"thoughtsTokenCount", NULL}},
+                           do_gemini},
+    [SL_DIALECT_BEDROCK] = {"usage",
+                            {[DIRECT_INPUT] = {"inputTokens", NULL},
+                             [DIRECT_OUTPUT] = {"outputTokens", NULL},
+                             [DIRECT_CACHE_READ] = {"cacheReadInputTokens", NULL},
+                             [DIRECT_CACHE_WRITE] = {"cacheWriteInputTokens", NULL}},
+                            do_direct},
 };
+
+/* ---- the counts from a parsed object ---- */
 
 void
 sl_usage_from_json(sl_dialect_t dialect, const json_t *u, sl_usage_t *usage)
 {
     if ((unsigned)dialect >= SL_DIALECT_COUNT || !json_is_object(u))
         return;
-    dialects[dialect].take(&dialects[dialect], u, usage);
+    const dialect_usage_t *d = &dialects[dialect];
+    int64_t c[MAX_COUNTS];
+    for (size_t i = 0; i < MAX_COUNTS; i++) {
+        c[i] = -1;
+        if (d->counts[i].key == NULL)
+            continue;
+        /* json_object_get of a NULL or non-object is NULL: an absent count. */
+        const json_t *v = json_object_get(u, d->counts[i].key);
+        if (d->counts[i].sub != NULL)
+            v = json_object_get(v, d->counts[i].sub);
+        if (json_is_integer(v) && json_integer_value(v) >= 0)
+            c[i] = json_integer_value(v);
+    }
+    d->rule(c, usage);
+}
+
+/* ---- the counts from an object's bytes ---- */
+
+/* The member sub of the object v, as a count; -1 when v is not an object or has no such count. The
+ * last of a duplicated key wins, as in jansson. False when the walk goes bad. */
+static bool
+sub_count(sl_jval_t v, const char *sub, int64_t *n)
+{
+    sl_jwalk_t w;
+    sl_jval_t key, value;
+    *n = -1;
+    if (!sl_jwalk_open(v, '{', &w))
+        return true;
+    while (sl_jwalk_next(&w, &key, &value)) {
+        if (sl_jval_is(key, sub))
+            *n = sl_jval_count(value);
+    }
+    return !w.bad;
+}
+
+bool
+sl_usage_from_span(sl_dialect_t dialect, const char *obj, size_t len, sl_usage_t *usage)
+{
+    if ((unsigned)dialect >= SL_DIALECT_COUNT || obj == NULL)
+        return false;
+    const dialect_usage_t *d = &dialects[dialect];
+    int64_t c[MAX_COUNTS] = {-1, -1, -1, -1, -1};
+    sl_jwalk_t w;
+    sl_jval_t key, value;
+    if (!sl_jwalk_open((sl_jval_t){obj, obj + len}, '{', &w))
+        return false;
+    while (sl_jwalk_next(&w, &key, &value)) {
+        /* Every member is matched against every count, so the last of a duplicated key wins. */
+        for (size_t i = 0; i < MAX_COUNTS && d->counts[i].key != NULL; i++) {
+            if (!sl_jval_is(key, d->counts[i].key))
+                continue;
+            if (d->counts[i].sub == NULL)
+                c[i] = sl_jval_count(value);
+            else if (!sub_count(value, d->counts[i].sub, &c[i]))
+                return false;
+        }
+    }
+    /* Past the closing brace only whitespace: one object, whole. */
+    if (w.bad || sl_jval_skip_space(w.p, w.end) != w.end)
+        return false;
+    d->rule(c, usage);
+    return true;
 }
 
 /* ---- the whole answer's tail ---- */
@@ -225,11 +307,10 @@ sl_answer_usage(sl_dialect_t dialect, const char *tail, size_t len, sl_usage_t *
     if ((unsigned)dialect >= SL_DIALECT_COUNT || tail == NULL ||
         !find_member(tail, len, dialects[dialect].member, &obj, &obj_len))
         return false;
-    json_t *u = json_loadb(obj, obj_len, 0, NULL);
-    /* -1 marks a count not reported: the mapping only ever writes counts it read, never negative. */
+    /* -1 marks a count not reported: the rule only ever writes counts it read, never negative. */
     sl_usage_t got = {-1, -1, -1, -1};
-    sl_usage_from_json(dialect, u, &got);
-    json_decref(u);
+    if (!sl_usage_from_span(dialect, obj, obj_len, &got))
+        return false;
     if (got.input < 0 && got.output < 0 && got.cache_read < 0 && got.cache_write < 0)
         return false;
     *out = (sl_usage_t){

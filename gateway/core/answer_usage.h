@@ -1,11 +1,12 @@
 /*
  * Token usage as each dialect reports it (formats.md), in one place: the
- * mapping of a provider's usage object onto sl_usage_t, shared by the stream
- * classifiers (stream_anthropic.c, stream_openai_chat.c,
- * stream_openai_responses.c, stream_bedrock.c; stream_gemini.c reads the
- * same counts by a byte walk and is kept in step by the unit tests), and the
- * reading of usage from the tail of a whole (non-streamed) JSON answer, whose
- * body the gateway forwards without keeping it.
+ * mapping of a provider's usage object onto sl_usage_t, one rule per dialect
+ * read either from a parsed object (the stream classifiers that parse their
+ * events: stream_anthropic.c, stream_openai_chat.c,
+ * stream_openai_responses.c, stream_bedrock.c) or from the object's bytes by
+ * a walk (jwalk.h; stream_gemini.c, which parses no chunk), and the reading
+ * of usage from the tail of a whole (non-streamed) JSON answer, whose body
+ * the gateway forwards without keeping it.
  */
 #ifndef SL_ANSWER_USAGE_H
 #define SL_ANSWER_USAGE_H
@@ -45,9 +46,28 @@ struct json_t;
 void sl_usage_from_json(sl_dialect_t dialect, const struct json_t *u, sl_usage_t *usage);
 
 /*
+ * The same mapping as sl_usage_from_json, over the bytes obj[0..len) of a
+ * usage object instead of a parsed one, read by one walk (jwalk.h) with no
+ * allocation. A count is a member whose value is 1 to 18 plain digits
+ * (sl_jval_count); keys are compared as raw bytes, unescaped; the last of a
+ * duplicated key wins, as in jansson.
+ *
+ * Returns true, having overwritten the fields of *usage the object reports
+ * and left the others, when obj[0..len) is one object per the walk
+ * (whitespace allowed around it). Returns false, leaving *usage untouched,
+ * when it is not: not an object, cut, bytes that stop the walk (in the
+ * object or in a nested object a count is read from), anything after its
+ * closing brace; or when obj is NULL or dialect is not one of the five. The
+ * walk matches the containers it skips by depth only: it is no validation.
+ * Pure; obj is only read.
+ */
+bool sl_usage_from_span(sl_dialect_t dialect, const char *obj, size_t len, sl_usage_t *usage);
+
+/*
  * Usage from the tail of a whole (non-streamed) JSON answer of dialect: the
  * "usage" (Gemini: "usageMetadata") object that is a member of the answer's
- * top-level object, mapped as sl_usage_from_json says.
+ * top-level object, mapped as sl_usage_from_json says (counts as
+ * sl_usage_from_span reads them).
  *
  * tail[0..len) must be the last bytes of the body (trailing whitespace
  * allowed); it may start anywhere. The tail is read backwards from its end,
@@ -59,8 +79,8 @@ void sl_usage_from_json(sl_dialect_t dialect, const struct json_t *u, sl_usage_t
  * never taken, wherever it is. A body that is an array (Gemini's
  * streamGenerateContent without alt=sse answers an array of chunks, each
  * with running totals) is read from the last of its objects that has one.
- * Only that object is parsed (one json_loadb); nothing is read outside
- * tail[0..len).
+ * Only that object is read (sl_usage_from_span: a walk, no parse); nothing
+ * is read outside tail[0..len).
  *
  * Returns true and sets every field of *out (counts the object does not
  * report are 0) when the object reports at least one count. Returns false,
@@ -68,7 +88,8 @@ void sl_usage_from_json(sl_dialect_t dialect, const struct json_t *u, sl_usage_t
  * JSON object or array would, the tail starts after the usage key's opening
  * quote (or with it, or with only backslashes before it: an escaped quote
  * cannot be ruled out), the member is absent, null or not an object, its
- * bytes do not parse, or it holds no count. Pure.
+ * bytes are not one object per sl_usage_from_span, or it holds no count.
+ * Pure.
  */
 bool sl_answer_usage(sl_dialect_t dialect, const char *tail, size_t len, sl_usage_t *out);
 

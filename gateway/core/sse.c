@@ -30,6 +30,29 @@ reset_pending(sl_sse_scanner_t *s)
 }
 
 /*
+ * The first CR or LF in buf[from..end), or end: vectorised scans rather than
+ * a byte loop. They go a window at a time, so that lines ended by CR alone
+ * cannot make the search for an LF run to the end of the buffer each time.
+ */
+static size_t
+line_end(const char *buf, size_t from, size_t end)
+{
+    enum { WINDOW = 512 };
+    while (from < end) {
+        size_t window_end = end - from > WINDOW ? from + WINDOW : end;
+        const char *lf = memchr(buf + from, '\n', window_end - from);
+        size_t stop = lf != NULL ? (size_t)(lf - buf) : window_end;
+        const char *cr = memchr(buf + from, '\r', stop - from);
+        if (cr != NULL)
+            return (size_t)(cr - buf);
+        if (lf != NULL)
+            return stop;
+        from = window_end;
+    }
+    return end;
+}
+
+/*
  * Advances the search over buf[s->scanned..limit). Returns the offset just
  * past the terminator of the blank line that ends the event, or 0 when the
  * event does not end before limit. A CR that ends the blank line ends the
@@ -42,6 +65,8 @@ static size_t
 search_end(sl_sse_scanner_t *s, const char *buf, size_t limit)
 {
     for (size_t i = s->scanned; i < limit; i++) {
+        if (s->line == SL_SSE_IN_LINE && (i = line_end(buf, i, limit)) == limit)
+            break;
         char c = buf[i];
         if (c == '\n' && s->line == SL_SSE_AFTER_CR) {
             s->line = SL_SSE_AT_LINE_START;
@@ -91,9 +116,7 @@ read_fields(sl_sse_scanner_t *s, const char *buf, size_t from, size_t end, sl_ss
 {
     size_t p = from;
     while (p < end) {
-        size_t eol = p;
-        while (eol < end && buf[eol] != '\r' && buf[eol] != '\n')
-            eol++;
+        size_t eol = line_end(buf, p, end);
         const char *line = buf + p;
         size_t n = eol - p;
         p = eol + 1;

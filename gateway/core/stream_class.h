@@ -193,15 +193,13 @@ sl__stream_error(sl_stream_verdict_t *out, const char *code, const char *message
 const char *sl__json_value_of(const char *p, const char *end, const char *quoted_key);
 /* Whether the JSON text has the key with a value other than null, at any depth. */
 bool sl__json_has_non_null(const char *p, size_t len, const char *quoted_key);
+/* The same for several keys in one pass over the text: found[k] for quoted_keys[k]. */
+void sl__json_keys_non_null(const char *p, size_t len, const char *const *quoted_keys, size_t n, bool *found);
 
 struct json_t;
 /* Fills an error verdict from an OpenAI error value ({"code","type","message"} or a bare string):
  * code is error.code when a string, else error.type; a numeric code 400-599 is the status. */
 void sl__openai_error(const struct json_t *error, sl_stream_verdict_t *out);
-/* Takes usage from an OpenAI usage object whose key names differ per API
- * (prompt_tokens/completion_tokens or input_tokens/output_tokens), normalised as sl_usage_t says. */
-void sl__openai_usage(const struct json_t *u, const char *input_key, const char *output_key,
-                      const char *details_key, sl_usage_t *usage);
 
 /* ---- Gemini's bare JSON error (stream_gemini.c) ---- */
 

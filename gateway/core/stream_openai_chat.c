@@ -18,39 +18,75 @@ is_json_space(char c)
     return c == ' ' || c == '\t' || c == '\n' || c == '\r';
 }
 
+/* p at a quote: when the key quoted_key starts there and a colon follows, where its value starts. */
+static const char *
+value_after_key(const char *p, const char *end, const char *quoted_key)
+{
+    size_t n = strlen(quoted_key);
+    if ((size_t)(end - p) < n || memcmp(p, quoted_key, n) != 0)
+        return NULL;
+    const char *q = p + n;
+    while (q < end && is_json_space(*q))
+        q++;
+    if (q >= end || *q != ':')
+        return NULL;
+    for (q++; q < end && is_json_space(*q); q++)
+        ;
+    return q < end ? q : NULL;
+}
+
 const char *
 sl__json_value_of(const char *p, const char *end, const char *quoted_key)
 {
-    size_t n = strlen(quoted_key);
     while (p < end && (p = memchr(p, '"', (size_t)(end - p))) != NULL) {
-        if ((size_t)(end - p) < n)
-            return NULL;
-        if (memcmp(p, quoted_key, n) != 0) {
-            p++;
-            continue;
-        }
-        const char *q = p + n;
-        while (q < end && is_json_space(*q))
-            q++;
-        if (q < end && *q == ':') {
-            for (q++; q < end && is_json_space(*q); q++)
-                ;
-            return q < end ? q : NULL;
-        }
+        const char *v = end - p >= 2 && p[1] == quoted_key[1] ? value_after_key(p, end, quoted_key) : NULL;
+        if (v != NULL)
+            return v;
         p++;
     }
     return NULL;
 }
 
+/*
+ * One pass over the colons (a member has one, and two to four quotes): for
+ * each, the quoted text just before it is the member's key. An escaped key
+ * inside a string ends in a backslash before its quote and never matches.
+ */
+void
+sl__json_keys_non_null(const char *p, size_t len, const char *const *quoted_keys, size_t n, bool *found)
+{
+    const char *start = p, *end = p + len;
+    size_t left = n;
+    for (size_t k = 0; k < n; k++)
+        found[k] = false;
+    while (left > 0 && p < end && (p = memchr(p, ':', (size_t)(end - p))) != NULL) {
+        const char *q = p;
+        while (q > start && is_json_space(q[-1]))
+            q--;
+        const char *v = p + 1;
+        while (v < end && is_json_space(*v))
+            v++;
+        p++;
+        if (q == start || q[-1] != '"' || v == end)
+            continue;
+        for (size_t k = 0; k < n; k++) {
+            size_t kn = strlen(quoted_keys[k]);
+            if (found[k] || (size_t)(q - start) < kn || memcmp(q - kn, quoted_keys[k], kn) != 0)
+                continue;
+            if ((size_t)(end - v) < 4 || memcmp(v, "null", 4) != 0) {
+                found[k] = true;
+                left--;
+            }
+        }
+    }
+}
+
 bool
 sl__json_has_non_null(const char *p, size_t len, const char *quoted_key)
 {
-    const char *end = p + len;
-    for (const char *v = p; (v = sl__json_value_of(v, end, quoted_key)) != NULL;) {
-        if ((size_t)(end - v) < 4 || memcmp(v, "null", 4) != 0)
-            return true;
-    }
-    return false;
+    bool found;
+    sl__json_keys_non_null(p, len, &quoted_key, 1, &found);
+    return found;
 }
 
 void
@@ -63,30 +99,6 @@ sl__openai_error(const json_t *error, sl_stream_verdict_t *out)
     const char *message = json_is_string(error) ? json_string_value(error)
                                                 : json_string_value(json_object_get(error, "message"));
     sl__stream_error(out, name, message, json_is_integer(code) ? json_integer_value(code) : 0);
-}
-
-static int64_t
-count_of(const json_t *o, const char *key, int64_t dflt)
-{
-    const json_t *v = json_object_get(o, key);
-    return json_is_integer(v) && json_integer_value(v) >= 0 ? json_integer_value(v) : dflt;
-}
-
-void
-sl__openai_usage(const json_t *u, const char *input_key, const char *output_key, const char *details_key,
-                 sl_usage_t *usage)
-{
-    if (!json_is_object(u))
-        return;
-    int64_t input = count_of(u, input_key, -1);
-    if (input >= 0) {
-        int64_t cached = count_of(json_object_get(u, details_key), "cached_tokens", 0);
-        if (cached > input)
-            cached = input;
-        usage->input = input - cached;
-        usage->cache_read = cached;
-    }
-    usage->output = count_of(u, output_key, usage->output);
 }
 
 static void
@@ -166,9 +178,11 @@ classify_held(const sl_sse_event_t *ev, sl_stream_verdict_t *out, sl_usage_t *us
 static void
 classify_flowing(const sl_sse_event_t *ev, sl_stream_verdict_t *out, sl_usage_t *usage)
 {
-    bool has_error = sl__json_has_non_null(ev->data, ev->data_len, "\"error\"");
-    bool has_usage = sl__json_has_non_null(ev->data, ev->data_len, "\"usage\"");
-    out->finished = sl__json_has_non_null(ev->data, ev->data_len, "\"finish_reason\"");
+    static const char *const keys[] = {"\"error\"", "\"usage\"", "\"finish_reason\""};
+    bool found[3];
+    sl__json_keys_non_null(ev->data, ev->data_len, keys, 3, found);
+    bool has_error = found[0], has_usage = found[1];
+    out->finished = found[2];
     if (!has_error && !has_usage)
         return;
     json_t *root = json_loadb(ev->data, ev->data_len, 0, NULL);

@@ -474,3 +474,181 @@ Test(answer_usage, the_mapping_leaves_what_is_not_reported)
     assert_usage(&got, &(sl_usage_t){1, 2, 3, 4}, "nothing to take");
     json_decref(u);
 }
+
+/* ---- two extractors, one rule --------------------------------------------------------------- */
+
+/* Usage objects that are JSON, so that jansson and the walk both read them; each is read as every
+ * dialect (the other dialects' key names must be ignored alike). */
+static const char *const objects_both_read[] = {
+    "{}",
+    "{\"input_tokens\":12,\"cache_creation_input_tokens\":2048,\"cache_read_input_tokens\":4096,"
+    "\"cache_creation\":{\"ephemeral_5m_input_tokens\":2048,\"ephemeral_1h_input_tokens\":0},"
+    "\"output_tokens\":71,\"service_tier\":\"standard\",\"server_tool_use\":{\"web_search_requests\":1}}",
+    "{\"prompt_tokens\":1117,\"completion_tokens\":46,\"total_tokens\":1163,\"prompt_tokens_details\":{"
+    "\"cached_tokens\":1024,\"audio_tokens\":0},\"completion_tokens_details\":{\"reasoning_tokens\":0,"
+    "\"cached_tokens\":999}}",
+    "{\"input_tokens\":36,\"input_tokens_details\":{\"cached_tokens\":30},\"output_tokens\":87,"
+    "\"output_tokens_details\":{\"reasoning_tokens\":10},\"total_tokens\":123}",
+    "{\"promptTokenCount\":2100,\"candidatesTokenCount\":50,\"totalTokenCount\":2370,"
+    "\"cachedContentTokenCount\":2048,\"promptTokensDetails\":[{\"modality\":\"TEXT\",\"tokenCount\":2100}],"
+    "\"thoughtsTokenCount\":220,\"toolUsePromptTokenCount\":7}",
+    "{\"inputTokens\":4,\"outputTokens\":264,\"totalTokens\":5396,\"cacheReadInputTokens\":0,"
+    "\"cacheWriteInputTokens\":5128}",
+    /* absent counts, and details that are absent, null, not an object, or without the count */
+    "{\"prompt_tokens\":3,\"input_tokens\":3}",
+    "{\"completion_tokens\":5,\"output_tokens\":5,\"candidatesTokenCount\":5,\"outputTokens\":5}",
+    "{\"prompt_tokens\":3,\"prompt_tokens_details\":null,\"input_tokens\":3,\"input_tokens_details\":null}",
+    "{\"prompt_tokens\":3,\"prompt_tokens_details\":[{\"cached_tokens\":2}],\"input_tokens\":3,"
+    "\"input_tokens_details\":\"{\\\"cached_tokens\\\":2}\"}",
+    "{\"prompt_tokens\":9,\"prompt_tokens_details\":{\"audio_tokens\":2},\"input_tokens\":9,"
+    "\"input_tokens_details\":{}}",
+    "{\"prompt_tokens_details\":{\"cached_tokens\":2},\"input_tokens_details\":{\"cached_tokens\":2},"
+    "\"cachedContentTokenCount\":2,\"thoughtsTokenCount\":7}",
+    /* counts that are no count */
+    "{\"input_tokens\":-3,\"output_tokens\":2.5,\"cache_read_input_tokens\":\"1\","
+    "\"cache_creation_input_tokens\":true,\"prompt_tokens\":1.0,\"completion_tokens\":1e3,"
+    "\"promptTokenCount\":-1,\"candidatesTokenCount\":null,\"inputTokens\":[],\"outputTokens\":{}}",
+    "{\"prompt_tokens\":8,\"prompt_tokens_details\":{\"cached_tokens\":-2},\"input_tokens\":8,"
+    "\"input_tokens_details\":{\"cached_tokens\":2.0}}",
+    "{\"prompt_tokens\":3,\"prompt_tokens_details\":{\"cached_tokens\":9},\"promptTokenCount\":3,"
+    "\"cachedContentTokenCount\":9}",
+    "{\"input_tokens\":999999999999999999,\"prompt_tokens\":0,\"promptTokenCount\":0,\"inputTokens\":0}",
+    /* duplicate keys: the last wins, at the top and in the details */
+    "{\"input_tokens\":5,\"input_tokens\":7,\"output_tokens\":1,\"output_tokens\":null,"
+    "\"promptTokenCount\":1,\"promptTokenCount\":\"2\",\"inputTokens\":1,\"inputTokens\":3}",
+    "{\"prompt_tokens\":10,\"prompt_tokens_details\":{\"cached_tokens\":5},\"prompt_tokens_details\":{"
+    "\"audio_tokens\":1},\"input_tokens_details\":{\"cached_tokens\":5,\"cached_tokens\":2}}",
+    /* whitespace everywhere, and counts' names inside strings */
+    " {\n\t\"prompt_tokens\" :\r\n 12 ,\n \"prompt_tokens_details\" : { \"cached_tokens\" : 4 } ,"
+    "\"input_tokens\"\t:\t6 , \"promptTokenCount\" : 6 ,\"outputTokens\" :2 }\n",
+    "{\"note\":\"\\\"input_tokens\\\":999,\\\"prompt_tokens\\\":999 }\",\"input_tokens\":3,\"x\":{"
+    "\"prompt_tokens\":999,\"promptTokenCount\":999},\"y\":[{\"inputTokens\":999}],\"prompt_tokens\":3}",
+};
+
+/* A starting usage for each extractor run: zeros, and values a report must overwrite or leave. */
+static const sl_usage_t starts[] = {{0, 0, 0, 0}, {1, 2, 3, 4}};
+
+static void
+expect_extractors_agree(sl_dialect_t d, const char *text)
+{
+    json_error_t err;
+    json_t *u = json_loads(text, 0, &err);
+    cr_assert_not_null(u, "not JSON (%s): %s", err.text, text);
+    size_t len = strlen(text);
+    char *copy = malloc(len);
+    cr_assert_not_null(copy);
+    memcpy(copy, text, len);
+    for (size_t s = 0; s < N(starts); s++) {
+        sl_usage_t from_json = starts[s], from_span = starts[s];
+        sl_usage_from_json(d, u, &from_json);
+        cr_assert(sl_usage_from_span(d, copy, len, &from_span), "dialect %d: span refused %s", (int)d, text);
+        char what[64];
+        snprintf(what, sizeof what, "dialect %d, object at %p", (int)d, (const void *)text);
+        assert_usage(&from_span, &from_json, what);
+    }
+    free(copy);
+    json_decref(u);
+}
+
+Test(answer_usage, the_span_and_json_extractors_agree)
+{
+    for (int d = 0; d < SL_DIALECT_COUNT; d++) {
+        for (size_t i = 0; i < N(objects_both_read); i++)
+            expect_extractors_agree((sl_dialect_t)d, objects_both_read[i]);
+        for (size_t i = 0; i < N(usage_objects); i++)
+            expect_extractors_agree((sl_dialect_t)d, usage_objects[i].usage);
+    }
+}
+
+/* Pins of the rule itself over the span extractor, from {1, 2, 3, 4}. */
+Test(answer_usage, the_span_extractor_overwrites_what_is_reported)
+{
+    static const struct {
+        sl_dialect_t dialect;
+        const char *u;
+        sl_usage_t want;
+    } rows[] = {
+        {SL_DIALECT_ANTHROPIC, "{\"output_tokens\":5}", {1, 5, 3, 4}},
+        {SL_DIALECT_OPENAI_CHAT, "{\"prompt_tokens\":10}", {10, 2, 0, 4}},
+        {SL_DIALECT_OPENAI_CHAT,
+         "{\"prompt_tokens\":10,\"prompt_tokens_details\":{\"cached_tokens\":4},\"completion_tokens\":6}",
+         {6, 6, 4, 4}},
+        {SL_DIALECT_OPENAI_CHAT, "{\"prompt_tokens_details\":{\"cached_tokens\":4}}", {1, 2, 3, 4}},
+        {SL_DIALECT_OPENAI_RESPONSES,
+         "{\"input_tokens\":3,\"input_tokens_details\":{\"cached_tokens\":9}}",
+         {0, 2, 3, 4}},
+        {SL_DIALECT_GEMINI, "{\"thoughtsTokenCount\":7}", {1, 7, 3, 4}},
+        {SL_DIALECT_GEMINI,
+         "{\"promptTokenCount\":10,\"toolUsePromptTokenCount\":5,\"cachedContentTokenCount\":4}",
+         {11, 2, 4, 4}},
+        {SL_DIALECT_BEDROCK, "{\"cacheWriteInputTokens\":9}", {1, 2, 3, 9}},
+        {SL_DIALECT_BEDROCK, "{\"totalTokens\":9}", {1, 2, 3, 4}},
+    };
+    for (size_t i = 0; i < N(rows); i++) {
+        sl_usage_t got = {1, 2, 3, 4};
+        cr_assert(sl_usage_from_span(rows[i].dialect, rows[i].u, strlen(rows[i].u), &got), "%s", rows[i].u);
+        assert_usage(&got, &rows[i].want, rows[i].u);
+    }
+}
+
+static void
+expect_span_refused(sl_dialect_t d, const char *text)
+{
+    size_t len = strlen(text);
+    char *copy = malloc(len ? len : 1);
+    cr_assert_not_null(copy);
+    memcpy(copy, text, len);
+    sl_usage_t u = untouched;
+    cr_assert_not(sl_usage_from_span(d, copy, len, &u), "dialect %d: %s", (int)d, text);
+    assert_usage(&u, &untouched, text);
+    free(copy);
+}
+
+/* Bytes that are not one object per the walk give no count at all, as a failed parse did. */
+Test(answer_usage, a_broken_object_gives_nothing)
+{
+    static const char *const broken[] = {
+        "",
+        "   ",
+        "null",
+        "[{\"input_tokens\":1}]",
+        "\"{\\\"input_tokens\\\":1}\"",
+        "{\"input_tokens\":1",
+        "{\"input_tokens\":1,",
+        "{\"input_tokens\":1,}",
+        "{\"input_tokens\" 1}",
+        "{\"input_tokens\":1 \"output_tokens\":2}",
+        "{\"input_tokens\":}",
+        "{\"input_tokens\":1]",
+        "{input_tokens:1}",
+        "{\"input_tokens\":\"1}",
+        "{\"input_tokens\":1}}",
+        "{\"input_tokens\":1} {\"output_tokens\":2}",
+        "{\"input_tokens\":1}x",
+    };
+    for (int d = 0; d < SL_DIALECT_COUNT; d++) {
+        for (size_t i = 0; i < N(broken); i++)
+            expect_span_refused((sl_dialect_t)d, broken[i]);
+    }
+    /* A nested object a count is read from is walked too; one the dialect does not read is only
+     * skipped (matched by depth: the walk is no validation). */
+    static const char *const broken_details[] = {
+        "{\"prompt_tokens\":10,\"prompt_tokens_details\":{\"cached_tokens\" 4},\"input_tokens\":10,"
+        "\"input_tokens_details\":{\"cached_tokens\" 4}}",
+        "{\"prompt_tokens\":10,\"prompt_tokens_details\":{\"cached_tokens\":4,},\"input_tokens\":10,"
+        "\"input_tokens_details\":{\"cached_tokens\":4,}}",
+    };
+    for (size_t i = 0; i < N(broken_details); i++) {
+        expect_span_refused(SL_DIALECT_OPENAI_CHAT, broken_details[i]);
+        expect_span_refused(SL_DIALECT_OPENAI_RESPONSES, broken_details[i]);
+    }
+    /* Whitespace around the one object is allowed. */
+    sl_usage_t u = untouched;
+    cr_assert(sl_usage_from_span(SL_DIALECT_ANTHROPIC, " \n{\"input_tokens\":1}\r\n ", 23, &u));
+    assert_usage(&u, &(sl_usage_t){1, 7, 7, 7}, "spaced");
+    u = untouched;
+    cr_assert_not(sl_usage_from_span(SL_DIALECT_ANTHROPIC, NULL, 0, &u), "NULL");
+    cr_assert_not(sl_usage_from_span(SL_DIALECT_COUNT, "{\"input_tokens\":1}", 18, &u), "not a dialect");
+    cr_assert_not(sl_usage_from_span((sl_dialect_t)-1, "{\"input_tokens\":1}", 18, &u), "not a dialect");
+    assert_usage(&u, &untouched, "nothing to take");
+}

@@ -462,3 +462,48 @@ Test(sse_cost, a_long_event_arriving_in_many_reads_is_searched_once)
     cr_assert_eq(s.scanned, 0, "the next event starts a fresh search");
     free(in);
 }
+
+/* Lines are found a window at a time: long lines, and lines ended by CR alone or CRLF across the
+ * window's edge, give the same fields as short LF lines. */
+Test(sse_fields, long_lines_and_every_line_ending_across_scan_windows)
+{
+    static char scratch[8192];
+    static const char *const endings[] = {"\n", "\r", "\r\n"};
+    for (size_t e = 0; e < 3; e++) {
+        for (size_t value_len = 500; value_len < 530; value_len++) {
+            char in[4096];
+            size_t n = 0;
+            n += (size_t)snprintf(in + n, sizeof in - n, "event: e%s", endings[e]);
+            n += (size_t)snprintf(in + n, sizeof in - n, "data: ");
+            memset(in + n, 'v', value_len);
+            n += value_len;
+            n += (size_t)snprintf(in + n, sizeof in - n, "%sdata: b%s%s", endings[e], endings[e], endings[e]);
+            sl_sse_scanner_t s;
+            sl_sse_init(&s, SL_SSE_MAX_EVENT_DEFAULT, scratch, sizeof scratch);
+            sl_sse_event_t ev;
+            cr_assert_eq(sl_sse_next(&s, in, n, &ev), SL_SSE_EVENT, "ending %zu, value %zu", e, value_len);
+            cr_assert_eq(ev.len, n, "ending %zu, value %zu", e, value_len);
+            cr_assert_eq(ev.name_len, 1);
+            cr_assert_eq(ev.data_lines, 2);
+            cr_assert_eq(ev.data_len, value_len + 2, "ending %zu, value %zu", e, value_len);
+            cr_assert_eq(ev.data[value_len], '\n');
+            cr_assert_eq(ev.data[value_len + 1], 'b');
+        }
+    }
+}
+
+/* Searching each line for an LF to the buffer's end would be quadratic here (minutes, not milliseconds). */
+Test(sse_cost, lines_ended_by_cr_alone_do_not_rescan_the_buffer, .timeout = 20)
+{
+    enum { LINES = 100000 };
+    char *in = malloc(LINES * 3 + 1);
+    for (size_t i = 0; i < LINES; i++)
+        memcpy(in + i * 3, ":c\r", 3); /* comment lines, then one blank line */
+    in[LINES * 3] = '\r';
+    sl_sse_scanner_t s;
+    sl_sse_init(&s, 1u << 20, NULL, 0);
+    sl_sse_event_t ev;
+    cr_assert_eq(sl_sse_next(&s, in, LINES * 3 + 1, &ev), SL_SSE_EVENT);
+    cr_assert(ev.comment_only);
+    free(in);
+}

@@ -686,3 +686,37 @@ Test(stream_class_for, the_four_sse_dialects_and_nothing_else)
     cr_assert_null(sl_stream_class_for(SL_DIALECT_COUNT));
     cr_assert_null(sl_stream_class_for((sl_dialect_t)-1));
 }
+
+/* ---- the flowing phase's key scan ---- */
+
+Test(json_scan, keys_with_a_value_other_than_null_in_one_pass)
+{
+    static const char *const keys[] = {"\"error\"", "\"usage\"", "\"finish_reason\""};
+    static const struct {
+        const char *json;
+        bool error, usage, finish;
+    } rows[] = {
+        {"{\"choices\":[{\"delta\":{\"content\":\"hi\"},\"finish_reason\":null}]}", false, false, false},
+        {"{\"choices\":[{\"finish_reason\":\"stop\"}],\"usage\":null}", false, false, true},
+        {"{\"usage\" : {\"prompt_tokens\":1}}", false, true, false},
+        {"{\"error\":{\"type\":\"overloaded\"}}", true, false, false},
+        {"{\"error\":\n\tnull,\"usage\":null}", false, false, false},
+        /* the words inside strings: escaped quotes, so never a key */
+        {"{\"content\":\"say \\\"error\\\": 1 and \\\"usage\\\":{}\"}", false, false, false},
+        {"{\"content\":\"error: usage: finish_reason:\"}", false, false, false},
+        /* a key that ends like one of ours is another key */
+        {"{\"my_error\":1,\"xusage\":2}", false, false, false},
+        /* a colon at the very start or end */
+        {":\"error\":", false, false, false},
+        {"\"usage\":1", false, true, false},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        bool found[3] = {true, true, true};
+        sl__json_keys_non_null(rows[i].json, strlen(rows[i].json), keys, 3, found);
+        cr_assert_eq(found[0], rows[i].error, "%s", rows[i].json);
+        cr_assert_eq(found[1], rows[i].usage, "%s", rows[i].json);
+        cr_assert_eq(found[2], rows[i].finish, "%s", rows[i].json);
+        cr_assert_eq(sl__json_has_non_null(rows[i].json, strlen(rows[i].json), "\"usage\""), rows[i].usage,
+                     "%s", rows[i].json);
+    }
+}

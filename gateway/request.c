@@ -6,6 +6,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 #include <time.h>
 
@@ -145,7 +146,8 @@ typedef struct {
     int64_t round_backoff_ms;
     bool waited; /* sluice retried or waited: a handed-over error says x-should-retry: false */
     sl_timer_t start_timer, backoff_timer, keepalive_timer;
-    sl_timer_t stall_timer; /* armed while upstream reads wait for a slow client */
+    sl_timer_t stall_timer; /* armed while a send to the client is in flight (see on_client_stalled) */
+    int client_fd;          /* HTTP/1: the client's socket, shut down when it stalls; else -1 */
     sl_timer_t watch_timer; /* a request still unanswered this long has its client watched */
     bool end_follows;       /* the bytes being processed are the upstream's last (see flush_to_client) */
     /* Waiting on upstreams that are paused or busy (behaviour.md §6). */
@@ -782,7 +784,6 @@ finish(request_t *r, sl_row_outcome_t outcome, int status, bool has_error, sl_co
     sl_timer_cancel(&r->io->timers, &r->start_timer);
     sl_timer_cancel(&r->io->timers, &r->backoff_timer);
     sl_timer_cancel(&r->io->timers, &r->keepalive_timer);
-    sl_timer_cancel(&r->io->timers, &r->stall_timer);
     unwatch_client(r);
     stop_waiting(r, false);
     if (r->key_charge.set != NULL) {
@@ -880,6 +881,7 @@ on_generator_proceed(h2o_generator_t *generator, h2o_req_t *req)
     (void)req;
     request_t *r = H2O_STRUCT_FROM_MEMBER(request_t, generator, generator);
     r->sending = false;
+    sl_timer_cancel(&r->io->timers, &r->stall_timer);
     h2o_buffer_consume(&r->tx, r->tx->size);
     flush_to_client(r);
 }
@@ -891,6 +893,8 @@ on_generator_stop(h2o_generator_t *generator, h2o_req_t *req)
     request_t *r = H2O_STRUCT_FROM_MEMBER(request_t, generator, generator);
     /* The client went away mid-answer. */
     r->req = NULL;
+    r->client_fd = -1;
+    sl_timer_cancel(&r->io->timers, &r->stall_timer);
     if (r->state != REQ_DONE) {
         close_attempt(r, SL_ROW_HOP_CANCELLED, SL_CODE_GW_UPSTREAM_BROKEN_AFTER_CONTENT, "client went away");
         finish(r, SL_ROW_CANCELLED, r->up_status, false, SL_CODE_GW_UPSTREAM_STATUS, NULL);
@@ -948,8 +952,10 @@ start_response(request_t *r)
 
 /*
  * A client that stops reading must not hold its upstream (and a max_concurrent
- * slot) for the whole total timeout: after idle_timeout_secs without taking
- * anything, the upstream is let go and the answer is aborted.
+ * slot) for the whole total timeout, nor its connection and buffers for ever
+ * once the answer has ended: a send that has not completed after
+ * idle_timeout_secs lets the upstream go, aborts the answer and, on HTTP/1,
+ * shuts the connection down so that h2o fails the send and lets the request go.
  */
 static void
 on_client_stalled(sl_timer_t *t)
@@ -957,12 +963,24 @@ on_client_stalled(sl_timer_t *t)
     request_t *r = H2O_STRUCT_FROM_MEMBER(request_t, stall_timer, t);
     sl_log_debug("request %llu: the client read nothing for %u s", (unsigned long long)r->id,
                  r->config->failover.idle_timeout_secs);
-    close_attempt(r, SL_ROW_HOP_CANCELLED, SL_CODE_GW_CLIENT_STALLED, "the client stopped reading");
-    finish(r, SL_ROW_CANCELLED, r->up_status, true, SL_CODE_GW_CLIENT_STALLED, NULL);
-    /* The send in flight never completes; when it does, the answer ends as aborted. */
-    r->final_queued = true;
-    r->final_state = H2O_SEND_STATE_ERROR;
-    r->parsed = r->rx->size = 0;
+    if (r->state != REQ_DONE) {
+        close_attempt(r, SL_ROW_HOP_CANCELLED, SL_CODE_GW_CLIENT_STALLED, "the client stopped reading");
+        finish(r, SL_ROW_CANCELLED, r->up_status, true, SL_CODE_GW_CLIENT_STALLED, NULL);
+        r->final_queued = true;
+        r->final_state = H2O_SEND_STATE_ERROR;
+        r->parsed = r->rx->size = 0;
+    }
+    if (r->client_fd >= 0)
+        shutdown(r->client_fd, SHUT_RDWR);
+}
+
+/* Every send to the client starts the stall clock; its completion stops it (on_generator_proceed). */
+static void
+send_to_client(request_t *r, h2o_req_t *req, h2o_iovec_t *buf, size_t n, h2o_send_state_t state)
+{
+    sl_timer_arm(&r->io->timers, &r->stall_timer,
+                 sl_now_ms() + (int64_t)r->config->failover.idle_timeout_secs * 1000, on_client_stalled);
+    h2o_send(req, buf, n, state);
 }
 
 static void
@@ -970,15 +988,12 @@ pause_upstream_reads(request_t *r)
 {
     r->reads_paused = true;
     sl_hop_pause_reading(r->hop);
-    sl_timer_arm(&r->io->timers, &r->stall_timer,
-                 sl_now_ms() + (int64_t)r->config->failover.idle_timeout_secs * 1000, on_client_stalled);
 }
 
 static void
 resume_upstream_reads(request_t *r)
 {
     r->reads_paused = false;
-    sl_timer_cancel(&r->io->timers, &r->stall_timer);
     sl_hop_resume_reading(r->hop);
 }
 
@@ -1023,12 +1038,12 @@ flush_to_client(request_t *r)
     if (last) {
         /* h2o owns the end from here and may dispose the request (and r) before returning. */
         r->req = NULL;
-        h2o_send(req, &buf, 1, r->final_state);
+        send_to_client(r, req, &buf, 1, r->final_state);
         return;
     }
     if (r->reads_paused && r->hop != NULL && r->rx->size < CLIENT_BUFFER_CAP / 2)
         resume_upstream_reads(r);
-    h2o_send(req, &buf, 1, H2O_SEND_STATE_IN_PROGRESS);
+    send_to_client(r, req, &buf, 1, H2O_SEND_STATE_IN_PROGRESS);
 }
 
 /* Queues the end of the answer: what is parsed goes out, then the stream closes (or aborts). */
@@ -1419,7 +1434,7 @@ on_keepalive(sl_timer_t *t)
         h2o_iovec_t buf = h2o_iovec_init(bytes, len);
         r->sending = true;
         r->last_sent_ms = now;
-        h2o_send(r->req, &buf, len > 0 ? 1 : 0, H2O_SEND_STATE_IN_PROGRESS);
+        send_to_client(r, r->req, &buf, len > 0 ? 1 : 0, H2O_SEND_STATE_IN_PROGRESS);
     }
     sl_timer_arm(&r->io->timers, &r->keepalive_timer, due, on_keepalive);
 }
@@ -3034,6 +3049,12 @@ sl_request_serve(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapsh
     memset(r, 0, sizeof(*r));
     r->req = req;
     r->io = io;
+    r->client_fd = -1;
+    if (req->version < 0x200) {
+        h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
+        if (sock != NULL)
+            r->client_fd = h2o_socket_get_fd(sock);
+    }
     h2o_linklist_insert(&io->requests, &r->link);
     r->gw = gw;
     r->snapshot = snapshot;

@@ -5,6 +5,7 @@
  * the upstreams received.
  */
 #include <criterion/criterion.h>
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -687,6 +688,63 @@ Test(proxy, a_client_that_stops_reading_lets_its_upstream_go_after_the_idle_time
     cr_assert(proc_wait_log(&proc, "event request_cancelled id=1", 2000), "%s", proc.log);
     close(fd);
     /* The fake may still be writing the body: it is freed only once the fake has stopped. */
+    proc_kill(&proc);
+    fake_stop(up1);
+    up1 = NULL;
+    free(body);
+}
+
+/*
+ * A client that reads nothing of a 6 MiB answer: what the kernel's buffers do
+ * not take waits in the gateway (at most 4 MiB of it before the upstream is
+ * paused), and a send never completes, the answer's last one when all of it
+ * came in. After the idle timeout the connection is shut down, so the request
+ * and its buffers do not stay for as long as the client keeps its socket open.
+ */
+Test(proxy, a_client_that_never_reads_its_answer_is_disconnected_after_the_idle_timeout)
+{
+    start_gateway_full("anthropic", "", ", idle_timeout_secs: 1", NULL);
+    size_t total = 6u << 20;
+    char *body = malloc(total + 1);
+    memset(body, ' ', total);
+    static const char json[] = "{\"type\":\"message\",\"content\":[{\"type\":\"text\",\"text\":\"ok\"}],"
+                               "\"usage\":{\"input_tokens\":3,\"output_tokens\":1}}";
+    memcpy(body + total - (sizeof(json) - 1), json, sizeof(json) - 1);
+    body[total] = '\0';
+    fake_push(up1, (fake_reply_t){.status = 200,
+                                  .headers = "content-type: application/json\r\n",
+                                  .body = body,
+                                  .body_len = total});
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int small = 64 << 10;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port)};
+    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+    static const char whole[] = "{\"model\":\"claude-x\",\"max_tokens\":64,\"messages\":"
+                                "[{\"role\":\"user\",\"content\":\"hi\"}]}";
+    char req[1024];
+    int len = snprintf(req, sizeof(req),
+                       "POST /v1/messages HTTP/1.1\r\nHost: x\r\n" ANTHROPIC_HEADERS
+                       "content-length: %zu\r\n\r\n%s",
+                       strlen(whole), whole);
+    cr_assert_eq(write(fd, req, (size_t)len), len);
+    cr_assert(proc_wait_log(&proc, "the client read nothing for 1 s", 5000), "%s", proc.log);
+    /* Now read: what the kernel holds comes, then the end of the connection, not the rest of the answer. */
+    struct timeval tv = {.tv_sec = 5};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    static char buf[1 << 16];
+    size_t got = 0;
+    ssize_t n;
+    while ((n = read(fd, buf, sizeof(buf))) > 0)
+        got += (size_t)n;
+    cr_assert(n == 0 || errno == ECONNRESET, "the connection ended (read %zd, errno %d) after %zu bytes", n,
+              errno, got);
+    cr_assert_lt(got, total, "the answer was cut, not delivered late");
+    close(fd);
+    http_response_t res = {0};
+    cr_assert(http_request(port, "GET", "/healthz", NULL, &res), "the gateway still serves");
+    http_response_free(&res);
     proc_kill(&proc);
     fake_stop(up1);
     up1 = NULL;

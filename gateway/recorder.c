@@ -907,7 +907,8 @@ sl_recorder_open(const char *path, const sl_recorder_options_t *opts, char *err,
     if (!create_private(path, err, err_size))
         return NULL;
     sqlite3 *db = NULL;
-    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL) != SQLITE_OK) {
+    /* One thread at a time uses it (opened here, then only the writer): SQLite need not lock per call. */
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
         set_err(err, err_size, "cannot open request DB %s: %s", path,
                 db ? sqlite3_errmsg(db) : "out of memory");
         sqlite3_close(db);

@@ -113,7 +113,7 @@ typedef struct {
     h2o_iovec_t body;  /* the body sent upstream: the client's, or body_copy */
     char *body_copy;   /* the client's body with the upstream's model name (malloc), for this hop only */
     char *answer_tail; /* the last bytes of a whole (non-SSE) 2xx answer (malloc), where its usage is */
-    size_t answer_tail_len;
+    size_t answer_tail_len, answer_tail_cap;
     int up_status;
     h2o_headers_t up_headers; /* the upstream's answer headers, hop-by-hop ones dropped */
     int64_t up_content_length;
@@ -771,7 +771,7 @@ end_hop(request_t *r)
     r->body_copy = NULL;
     free(r->answer_tail);
     r->answer_tail = NULL;
-    r->answer_tail_len = 0;
+    r->answer_tail_len = r->answer_tail_cap = 0;
 }
 
 /* ---- answering the client ----------------------------------------------------------------- */
@@ -2252,8 +2252,14 @@ pass_whole_answer_bytes(request_t *r)
     r->parsed = r->rx->size;
     if (r->up_status >= 300 || r->handing_over || n == 0)
         return;
-    if (r->answer_tail == NULL)
-        r->answer_tail = sl_xmalloc(ANSWER_TAIL_CAP);
+    /* Sized to what came, up to the cap: most answers are far smaller, and a 16 KiB malloc per request
+     * made glibc consolidate its free lists each time. */
+    size_t want = r->answer_tail_len + n < ANSWER_TAIL_CAP ? r->answer_tail_len + n : ANSWER_TAIL_CAP;
+    if (want > r->answer_tail_cap) {
+        size_t cap = r->answer_tail_cap * 2 > want ? r->answer_tail_cap * 2 : want;
+        r->answer_tail_cap = cap < ANSWER_TAIL_CAP ? cap : ANSWER_TAIL_CAP;
+        r->answer_tail = sl_xrealloc(r->answer_tail, r->answer_tail_cap);
+    }
     if (n >= ANSWER_TAIL_CAP) {
         memcpy(r->answer_tail, fresh + n - ANSWER_TAIL_CAP, ANSWER_TAIL_CAP);
         r->answer_tail_len = ANSWER_TAIL_CAP;

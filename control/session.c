@@ -140,8 +140,13 @@ typedef struct item {
     bool is_event;
 } item_t;
 
+/* Items freed are kept for reuse, up to this many: a push per event and subscriber stays off malloc. */
+#define SPARE_ITEMS_MAX 1024
+
 struct sl_outq {
     item_t *head, *tail;
+    item_t *spare; /* reusable items, linked by next */
+    size_t n_spare;
     size_t event_bytes, reply_bytes;
     uint64_t seq;
     uint64_t dropped_pending; /* to announce with events_dropped */
@@ -160,11 +165,29 @@ item_len(const item_t *it)
     return it->head_len + it->body->len;
 }
 
+static item_t *
+item_new(sl_outq_t *q)
+{
+    item_t *it = q->spare;
+    if (it == NULL)
+        return sl_xcalloc(1, sizeof(*it));
+    q->spare = it->next;
+    q->n_spare--;
+    memset(it, 0, sizeof(*it));
+    return it;
+}
+
 static void
-item_free(item_t *it)
+item_free(sl_outq_t *q, item_t *it)
 {
     sl_blob_unref(it->body);
-    free(it);
+    if (q->n_spare < SPARE_ITEMS_MAX) {
+        it->next = q->spare;
+        q->spare = it;
+        q->n_spare++;
+    } else {
+        free(it);
+    }
 }
 
 void
@@ -174,7 +197,12 @@ sl_outq_free(sl_outq_t *q)
         return;
     for (item_t *it = q->head, *next; it != NULL; it = next) {
         next = it->next;
-        item_free(it);
+        sl_blob_unref(it->body);
+        free(it);
+    }
+    for (item_t *it = q->spare, *next; it != NULL; it = next) {
+        next = it->next;
+        free(it);
     }
     free(q);
 }
@@ -207,7 +235,7 @@ remove_item(sl_outq_t *q, item_t *prev, item_t *it)
         q->event_bytes -= item_len(it);
     else
         q->reply_bytes -= item_len(it);
-    item_free(it);
+    item_free(q, it);
 }
 
 bool
@@ -215,7 +243,7 @@ sl_outq_push_reply(sl_outq_t *q, const char *data, size_t len)
 {
     if (q->reply_bytes + len > SL_OUTQ_MAX_REPLY_BYTES)
         return false;
-    item_t *it = sl_xcalloc(1, sizeof(*it));
+    item_t *it = item_new(q);
     it->body = sl_blob_new(data, len);
     append(q, it);
     return true;
@@ -261,7 +289,7 @@ sl_outq_event_head(uint64_t seq, unsigned char out[SL_OUTQ_EVENT_HEAD_MAX])
 void
 sl_outq_push_event(sl_outq_t *q, sl_blob_t *body)
 {
-    item_t *it = sl_xcalloc(1, sizeof(*it));
+    item_t *it = item_new(q);
     body->refs++;
     it->body = body;
     it->is_event = true;

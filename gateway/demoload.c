@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "core/demo_script.h"
 #include "core/xalloc.h"
 #include "log.h"
 #include "worker.h"
@@ -60,19 +61,10 @@ struct sl_demoload {
     stats_t minute, total;
 };
 
-static uint64_t
-next_draw(uint64_t *state)
-{
-    uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-    return z ^ (z >> 31);
-}
-
 static unsigned
 below(uint64_t *state, unsigned n)
 {
-    return (unsigned)(next_draw(state) % n);
+    return (unsigned)(sl_demo_draw(state) % n);
 }
 
 /* Waits ms on the stop signal; true when stopping. Called with l->mu held. */

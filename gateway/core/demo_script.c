@@ -201,8 +201,8 @@ static const odds_t odds[SL_DEMO_TROUBLE_COUNT][2] = {
 };
 
 /* splitmix64: turns any counter or seed into well-spread draws. */
-static uint64_t
-next_draw(uint64_t *state)
+uint64_t
+sl_demo_draw(uint64_t *state)
 {
     uint64_t z = (*state += 0x9E3779B97F4A7C15ULL);
     z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
@@ -214,7 +214,7 @@ next_draw(uint64_t *state)
 static uint32_t
 between(uint64_t *state, uint32_t lo, uint32_t hi)
 {
-    return lo + (uint32_t)(next_draw(state) % ((uint64_t)hi - lo + 1));
+    return lo + (uint32_t)(sl_demo_draw(state) % ((uint64_t)hi - lo + 1));
 }
 
 sl_demo_plan_t
@@ -233,7 +233,7 @@ sl_demo_decide(const sl_demo_request_t *req, sl_demo_trouble_t mode, uint64_t ra
         .first_token_ms = between(&s, 150, 700),
         .token_delay_ms = between(&s, 20, 70),
         .cut_after_events = between(&s, 1, 6),
-        .text_seed = next_draw(&s),
+        .text_seed = sl_demo_draw(&s),
     };
     uint32_t slow_ms = between(&s, 3000, 10000);
     uint32_t retry_after = between(&s, 2, 6);

@@ -52,6 +52,9 @@ typedef enum {
 /* "calm", "overload", "rate-limit", "drop", "slow": the names --demo takes. Never NULL. */
 const char *sl_demo_trouble_name(sl_demo_trouble_t mode);
 
+/* The demo's draws (splitmix64): advances *state and returns a well-spread 64-bit value. */
+uint64_t sl_demo_draw(uint64_t *state);
+
 /*
  * What the mode does, for a log line: "429 storm on the 'a' upstreams".
  * Static, never NULL.

@@ -188,7 +188,8 @@ sl__stream_error(sl_stream_verdict_t *out, const char *code, const char *message
  * sl__json_value_of: a byte scan of JSON text p[0..end) for the key `"key"`
  * (quoted_key includes the quotes) followed by a colon; returns where its value
  * starts, or NULL. Any nesting depth: a hit is a hint to parse, not a verdict.
- * Inside a string a quote is escaped, so a string value never matches.
+ * Inside a string a quote is escaped, so a string value never matches. The
+ * scan goes from colon to colon: fewer stops than quotes.
  */
 const char *sl__json_value_of(const char *p, const char *end, const char *quoted_key);
 /* Whether the JSON text has the key with a value other than null, at any depth. */

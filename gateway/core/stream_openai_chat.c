@@ -18,28 +18,34 @@ is_json_space(char c)
     return c == ' ' || c == '\t' || c == '\n' || c == '\r';
 }
 
-/* p at a quote: when the key quoted_key starts there and a colon follows, where its value starts. */
+/*
+ * Keys are found at colons (a member has one, and two to four quotes): the
+ * quoted text just before a colon is a member's key. An escaped key inside a
+ * string ends in a backslash before its quote and never matches. Returns
+ * where the value after colon starts when that key is quoted_key (kn bytes),
+ * else NULL.
+ */
 static const char *
-value_after_key(const char *p, const char *end, const char *quoted_key)
+value_at_colon(const char *start, const char *end, const char *colon, const char *quoted_key, size_t kn)
 {
-    size_t n = strlen(quoted_key);
-    if ((size_t)(end - p) < n || memcmp(p, quoted_key, n) != 0)
+    const char *q = colon;
+    while (q > start && is_json_space(q[-1]))
+        q--;
+    if ((size_t)(q - start) < kn || memcmp(q - kn, quoted_key, kn) != 0)
         return NULL;
-    const char *q = p + n;
-    while (q < end && is_json_space(*q))
-        q++;
-    if (q >= end || *q != ':')
-        return NULL;
-    for (q++; q < end && is_json_space(*q); q++)
-        ;
-    return q < end ? q : NULL;
+    const char *v = colon + 1;
+    while (v < end && is_json_space(*v))
+        v++;
+    return v < end ? v : NULL;
 }
 
 const char *
 sl__json_value_of(const char *p, const char *end, const char *quoted_key)
 {
-    while (p < end && (p = memchr(p, '"', (size_t)(end - p))) != NULL) {
-        const char *v = end - p >= 2 && p[1] == quoted_key[1] ? value_after_key(p, end, quoted_key) : NULL;
+    const char *start = p;
+    size_t kn = strlen(quoted_key);
+    while (p < end && (p = memchr(p, ':', (size_t)(end - p))) != NULL) {
+        const char *v = value_at_colon(start, end, p, quoted_key, kn);
         if (v != NULL)
             return v;
         p++;
@@ -47,11 +53,6 @@ sl__json_value_of(const char *p, const char *end, const char *quoted_key)
     return NULL;
 }
 
-/*
- * One pass over the colons (a member has one, and two to four quotes): for
- * each, the quoted text just before it is the member's key. An escaped key
- * inside a string ends in a backslash before its quote and never matches.
- */
 void
 sl__json_keys_non_null(const char *p, size_t len, const char *const *quoted_keys, size_t n, bool *found)
 {
@@ -60,24 +61,15 @@ sl__json_keys_non_null(const char *p, size_t len, const char *const *quoted_keys
     for (size_t k = 0; k < n; k++)
         found[k] = false;
     while (left > 0 && p < end && (p = memchr(p, ':', (size_t)(end - p))) != NULL) {
-        const char *q = p;
-        while (q > start && is_json_space(q[-1]))
-            q--;
-        const char *v = p + 1;
-        while (v < end && is_json_space(*v))
-            v++;
-        p++;
-        if (q == start || q[-1] != '"' || v == end)
-            continue;
         for (size_t k = 0; k < n; k++) {
-            size_t kn = strlen(quoted_keys[k]);
-            if (found[k] || (size_t)(q - start) < kn || memcmp(q - kn, quoted_keys[k], kn) != 0)
-                continue;
-            if ((size_t)(end - v) < 4 || memcmp(v, "null", 4) != 0) {
+            const char *v =
+                found[k] ? NULL : value_at_colon(start, end, p, quoted_keys[k], strlen(quoted_keys[k]));
+            if (v != NULL && ((size_t)(end - v) < 4 || memcmp(v, "null", 4) != 0)) {
                 found[k] = true;
                 left--;
             }
         }
+        p++;
     }
 }
 

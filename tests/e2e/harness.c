@@ -325,3 +325,19 @@ after_keepalives(const char *body)
         body += 14;
     return body != NULL ? body : "";
 }
+
+long
+proc_rss_kib(pid_t pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    FILE *f = fopen(path, "r");
+    long kib = -1;
+    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
+        if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
+            break;
+    }
+    if (f != NULL)
+        fclose(f);
+    return kib;
+}

@@ -64,6 +64,9 @@ void remove_temp_files(void);
 /* The first column of the first row of sql over the SQLite file at path (read-only); -1 on any error. */
 int db_int(const char *path, const char *sql);
 
+/* The resident memory of process pid in KiB (VmRSS), or -1. */
+long proc_rss_kib(pid_t pid);
+
 /* A stream held past 15 s (150 ms scaled) starts with keep-alive comments (behaviour.md §4): what follows
  * them. */
 const char *after_keepalives(const char *body);

@@ -193,17 +193,7 @@ port_after(const char *marker)
 static long
 rss_kib(void)
 {
-    char path[64], line[256];
-    snprintf(path, sizeof(path), "/proc/%d/status", (int)gw.proc.pid);
-    FILE *f = fopen(path, "r");
-    long kib = -1;
-    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
-        if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
-            break;
-    }
-    if (f != NULL)
-        fclose(f);
-    return kib;
+    return proc_rss_kib(gw.proc.pid);
 }
 
 /*

@@ -21,22 +21,6 @@
 static proc_t proc;
 static fake_upstream_t *up1, *up2;
 
-/* The resident memory of process pid in KiB (VmRSS), or -1. */
-static long
-rss_kib(pid_t pid)
-{
-    char path[64], line[256];
-    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
-    FILE *f = fopen(path, "r");
-    long kib = -1;
-    while (f != NULL && fgets(line, sizeof(line), f) != NULL) {
-        if (sscanf(line, "VmRSS: %ld kB", &kib) == 1)
-            break;
-    }
-    if (f != NULL)
-        fclose(f);
-    return kib;
-}
 static http_response_t res;
 static uint16_t port;
 
@@ -508,7 +492,7 @@ Test(proxy, a_slow_client_holds_back_the_upstream_and_loses_nothing)
     struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port)};
     inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
     cr_assert_eq(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
-    long rss_before = rss_kib(proc.pid);
+    long rss_before = proc_rss_kib(proc.pid);
     char req[1024];
     int len = snprintf(req, sizeof(req),
                        "POST /v1/messages HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" ANTHROPIC_HEADERS
@@ -521,7 +505,7 @@ Test(proxy, a_slow_client_holds_back_the_upstream_and_loses_nothing)
     cr_assert_lt(sent, total, "the upstream sent %zu of %zu bytes to a client that reads nothing", sent,
                  total);
     /* What sluice holds is bounded whatever the kernel buffers: not the stream drained into its memory. */
-    long grown = rss_kib(proc.pid) - rss_before;
+    long grown = proc_rss_kib(proc.pid) - rss_before;
     cr_assert_lt(grown, 24 * 1024, "sluice grew by %ld KiB while its client read nothing (upstream sent %zu)",
                  grown, sent);
 
@@ -652,6 +636,25 @@ Test(proxy, rejected_credentials_hold_an_upstream_until_the_config_changes)
     cr_assert_eq(fake_count(up1), 2, "after a reload up1 is tried again");
 }
 
+/* Connects with a 64 KiB receive window, posts body to /v1/messages and returns the socket, left unread. */
+static int
+post_from_a_reader_that_never_reads(const char *body)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    int small = 64 << 10;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port)};
+    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+    char req[1024];
+    int len = snprintf(req, sizeof(req),
+                       "POST /v1/messages HTTP/1.1\r\nHost: x\r\n" ANTHROPIC_HEADERS
+                       "content-length: %zu\r\n\r\n%s",
+                       strlen(body), body);
+    cr_assert_eq(write(fd, req, (size_t)len), len);
+    return fd;
+}
+
 Test(proxy, a_client_that_stops_reading_lets_its_upstream_go_after_the_idle_timeout)
 {
     start_gateway_full("anthropic", "", ", idle_timeout_secs: 1", NULL);
@@ -672,18 +675,7 @@ Test(proxy, a_client_that_stops_reading_lets_its_upstream_go_after_the_idle_time
     r.body = body;
     r.body_len = total;
     fake_push(up1, r);
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    int small = 64 << 10;
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
-    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port)};
-    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
-    cr_assert_eq(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
-    char req[1024];
-    int len = snprintf(req, sizeof(req),
-                       "POST /v1/messages HTTP/1.1\r\nHost: x\r\n" ANTHROPIC_HEADERS
-                       "content-length: %zu\r\n\r\n%s",
-                       strlen(anthropic_body), anthropic_body);
-    cr_assert_eq(write(fd, req, (size_t)len), len);
+    int fd = post_from_a_reader_that_never_reads(anthropic_body);
     cr_assert(proc_wait_log(&proc, "the client read nothing for 1 s", 5000), "%s", proc.log);
     cr_assert(proc_wait_log(&proc, "event request_cancelled id=1", 2000), "%s", proc.log);
     close(fd);
@@ -715,20 +707,9 @@ Test(proxy, a_client_that_never_reads_its_answer_is_disconnected_after_the_idle_
                                   .headers = "content-type: application/json\r\n",
                                   .body = body,
                                   .body_len = total});
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    int small = 64 << 10;
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
-    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port)};
-    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
-    cr_assert_eq(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
     static const char whole[] = "{\"model\":\"claude-x\",\"max_tokens\":64,\"messages\":"
                                 "[{\"role\":\"user\",\"content\":\"hi\"}]}";
-    char req[1024];
-    int len = snprintf(req, sizeof(req),
-                       "POST /v1/messages HTTP/1.1\r\nHost: x\r\n" ANTHROPIC_HEADERS
-                       "content-length: %zu\r\n\r\n%s",
-                       strlen(whole), whole);
-    cr_assert_eq(write(fd, req, (size_t)len), len);
+    int fd = post_from_a_reader_that_never_reads(whole);
     cr_assert(proc_wait_log(&proc, "the client read nothing for 1 s", 5000), "%s", proc.log);
     /* Now read: what the kernel holds comes, then the end of the connection, not the rest of the answer. */
     struct timeval tv = {.tv_sec = 5};

@@ -720,3 +720,15 @@ Test(json_scan, keys_with_a_value_other_than_null_in_one_pass)
                      "%s", rows[i].json);
     }
 }
+
+Test(json_scan, value_of_finds_the_first_member_of_that_name_and_not_words_in_strings)
+{
+    static const char json[] = "{\"content\":\"\\\"choices\\\": 1\",\"choices\" : [],\"n\":\"choices\"}";
+    const char *end = json + sizeof(json) - 1;
+    const char *v = sl__json_value_of(json, end, "\"choices\"");
+    cr_assert_not_null(v);
+    cr_assert_eq(*v, '[', "the member's value, past the spaces: %s", v);
+    cr_assert_null(sl__json_value_of(json, end, "\"usage\""));
+    static const char cut[] = "{\"choices\": ";
+    cr_assert_null(sl__json_value_of(cut, cut + sizeof(cut) - 1, "\"choices\""), "no value after the colon");
+}

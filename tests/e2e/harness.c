@@ -341,3 +341,30 @@ proc_rss_kib(pid_t pid)
         fclose(f);
     return kib;
 }
+
+int
+raw_post(uint16_t port, int rcvbuf, const char *path, const char *headers, const char *body)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0)
+        return -1;
+    if (rcvbuf > 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port)};
+    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+    if (connect(fd, (struct sockaddr *)&sin, sizeof(sin)) != 0) {
+        close(fd);
+        return -1;
+    }
+    size_t cap = strlen(path) + strlen(headers) + strlen(body) + 128;
+    char *req = malloc(cap);
+    int len = snprintf(req, cap, "POST %s HTTP/1.1\r\nHost: x\r\n%scontent-length: %zu\r\n\r\n%s", path,
+                       headers, strlen(body), body);
+    ssize_t w = write(fd, req, (size_t)len);
+    free(req);
+    if (w != len) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}

@@ -64,6 +64,13 @@ void remove_temp_files(void);
 /* The first column of the first row of sql over the SQLite file at path (read-only); -1 on any error. */
 int db_int(const char *path, const char *sql);
 
+/*
+ * Posts body to path on 127.0.0.1:port over a raw socket (headers: extra lines, each ending in \r\n) and
+ * returns the socket, nothing read yet: for clients that leave, stall or read slowly. rcvbuf > 0 sets the
+ * socket's receive buffer first (a small window). -1 when it cannot connect or write it all.
+ */
+int raw_post(uint16_t port, int rcvbuf, const char *path, const char *headers, const char *body);
+
 /* The resident memory of process pid in KiB (VmRSS), or -1. */
 long proc_rss_kib(pid_t pid);
 

@@ -486,19 +486,10 @@ Test(proxy, a_slow_client_holds_back_the_upstream_and_loses_nothing)
     r.body_len = total;
     fake_push(up1, r);
 
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    int small = 64 << 10;
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
-    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port)};
-    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
-    cr_assert_eq(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
     long rss_before = proc_rss_kib(proc.pid);
-    char req[1024];
-    int len = snprintf(req, sizeof(req),
-                       "POST /v1/messages HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" ANTHROPIC_HEADERS
-                       "content-length: %zu\r\n\r\n%s",
-                       strlen(anthropic_body), anthropic_body);
-    cr_assert_eq(write(fd, req, (size_t)len), len);
+    int fd =
+        raw_post(port, 64 << 10, "/v1/messages", "Connection: close\r\n" ANTHROPIC_HEADERS, anthropic_body);
+    cr_assert_geq(fd, 0);
     /* Read nothing for a while: the upstream must be held back, not drained into memory. */
     usleep(1500 * 1000);
     size_t sent = fake_bytes_sent(up1);
@@ -636,22 +627,12 @@ Test(proxy, rejected_credentials_hold_an_upstream_until_the_config_changes)
     cr_assert_eq(fake_count(up1), 2, "after a reload up1 is tried again");
 }
 
-/* Connects with a 64 KiB receive window, posts body to /v1/messages and returns the socket, left unread. */
+/* Posts body to /v1/messages with a 64 KiB receive window and returns the socket, left unread. */
 static int
 post_from_a_reader_that_never_reads(const char *body)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    int small = 64 << 10;
-    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
-    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port)};
-    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
-    cr_assert_eq(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
-    char req[1024];
-    int len = snprintf(req, sizeof(req),
-                       "POST /v1/messages HTTP/1.1\r\nHost: x\r\n" ANTHROPIC_HEADERS
-                       "content-length: %zu\r\n\r\n%s",
-                       strlen(body), body);
-    cr_assert_eq(write(fd, req, (size_t)len), len);
+    int fd = raw_post(port, 64 << 10, "/v1/messages", ANTHROPIC_HEADERS, body);
+    cr_assert_geq(fd, 0);
     return fd;
 }
 

@@ -347,16 +347,8 @@ Test(retry, a_client_that_leaves_during_the_backoff_ends_the_request)
 {
     start("anthropic", 1, NULL, NULL);
     fake_push(up1, status(503, JSON_HEADER "retry-after-ms: 50000\r\n", OVERLOADED)); /* a 500 ms pause */
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port)};
-    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
-    cr_assert_eq(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
-    char req[1024];
-    int n = snprintf(req, sizeof(req),
-                     "POST /v1/messages HTTP/1.1\r\nHost: x\r\n" ANTHROPIC_HEADERS
-                     "content-length: %zu\r\n\r\n%s",
-                     strlen(stream_body), stream_body);
-    cr_assert_eq(write(fd, req, (size_t)n), n);
+    int fd = raw_post(port, 0, "/v1/messages", ANTHROPIC_HEADERS, stream_body);
+    cr_assert_geq(fd, 0);
     cr_assert(proc_wait_log(&proc, "event request_retrying id=1", 2000), "%s", proc.log);
     close(fd);
     cr_assert(proc_wait_log(&proc, "event request_cancelled id=1", 2000), "%s", proc.log);

@@ -349,16 +349,8 @@ Test(throttle, a_queued_client_that_leaves_is_never_sent)
     start(NULL, NULL);
     fake_push(up, limited("content-type: application/json\r\nretry-after-ms: 50000\r\n")); /* 500 ms */
     fake_set_default(up, ok());
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port)};
-    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
-    cr_assert_eq(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
-    char req[1024];
-    int n = snprintf(req, sizeof(req),
-                     "POST /v1/messages HTTP/1.1\r\nHost: x\r\n" ANTHROPIC_HEADERS
-                     "content-length: %zu\r\n\r\n%s",
-                     strlen(body(0)), body(0));
-    cr_assert_eq(write(fd, req, (size_t)n), n);
+    int fd = raw_post(port, 0, "/v1/messages", ANTHROPIC_HEADERS, body(0));
+    cr_assert_geq(fd, 0);
     cr_assert(proc_wait_log(&proc, "event request_queued", 2000), "%s", proc.log);
     close(fd);
     cr_assert(proc_wait_log(&proc, "event request_cancelled id=1", 2000), "%s", proc.log);

@@ -3048,8 +3048,9 @@ answer_token_estimate(request_t *r)
     send_made_answer(req, 200, "application/json", &body);
 }
 
-int
-sl_request_serve(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapshot_t *snapshot)
+/* A request in the request's pool (freed with it), on the worker's list, with its own snapshot reference. */
+static request_t *
+request_new(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapshot_t *snapshot)
 {
     request_t *r = h2o_mem_alloc_shared(&req->pool, sizeof(*r), on_request_disposed);
     memset(r, 0, sizeof(*r));
@@ -3077,6 +3078,27 @@ sl_request_serve(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapsh
     r->deadline_ms = sl_retry_deadline_ms(r->started_ms, r->config->failover.wait_secs, &gw->retry_params);
     h2o_buffer_init(&r->rx, &h2o_socket_buffer_prototype);
     h2o_buffer_init(&r->tx, &h2o_socket_buffer_prototype);
+    return r;
+}
+
+void
+sl_request_record_refused(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapshot_t *snapshot,
+                          int status, sl_code_t code, const char *text)
+{
+    request_t *r = request_new(req, io, gw, snapshot);
+    if (!sl_endpoint_parse(req->input.method.base, req->input.method.len, req->input.path.base,
+                           req->input.path.len, &r->in.endpoint))
+        r->in.endpoint.dialect = SL_DIALECT_COUNT;
+    memcpy(r->in.model, r->in.endpoint.model, sizeof(r->in.model));
+    emit_started(r);
+    r->gateway_error = true;
+    finish(r, SL_ROW_FAILED, status, true, code, text);
+}
+
+int
+sl_request_serve(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapshot_t *snapshot)
+{
+    request_t *r = request_new(req, io, gw, snapshot);
 
     /* Safe mode and shutdown refuse everything, in the client's dialect when its path tells it. */
     sl_code_t refused = snapshot->safe_mode ? SL_CODE_GW_SAFE_MODE : SL_CODE_GW_SHUTTING_DOWN;

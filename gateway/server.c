@@ -14,6 +14,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <h2o/http2.h>
 #include <h2o/websocket.h>
 
 #include <h2o.h>
@@ -21,20 +22,35 @@
 #include "core/msg.h"
 #include "core/resetguard.h"
 #include "core/xalloc.h"
+#include "accept.h"
+#include "linger.h"
 #include "log.h"
+#include "refusal.h"
 #include "request.h"
 #include "tls.h"
 #include "worker.h"
 #include "wsturns.h"
 
+/*
+ * h2o reads the body limit from a connection's config, and HTTP/1 and
+ * HTTP/2 need different ones: HTTP/1 refuses a body over the limit as soon
+ * as its content-length says so (refusal.h answers in the client's dialect),
+ * while h2o 2.2.5 ends an HTTP/2 stream over it with a bare RST_STREAM; an
+ * HTTP/2 body up to twice the limit is taken so that intake answers the 413.
+ * So each worker has one context per protocol, on one loop.
+ */
 typedef struct {
-    h2o_context_t ctx; /* first: a request's conn->ctx leads back to its worker */
+    h2o_context_t ctx;    /* HTTP/1 connections */
+    h2o_context_t ctx_h2; /* HTTP/2 connections */
     sl_worker_io_t io;
     sl_server_t *server;
     pthread_t tid;
     int listen_fd;
     h2o_socket_t *listener;
-    h2o_accept_ctx_t accept_ctx;
+    h2o_accept_ctx_t accept_ctx, accept_ctx_h2;
+    sl_lingers_t *lingers;
+    sl_accept_env_t accept_env;
+    sl_refusal_env_t refusal_env;
     h2o_multithread_queue_t *queue;
     h2o_multithread_receiver_t wake;
     h2o_multithread_receiver_t cancels; /* cancel_request from the control thread */
@@ -44,7 +60,7 @@ typedef struct {
 } worker_t;
 
 struct sl_server {
-    h2o_globalconf_t globalconf;
+    h2o_globalconf_t globalconf, globalconf_h2;
     sl_snapshot_holder_t *holder;
     sl_gateway_t *gateway;
     SSL_CTX *ssl_ctx;          /* the gateway listener's, when it serves TLS */
@@ -128,11 +144,21 @@ send_health(h2o_req_t *req, const sl_snapshot_t *snapshot, bool stopping)
     }
 }
 
+/* The worker of the thread running: every connection and request lives on its worker's thread. */
+static _Thread_local worker_t *this_worker;
+
+static sl_refusal_env_t *
+refusal_env_of(h2o_req_t *req)
+{
+    (void)req;
+    return this_worker != NULL ? &this_worker->refusal_env : NULL;
+}
+
 static int
 on_req(h2o_handler_t *self, h2o_req_t *req)
 {
     (void)self;
-    worker_t *w = H2O_STRUCT_FROM_MEMBER(worker_t, ctx, req->conn->ctx);
+    worker_t *w = this_worker;
     sl_server_t *server = w->server;
     request_guard_t *g = h2o_mem_alloc_shared(&req->pool, sizeof(*g), on_request_disposed);
     g->server = server;
@@ -170,7 +196,7 @@ on_turns_accept(h2o_socket_t *listener, const char *err)
         return;
     h2o_socket_t *sock = h2o_evloop_socket_accept(listener);
     if (sock != NULL)
-        h2o_accept(&w->accept_ctx, sock);
+        h2o_http1_accept(&w->accept_ctx, sock, *h2o_get_timestamp(&w->ctx, NULL, NULL));
 }
 
 /*
@@ -201,6 +227,17 @@ open_turns_socket(worker_t *w)
     w->io.turns_pool = pool;
 }
 
+/* Where sl_accept_start hands a connection once its protocol is known. */
+static void
+on_protocol_known(void *data, h2o_socket_t *sock, bool http2, struct timeval connected_at)
+{
+    worker_t *w = data;
+    if (http2)
+        h2o_http2_accept(&w->accept_ctx_h2, sock, connected_at);
+    else
+        h2o_http1_accept(&w->accept_ctx, sock, connected_at);
+}
+
 static void
 on_accept(h2o_socket_t *listener, const char *err)
 {
@@ -218,7 +255,7 @@ on_accept(h2o_socket_t *listener, const char *err)
             return;
         }
     }
-    h2o_accept(&w->accept_ctx, sock);
+    sl_accept_start(sock, &w->accept_env, *h2o_get_timestamp(&w->ctx, NULL, NULL));
 }
 
 /* Runs on the worker's loop when another thread pokes it (shutdown). */
@@ -266,14 +303,24 @@ static void
 init_worker(worker_t *w)
 {
     sl_server_t *s = w->server;
+    this_worker = w;
     h2o_context_init(&w->ctx, h2o_evloop_create(), &s->globalconf);
-    w->accept_ctx.ctx = &w->ctx;
-    w->accept_ctx.hosts = s->globalconf.hosts;
-    w->accept_ctx.ssl_ctx = s->ssl_ctx;
+    h2o_context_init(&w->ctx_h2, w->ctx.loop, &s->globalconf_h2);
+    w->accept_ctx = (h2o_accept_ctx_t){.ctx = &w->ctx, .hosts = s->globalconf.hosts};
+    w->accept_ctx_h2 = (h2o_accept_ctx_t){.ctx = &w->ctx_h2, .hosts = s->globalconf_h2.hosts};
     w->queue = h2o_multithread_create_queue(w->ctx.loop);
     h2o_multithread_register_receiver(w->queue, &w->wake, on_wake);
     h2o_multithread_register_receiver(w->queue, &w->cancels, on_cancels);
     init_worker_io(&w->io, w->ctx.loop, w->queue, s->upstream_ssl_ctx, s->upstream_ssl_ctx_by_address);
+    w->lingers = sl_lingers_new(w->ctx.loop, &w->io.timers);
+    w->accept_env = (sl_accept_env_t){.loop = w->ctx.loop,
+                                      .ssl_ctx = s->ssl_ctx,
+                                      .timeout = &w->ctx.handshake_timeout,
+                                      .lingers = w->lingers,
+                                      .cb = on_protocol_known,
+                                      .data = w};
+    w->refusal_env =
+        (sl_refusal_env_t){.io = &w->io, .gateway = s->gateway, .holder = s->holder, .lingers = w->lingers};
     w->listener = h2o_evloop_socket_create(w->ctx.loop, w->listen_fd, H2O_SOCKET_FLAG_DONT_READ);
     w->listener->data = w;
     h2o_socket_read_start(w->listener, on_accept);
@@ -401,7 +448,22 @@ free_partial(sl_server_t *s)
     sem_destroy(&s->parked);
     sem_destroy(&s->ready);
     h2o_config_dispose(&s->globalconf);
+    h2o_config_dispose(&s->globalconf_h2);
     free(s);
+}
+
+/* One of the two h2o configs: the same handler, refusals in the client's dialect, its own body limit. */
+static void
+init_globalconf(h2o_globalconf_t *conf, uint64_t body_limit)
+{
+    h2o_config_init(conf);
+    conf->server_name = h2o_iovec_init(H2O_STRLIT("sluice"));
+    conf->max_request_entity_size = body_limit;
+    conf->http2.max_concurrent_requests_per_connection = 32;
+    h2o_hostconf_t *host = h2o_config_register_host(conf, h2o_iovec_init(H2O_STRLIT("default")), 65535);
+    h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);
+    h2o_create_handler(path, sizeof(h2o_handler_t))->on_req = on_req;
+    sl_refusal_install(host, body_limit - 1, refusal_env_of);
 }
 
 sl_server_t *
@@ -414,16 +476,12 @@ sl_server_start(const sl_listen_t *listen, unsigned threads, sl_snapshot_holder_
     s->n_workers = threads > 0 ? threads : 1;
     sem_init(&s->parked, 0, 0);
     sem_init(&s->ready, 0, 0);
-    h2o_config_init(&s->globalconf);
-    s->globalconf.server_name = h2o_iovec_init(H2O_STRLIT("sluice"));
-    /* Bodies a little over the limit still reach intake, which answers 413 in the client's dialect;
-     * larger ones are refused by h2o before they are buffered (and before any key is checked). */
-    s->globalconf.max_request_entity_size = max_body_bytes + 65536;
-    s->globalconf.http2.max_concurrent_requests_per_connection = 32;
-    h2o_hostconf_t *host =
-        h2o_config_register_host(&s->globalconf, h2o_iovec_init(H2O_STRLIT("default")), 65535);
-    h2o_pathconf_t *path = h2o_config_register_path(host, "/", 0);
-    h2o_create_handler(path, sizeof(h2o_handler_t))->on_req = on_req;
+    /*
+     * HTTP/1: h2o refuses a content-length over the limit before reading the body, and stops a chunked
+     * body at it (the +1 lets a body of exactly the limit reach intake). HTTP/2: see worker_t.
+     */
+    init_globalconf(&s->globalconf, max_body_bytes + 1);
+    init_globalconf(&s->globalconf_h2, 2 * max_body_bytes + 1);
 
     if (listen->n_allow_from > 0) {
         s->allow_from = sl_xmalloc(listen->n_allow_from * sizeof(sl_cidr_t));

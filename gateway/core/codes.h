@@ -117,6 +117,12 @@
     X(SL_CODE_GW_REQUEST_BAD_PATH, "gw.request.bad_path", 400,                                               \
       "sluice: the request path holds bytes that cannot be sent upstream")                                   \
     X(SL_CODE_GW_REQUEST_NO_MODEL, "gw.request.no_model", 400, "sluice: the request names no model")         \
+    X(SL_CODE_GW_REQUEST_MALFORMED_HTTP, "gw.request.malformed_http", 400,                                   \
+      "sluice: the request is not valid HTTP: {detail}")                                                     \
+    X(SL_CODE_GW_REQUEST_HEAD_TOO_LARGE, "gw.request.head_too_large", 431,                                   \
+      "sluice: the request head is larger than {max} bytes or has more headers than sluice takes")           \
+    X(SL_CODE_GW_REQUEST_BAD_EXPECTATION, "gw.request.bad_expectation", 417,                                 \
+      "sluice: the request expects something other than 100-continue, which is all sluice understands")      \
     X(SL_CODE_GW_ROUTE_NO_MATCH, "gw.route.no_match", 404,                                                   \
       "sluice: no configured upstream serves model '{model}' in the {dialect} format")                       \
     X(SL_CODE_GW_DIALECT_NOT_SERVED, "gw.dialect.not_served", 501,                                           \

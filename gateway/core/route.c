@@ -42,6 +42,9 @@ typedef enum {
     SHAPE_MODEL_ACTION, /* {model}{sep}{action}, split at the last sep */
 } shape_t;
 
+/* The Gemini API serves all three and the SDKs differ (formats.md); the hop keeps the client's version. */
+static const char *const gemini_versions[] = {"/v1beta", "/v1", "/v1alpha"};
+
 static const struct {
     const char *method, *prefix;
     shape_t shape;
@@ -50,24 +53,29 @@ static const struct {
     sl_dialect_t dialect;
     sl_op_t op;
     bool stream;
+    bool versioned; /* the prefix follows one of gemini_versions */
 } endpoints[] = {
-    {"POST", "/v1/messages", SHAPE_EXACT, 0, NULL, SL_DIALECT_ANTHROPIC, SL_OP_GENERATE, false},
+    {"POST", "/v1/messages", SHAPE_EXACT, 0, NULL, SL_DIALECT_ANTHROPIC, SL_OP_GENERATE, false, false},
     {"POST", "/v1/messages/count_tokens", SHAPE_EXACT, 0, NULL, SL_DIALECT_ANTHROPIC, SL_OP_COUNT_TOKENS,
+     false, false},
+    {"POST", "/v1/chat/completions", SHAPE_EXACT, 0, NULL, SL_DIALECT_OPENAI_CHAT, SL_OP_GENERATE, false,
      false},
-    {"POST", "/v1/chat/completions", SHAPE_EXACT, 0, NULL, SL_DIALECT_OPENAI_CHAT, SL_OP_GENERATE, false},
-    {"POST", "/v1/responses", SHAPE_EXACT, 0, NULL, SL_DIALECT_OPENAI_RESPONSES, SL_OP_GENERATE, false},
+    {"POST", "/v1/responses", SHAPE_EXACT, 0, NULL, SL_DIALECT_OPENAI_RESPONSES, SL_OP_GENERATE, false,
+     false},
     {"POST", "/v1/responses/input_tokens", SHAPE_EXACT, 0, NULL, SL_DIALECT_OPENAI_RESPONSES,
-     SL_OP_COUNT_TOKENS, false},
-    {"GET", "/v1/responses", SHAPE_EXACT, 0, NULL, SL_DIALECT_OPENAI_RESPONSES, SL_OP_WEBSOCKET, true},
-    {"GET", "/v1/models", SHAPE_EXACT, 0, NULL, SL_DIALECT_COUNT, SL_OP_LIST_MODELS, false},
-    {"POST", "/v1beta/models/", SHAPE_MODEL_ACTION, ':', "generateContent", SL_DIALECT_GEMINI, SL_OP_GENERATE,
+     SL_OP_COUNT_TOKENS, false, false},
+    {"GET", "/v1/responses", SHAPE_EXACT, 0, NULL, SL_DIALECT_OPENAI_RESPONSES, SL_OP_WEBSOCKET, true, false},
+    {"GET", "/v1/models", SHAPE_EXACT, 0, NULL, SL_DIALECT_COUNT, SL_OP_LIST_MODELS, false, false},
+    {"POST", "/models/", SHAPE_MODEL_ACTION, ':', "generateContent", SL_DIALECT_GEMINI, SL_OP_GENERATE, false,
+     true},
+    {"POST", "/models/", SHAPE_MODEL_ACTION, ':', "streamGenerateContent", SL_DIALECT_GEMINI, SL_OP_GENERATE,
+     true, true},
+    {"POST", "/models/", SHAPE_MODEL_ACTION, ':', "countTokens", SL_DIALECT_GEMINI, SL_OP_COUNT_TOKENS, false,
+     true},
+    {"POST", "/model/", SHAPE_MODEL_ACTION, '/', "converse", SL_DIALECT_BEDROCK, SL_OP_GENERATE, false,
      false},
-    {"POST", "/v1beta/models/", SHAPE_MODEL_ACTION, ':', "streamGenerateContent", SL_DIALECT_GEMINI,
-     SL_OP_GENERATE, true},
-    {"POST", "/v1beta/models/", SHAPE_MODEL_ACTION, ':', "countTokens", SL_DIALECT_GEMINI, SL_OP_COUNT_TOKENS,
+    {"POST", "/model/", SHAPE_MODEL_ACTION, '/', "converse-stream", SL_DIALECT_BEDROCK, SL_OP_GENERATE, true,
      false},
-    {"POST", "/model/", SHAPE_MODEL_ACTION, '/', "converse", SL_DIALECT_BEDROCK, SL_OP_GENERATE, false},
-    {"POST", "/model/", SHAPE_MODEL_ACTION, '/', "converse-stream", SL_DIALECT_BEDROCK, SL_OP_GENERATE, true},
 };
 
 /*
@@ -104,6 +112,18 @@ span_is(const char *p, size_t n, const char *lit)
     return strlen(lit) == n && memcmp(p, lit, n) == 0;
 }
 
+/* The length of the Gemini version that path starts with (before its next '/'), or 0. */
+static size_t
+version_len(const char *path, size_t plen)
+{
+    for (size_t i = 0; i < sizeof(gemini_versions) / sizeof(gemini_versions[0]); i++) {
+        size_t n = strlen(gemini_versions[i]);
+        if (plen > n && memcmp(path, gemini_versions[i], n) == 0 && path[n] == '/')
+            return n;
+    }
+    return 0;
+}
+
 bool
 sl_endpoint_parse(const char *method, size_t method_len, const char *path, size_t path_len,
                   sl_endpoint_t *out)
@@ -111,10 +131,12 @@ sl_endpoint_parse(const char *method, size_t method_len, const char *path, size_
     const char *q = memchr(path, '?', path_len);
     size_t plen = q != NULL ? (size_t)(q - path) : path_len;
     char model[SL_ENDPOINT_MODEL_MAX];
+    size_t version = version_len(path, plen);
     for (size_t i = 0; i < sizeof(endpoints) / sizeof(endpoints[0]); i++) {
-        size_t pre = strlen(endpoints[i].prefix);
-        if (!span_is(method, method_len, endpoints[i].method) || plen < pre ||
-            memcmp(path, endpoints[i].prefix, pre) != 0)
+        size_t skip = endpoints[i].versioned ? version : 0;
+        size_t pre = skip + strlen(endpoints[i].prefix);
+        if (!span_is(method, method_len, endpoints[i].method) || (endpoints[i].versioned && version == 0) ||
+            plen < pre || memcmp(path + skip, endpoints[i].prefix, pre - skip) != 0)
             continue;
         model[0] = '\0';
         if (endpoints[i].shape == SHAPE_EXACT) {

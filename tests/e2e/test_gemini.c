@@ -110,6 +110,42 @@ Test(gemini, a_whole_answer_passes_through_and_a_query_key_is_not_forwarded)
                  1, "usage from the whole answer's usageMetadata");
 }
 
+Test(gemini, every_api_version_is_served_and_the_hop_keeps_the_clients)
+{
+    /* @google/genai 2.x sends v1beta, 3.x v1; the Gemini API also serves v1alpha (formats.md). */
+    static const char *const versions[] = {"v1beta", "v1", "v1alpha"};
+    const char *ok = fixture("gemini-ok.sse", NULL);
+    for (size_t i = 0; i < 3; i++) {
+        char path[128], want[128];
+        struct {
+            const char *action;
+            fake_reply_t reply;
+            const char *answer;
+        } calls[] = {
+            {"streamGenerateContent?alt=sse", sse(ok), ok},
+            {"generateContent",
+             {.status = 200, .headers = "content-type: application/json\r\n", .body = WHOLE_ANSWER},
+             WHOLE_ANSWER},
+            {"countTokens",
+             {.status = 200, .headers = "content-type: application/json\r\n", .body = "{\"totalTokens\":4}"},
+             "{\"totalTokens\":4}"},
+        };
+        for (size_t j = 0; j < 3; j++) {
+            size_t n = fake_count(up);
+            fake_push(up, calls[j].reply);
+            snprintf(path, sizeof(path), "/%s/models/gemini-x:%s", versions[i], calls[j].action);
+            http_response_free(&res);
+            cr_assert(http_request_h(port, "POST", path, KEY_HEADER, BODY, &res));
+            cr_assert_eq(res.status, 200, "%s: %d %s", path, res.status, res.body);
+            cr_assert_str_eq(res.body, calls[j].answer, "%s", path);
+            fake_request_t sent;
+            cr_assert(fake_request(up, n, &sent), "%s", path);
+            snprintf(want, sizeof(want), "/%s/models/gemini-2.5-flash:%s", versions[i], calls[j].action);
+            cr_assert_str_eq(sent.path, want);
+        }
+    }
+}
+
 Test(gemini, a_bare_json_error_before_content_is_retried)
 {
     fake_push(up, sse(BARE_UNAVAILABLE));

@@ -262,7 +262,11 @@ Test(limits, a_full_key_window_holds_the_request_in_the_keys_queue)
     cr_assert_eq(res.status, 200);
     post(body(1, 8, true));
     cr_assert_eq(res.status, 200, "%d %s", res.status, res.body);
-    cr_assert_geq(sent_at(up, 1) - sent_at(up, 0), 600, "sent once the key's minute had room (scaled)");
+    /*
+     * The window counts from request 1's admission, the fake from its arrival: on a loaded machine the first
+     * arrival can lag its admission by more than the second's, so a little less than the 600 ms shows.
+     */
+    cr_assert_geq(sent_at(up, 1) - sent_at(up, 0), 500, "sent once the key's minute had room (scaled)");
     cr_assert(proc_wait_log(&proc, "event request_queued id=2 gates=1 first=tester:key_window", 2000), "%s",
               proc.log);
     cr_assert(proc_wait_log(&proc, "event request_dequeued id=2", 2000), "%s", proc.log);

@@ -8,7 +8,7 @@
 import assert from "node:assert/strict";
 import { after, before, beforeEach, describe, test } from "node:test";
 
-import { GoogleGenAI } from "@google/genai";
+import { GENAI_API_VERSION, GENAI_VERSION, GoogleGenAI } from "./sdks.mjs";
 
 import { jsonReply, sseReply, startFake } from "./fake_upstream.mjs";
 import { GATEWAY_KEY, SDK_TIMEOUT_MS, startGateway, TEST_TIMEOUT_MS } from "./harness.mjs";
@@ -16,10 +16,12 @@ import { GATEWAY_KEY, SDK_TIMEOUT_MS, startGateway, TEST_TIMEOUT_MS } from "./ha
 const T = { timeout: TEST_TIMEOUT_MS };
 let up, gw;
 
-function client(apiKey = GATEWAY_KEY) {
+function client(apiKey = GATEWAY_KEY, apiVersion = undefined) {
   return new GoogleGenAI({
     apiKey,
-    httpOptions: { baseUrl: `http://127.0.0.1:${gw.port}`, timeout: SDK_TIMEOUT_MS, retryOptions: { attempts: 1 } },
+    httpOptions: {
+      baseUrl: `http://127.0.0.1:${gw.port}`, timeout: SDK_TIMEOUT_MS, retryOptions: { attempts: 1 }, apiVersion,
+    },
   });
 }
 
@@ -37,7 +39,7 @@ async function streamText(model = "gemini-x") {
   return text;
 }
 
-describe("@google/genai through sluice", () => {
+describe(`${GENAI_VERSION} through sluice`, () => {
   before(async () => {
     up = await startFake();
     process.env.SLUICE_TEST_TIME_SCALE = "0.01";
@@ -62,7 +64,8 @@ describe("@google/genai through sluice", () => {
     assert.equal(await streamText(), "Hello from the fake upstream");
     assert.equal(up.requests.length, 1);
     const sent = up.requests[0];
-    assert.equal(sent.url, "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse");
+    assert.equal(sent.url, `/${GENAI_API_VERSION}/models/gemini-2.5-flash:streamGenerateContent?alt=sse`,
+      "the hop keeps the SDK's API version");
     assert.notEqual(sent.headers["x-goog-api-key"], GATEWAY_KEY, "the gateway key never goes upstream");
     assert.deepEqual(JSON.parse(sent.body).contents, contents);
   });
@@ -75,7 +78,17 @@ describe("@google/genai through sluice", () => {
     up.push(jsonReply(200, { totalTokens: 4 }));
     const counted = await client().models.countTokens({ model: "gemini-x", contents });
     assert.equal(counted.totalTokens, 4);
-    assert.equal(up.requests[1].url, "/v1beta/models/gemini-2.5-flash:countTokens");
+    assert.equal(up.requests[1].url, `/${GENAI_API_VERSION}/models/gemini-2.5-flash:countTokens`);
+  });
+
+  test("every API version the SDK can be set to goes through with its own path", T, async () => {
+    for (const apiVersion of ["v1", "v1beta", "v1alpha"]) {
+      up.reset();
+      up.push(jsonReply(200, WHOLE));
+      const answer = await client(GATEWAY_KEY, apiVersion).models.generateContent({ model: "gemini-x", contents });
+      assert.equal(answer.text, "Hello whole", apiVersion);
+      assert.equal(up.requests[0].url, `/${apiVersion}/models/gemini-2.5-flash:generateContent`);
+    }
   });
 
   test("UNAVAILABLE inside the stream before content is retried invisibly", T, async () => {

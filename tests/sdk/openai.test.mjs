@@ -5,7 +5,7 @@
 import assert from "node:assert/strict";
 import { after, before, beforeEach, describe, test } from "node:test";
 
-import OpenAI from "openai";
+import { OPENAI_VERSION, OpenAI } from "./sdks.mjs";
 
 import { jsonReply, sseReply, startFake } from "./fake_upstream.mjs";
 import { fixtureText, GATEWAY_KEY, SDK_TIMEOUT_MS, startGateway, TEST_TIMEOUT_MS } from "./harness.mjs";
@@ -79,7 +79,7 @@ function cutAfterContent(name) {
   return { ...ok, cutAfter: ok.body.indexOf('" fake"') + 10 };
 }
 
-describe("OpenAI SDK through sluice", () => {
+describe(`${OPENAI_VERSION} through sluice`, () => {
   before(async () => {
     [chat1, chat2, resp1, resp2] = await Promise.all([startFake(), startFake(), startFake(), startFake()]);
     gw = await startGateway([

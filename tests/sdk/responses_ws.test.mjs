@@ -6,9 +6,8 @@
 import assert from "node:assert/strict";
 import { after, before, beforeEach, describe, test } from "node:test";
 
-import OpenAI from "openai";
 import WebSocket from "ws";
-import { ResponsesWS } from "openai/resources/responses/ws";
+import { OPENAI_VERSION, OpenAI, ResponsesWS } from "./sdks.mjs";
 
 import { jsonReply, sseReply, startFake } from "./fake_upstream.mjs";
 import { GATEWAY_KEY, startGateway, TEST_TIMEOUT_MS } from "./harness.mjs";
@@ -41,7 +40,7 @@ async function converse(ws, inputs) {
   return done;
 }
 
-describe("openai ResponsesWS through sluice", () => {
+describe(`${OPENAI_VERSION} ResponsesWS through sluice`, () => {
   before(async () => {
     up = await startFake();
     process.env.SLUICE_TEST_TIME_SCALE = "0.01";

@@ -543,6 +543,50 @@ static const head_case_t head_cases[] = {
         "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
     },
     {
+        "gemini v1 (@google/genai 3.x) keeps the client's version behind a relay's path prefix",
+        SL_DIALECT_GEMINI,
+        "https://relay.example/google",
+        "AIza-UP",
+        {{0}},
+        0,
+        "POST",
+        "/v1/models/gemini-flash:streamGenerateContent?alt=sse",
+        "gemini-2.5-flash",
+        {{0}},
+        0,
+        2,
+        "POST /google/v1/models/gemini-2.5-flash:streamGenerateContent?alt=sse HTTP/1.1\r\n"
+        "host: relay.example\r\n"
+        "content-length: 2\r\n"
+        "x-goog-api-key: AIza-UP\r\n"
+        "accept-encoding: identity\r\n"
+        "\r\n",
+        SL_UPSTREAM_AUTH_HEADER,
+        "/google/v1/models/gemini-2.5-flash:streamGenerateContent?alt=sse",
+    },
+    {
+        "gemini v1alpha keeps its version",
+        SL_DIALECT_GEMINI,
+        "https://generativelanguage.googleapis.com",
+        "AIza-UP",
+        {{0}},
+        0,
+        "POST",
+        "/v1alpha/models/gemini-pro:generateContent",
+        NULL,
+        {{0}},
+        0,
+        2,
+        "POST /v1alpha/models/gemini-pro:generateContent HTTP/1.1\r\n"
+        "host: generativelanguage.googleapis.com\r\n"
+        "content-length: 2\r\n"
+        "x-goog-api-key: AIza-UP\r\n"
+        "accept-encoding: identity\r\n"
+        "\r\n",
+        SL_UPSTREAM_AUTH_HEADER,
+        "/v1alpha/models/gemini-pro:generateContent",
+    },
+    {
         "gemini without a model rewrite keeps the client's",
         SL_DIALECT_GEMINI,
         "https://generativelanguage.googleapis.com/",

@@ -1492,7 +1492,7 @@ sl_config_errors_under(const sl_msgs_t *errors, const char *path)
 }
 
 char *
-sl_config_summary(const sl_config_t *c)
+sl_config_summary(const sl_config_t *c, uint16_t gateway_port, uint16_t control_port)
 {
     sl_strbuf_t s = {0};
     sl_strbuf_appendf(&s, "%zu provider%s", c->n_providers, c->n_providers == 1 ? "" : "s");
@@ -1502,8 +1502,8 @@ sl_config_summary(const sl_config_t *c)
     sl_strbuf_appendf(
         &s, "; %zu route%s%s; %zu client%s; gateway %s:%u%s; control %s:%u%s; wait %" PRIu32 " s",
         c->n_routes, c->n_routes == 1 ? "" : "s", c->has_routes ? "" : " (models decide)", c->n_clients,
-        c->n_clients == 1 ? "" : "s", c->gateway.bind, c->gateway.port, c->gateway.tls_cert ? " (tls)" : "",
-        c->control.bind, c->control.port, c->control.tls_cert ? " (tls)" : "", c->failover.wait_secs);
+        c->n_clients == 1 ? "" : "s", c->gateway.bind, gateway_port, c->gateway.tls_cert ? " (tls)" : "",
+        c->control.bind, control_port, c->control.tls_cert ? " (tls)" : "", c->failover.wait_secs);
     return sl_strbuf_finish(&s);
 }
 

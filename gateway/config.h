@@ -175,8 +175,12 @@ char *sl_config_default_yaml(const sl_config_env_t *env);
 /* Whether any error lies at path or under it (e.g. "listen.gateway"). */
 bool sl_config_errors_under(const sl_msgs_t *errors, const char *path);
 
-/* A one-line summary for --check-config: providers, routes, clients, addresses. Caller frees. */
-char *sl_config_summary(const sl_config_t *config);
+/*
+ * A one-line summary: providers, routes, clients, addresses. The ports shown
+ * are the ones given (those listened on, which --port and --control-port may
+ * have moved from the file's). Caller frees.
+ */
+char *sl_config_summary(const sl_config_t *config, uint16_t gateway_port, uint16_t control_port);
 
 void sl_config_result_free(sl_config_result_t *result);
 /* Frees a config taken out of a result (set result.config = NULL before freeing the result). */

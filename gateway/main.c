@@ -193,7 +193,7 @@ check_config(const char *path)
         printf("%s: %zu problem%s\n", path, res.errors.len, res.errors.len == 1 ? "" : "s");
         status = 1;
     } else {
-        char *summary = sl_config_summary(res.config);
+        char *summary = sl_config_summary(res.config, res.config->gateway.port, res.config->control.port);
         printf("%s: OK: %s\n", path, summary);
         free(summary);
     }
@@ -329,12 +329,6 @@ main(int argc, char **argv)
     }
     sl_snapshot_t *first = sl_snapshot_acquire(sl_runtime_holder(runtime));
     uint64_t max_body_bytes = first->config->max_body_bytes;
-    if (!safe_mode) {
-        char *summary = sl_config_summary(first->config);
-        sl_log_info("config: %s", summary);
-        free(summary);
-    }
-    sl_snapshot_release(first);
     const sl_listen_t *listen = sl_runtime_gateway_listen(runtime);
     char err[256];
     sl_server_t *server = sl_server_start(listen, threads, sl_runtime_holder(runtime), &gateway,
@@ -343,6 +337,14 @@ main(int argc, char **argv)
         sl_log_error("%s", err);
         return 1;
     }
+    if (!safe_mode) {
+        uint16_t control_port =
+            control != NULL ? sl_control_port(control) : sl_runtime_control_listen(runtime)->port;
+        char *summary = sl_config_summary(first->config, sl_server_port(server), control_port);
+        sl_log_info("config: %s", summary);
+        free(summary);
+    }
+    sl_snapshot_release(first);
     atomic_store(&serving, server);
     sl_demoload_t *demo_load = NULL;
     if (opt.demo_load && opt.demo_clients > 0) {

@@ -33,6 +33,7 @@ struct sl_runtime {
     struct timespec file_mtime;
     off_t file_size;
     sl_listen_t gateway_listen, control_listen; /* as started; deep copies */
+    uint64_t max_body_at_start;                 /* h2o's body limits are set from it once (server.c) */
     char *store_path;
     char *control_key;
     sl_bus_batch_t batch; /* events of changes, flushed at once */
@@ -232,6 +233,11 @@ apply_text(sl_runtime_t *rt, char *text, size_t len, sl_proto_config_source_t so
     if (strcmp(g->bind, rt->gateway_listen.bind) != 0 ||
         (g->port != rt->gateway_listen.port && rt->gateway_listen.port != 0))
         sl_log_warn("listen.gateway changed: it takes effect at the next restart");
+    if (res.config->max_body_bytes > rt->max_body_at_start)
+        sl_log_warn(
+            "limits.max_body_bytes grew to %llu: bodies over %llu, its value at start, are still refused "
+            "until the next restart",
+            (unsigned long long)res.config->max_body_bytes, (unsigned long long)rt->max_body_at_start);
     sl_config_t *config = res.config;
     res.config = NULL;
     sl_config_result_free(&res);
@@ -381,6 +387,7 @@ sl_runtime_start(const char *config_path, const char *builtin, sl_gateway_t *gw)
     sl_config_t *config = res.config;
     res.config = NULL;
     sl_config_result_free(&res);
+    rt->max_body_at_start = config->max_body_bytes;
     rt->upstreams = sl_upstreams_new();
     sl_gateway_init(gw, open_recorder(config, gw));
     if (gw->recorder != NULL)

@@ -302,7 +302,7 @@ conn_main(void *arg)
 {
     conn_t *c = arg;
     fake_upstream_t *f = c->fake;
-    enum { BUF_SIZE = 1 << 20 };
+    enum { BUF_SIZE = 4 << 20 }; /* the largest request bodies the tests send are a little over 1 MiB */
     char *buf = malloc(BUF_SIZE);
     if (c->ssl != NULL && SSL_accept(c->ssl) != 1)
         goto done;

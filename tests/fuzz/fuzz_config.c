@@ -14,7 +14,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     sl_config_result_t res = sl_config_parse((const char *)data, size, "fuzz.yaml", &test_env);
     if (res.config != NULL) {
-        char *summary = sl_config_summary(res.config);
+        char *summary = sl_config_summary(res.config, res.config->gateway.port, res.config->control.port);
         free(summary);
     }
     sl_config_result_free(&res);

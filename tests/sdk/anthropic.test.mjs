@@ -7,7 +7,7 @@ import { after, before, beforeEach, describe, test } from "node:test";
 import Anthropic from "@anthropic-ai/sdk";
 
 import { jsonReply, sseReply, startFake } from "./fake_upstream.mjs";
-import { fixtureText, GATEWAY_KEY, SDK_TIMEOUT_MS, startGateway, TEST_TIMEOUT_MS } from "./harness.mjs";
+import { fixtureText, GATEWAY_KEY, OVERSIZED_TEXT, SDK_TIMEOUT_MS, startGateway, TEST_TIMEOUT_MS } from "./harness.mjs";
 
 const FIXTURE_TEXT = "Hello from the fake upstream";
 
@@ -222,6 +222,18 @@ describe("Anthropic SDK through sluice", () => {
       assert.match(e.message, /sluice: /);
       return true;
     });
+  });
+
+  test("a 40 MiB body gets the 413 request_too_large error with its code, read in full", T, async () => {
+    const err = await client().messages.create({ ...params(), messages: [{ role: "user", content: OVERSIZED_TEXT }] })
+      .then(() => assert.fail("the request succeeded"), (e) => e);
+    assert.ok(err instanceof Anthropic.APIError, why(`got ${err}`));
+    assert.equal(err.status, 413, why(String(err)));
+    assert.equal(err.error?.error?.type, "request_too_large");
+    assert.equal(err.error?.error?.code, "gw.request.too_large");
+    assert.match(err.error?.error?.message, /^sluice: the request body has more than 33554432 bytes/);
+    assert.equal(err.headers.get("x-sluice-error"), "gw.request.too_large");
+    assert.equal(up1.requests.length + up2.requests.length, 0, "nothing reached an upstream");
   });
 
   // Last, so that a crash or a sanitizer report under this traffic fails a test.

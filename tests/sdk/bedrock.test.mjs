@@ -11,7 +11,7 @@ import { BedrockRuntimeClient, ConverseCommand, ConverseStreamCommand } from "@a
 import { NodeHttpHandler } from "@smithy/node-http-handler";
 
 import { jsonReply, startFake } from "./fake_upstream.mjs";
-import { fixture, GATEWAY_KEY, SDK_TIMEOUT_MS, startGateway, TEST_TIMEOUT_MS } from "./harness.mjs";
+import { fixture, GATEWAY_KEY, OVERSIZED_TEXT, SDK_TIMEOUT_MS, startGateway, TEST_TIMEOUT_MS } from "./harness.mjs";
 
 const T = { timeout: TEST_TIMEOUT_MS };
 const MODEL = "anthropic.claude-x";
@@ -126,6 +126,17 @@ describe("@aws-sdk/client-bedrock-runtime through sluice", () => {
       });
     assert.ok(text.length > 0, "the content before the break arrived first");
     assert.equal(up.requests.length, 1, "after content nothing is retried");
+  });
+
+  test("a 40 MiB body is refused as a ValidationException with status 413", T, async () => {
+    const big = [{ role: "user", content: [{ text: OVERSIZED_TEXT }] }];
+    await assert.rejects(client().send(new ConverseCommand({ modelId: MODEL, messages: big })), (e) => {
+      assert.equal(e.name, "ValidationException", String(e));
+      assert.equal(e.$metadata.httpStatusCode, 413);
+      assert.match(e.message, /^sluice: the request body has more than 33554432 bytes/);
+      return true;
+    });
+    assert.equal(up.requests.length, 0);
   });
 
   test("an unknown gateway key is refused as an AccessDeniedException", T, async () => {

@@ -11,7 +11,7 @@ import { after, before, beforeEach, describe, test } from "node:test";
 import { GENAI_API_VERSION, GENAI_VERSION, GoogleGenAI } from "./sdks.mjs";
 
 import { jsonReply, sseReply, startFake } from "./fake_upstream.mjs";
-import { GATEWAY_KEY, SDK_TIMEOUT_MS, startGateway, TEST_TIMEOUT_MS } from "./harness.mjs";
+import { GATEWAY_KEY, OVERSIZED_TEXT, SDK_TIMEOUT_MS, startGateway, TEST_TIMEOUT_MS } from "./harness.mjs";
 
 const T = { timeout: TEST_TIMEOUT_MS };
 let up, gw;
@@ -118,6 +118,24 @@ describe(`${GENAI_VERSION} through sluice`, () => {
     assert.equal(up.requests.length, 2);
     const gap = up.requests[1].at - up.requests[0].at;
     assert.ok(gap >= 300, `resent after the 30 s hint (300 ms scaled), not before: ${gap} ms`);
+  });
+
+  test("a 40 MiB body gets a 413 in Gemini's error shape, streamed or whole", T, async () => {
+    const big = [{ role: "user", parts: [{ text: OVERSIZED_TEXT }] }];
+    for (const call of [
+      (c) => c.models.generateContent({ model: "gemini-x", contents: big }),
+      async (c) => {
+        for await (const chunk of await c.models.generateContentStream({ model: "gemini-x", contents: big })) void chunk;
+      },
+    ]) {
+      await assert.rejects(call(client()), (e) => {
+        assert.equal(e.status, 413, String(e));
+        assert.match(e.message, /the request body has more than 33554432 bytes/);
+        assert.match(e.message, /INVALID_ARGUMENT|gw\.request\.too_large/);
+        return true;
+      });
+    }
+    assert.equal(up.requests.length, 0);
   });
 
   test("an unknown gateway key is refused in Gemini's own error shape", T, async () => {

@@ -9,6 +9,8 @@ import { fileURLToPath } from "node:url";
 
 export const GATEWAY_KEY = "gw-sdk-test-key-0001";
 export const CONTROL_KEY = "control-sdk-test-key-0001";
+// Over sluice's default limits.max_body_bytes (32 MiB): what a body too large for the gateway looks like.
+export const OVERSIZED_TEXT = "a".repeat(40 * 1024 * 1024);
 export const SDK_TIMEOUT_MS = 10_000;
 // Bounds each test: a hung stream fails the test instead of the run.
 export const TEST_TIMEOUT_MS = 20_000;

@@ -8,7 +8,7 @@ import { after, before, beforeEach, describe, test } from "node:test";
 import { OPENAI_VERSION, OpenAI } from "./sdks.mjs";
 
 import { jsonReply, sseReply, startFake } from "./fake_upstream.mjs";
-import { fixtureText, GATEWAY_KEY, SDK_TIMEOUT_MS, startGateway, TEST_TIMEOUT_MS } from "./harness.mjs";
+import { fixtureText, GATEWAY_KEY, OVERSIZED_TEXT, SDK_TIMEOUT_MS, startGateway, TEST_TIMEOUT_MS } from "./harness.mjs";
 
 const FIXTURE_TEXT = "Hello from the fake upstream";
 const WHOLE_CHAT = {
@@ -205,6 +205,23 @@ describe(`${OPENAI_VERSION} through sluice`, () => {
       assert.equal(err.code, "gw.auth.unknown_key");
       assert.match(err.error.message, /^sluice: /);
       assert.equal(err.headers.get("x-sluice-error"), "gw.auth.unknown_key");
+    }
+    const reached = [chat1, chat2, resp1, resp2].reduce((n, f) => n + f.requests.length, 0);
+    assert.equal(reached, 0, "nothing reached an upstream");
+  });
+
+  test("a 40 MiB body gets a 413 with the gateway's code from chat and responses", T, async () => {
+    for (const call of [
+      (c) => c.chat.completions.create(chatParams({ messages: [{ role: "user", content: OVERSIZED_TEXT }] })),
+      (c) => c.responses.create(responsesParams({ input: OVERSIZED_TEXT, stream: true })),
+    ]) {
+      const err = await call(client()).then(() => assert.fail("the request succeeded"), (e) => e);
+      assert.ok(err instanceof OpenAI.APIError, why(`got ${err}`));
+      assert.equal(err.status, 413, why(String(err)));
+      assert.equal(err.type, "invalid_request_error");
+      assert.equal(err.code, "gw.request.too_large");
+      assert.match(err.error.message, /^sluice: the request body has more than 33554432 bytes/);
+      assert.equal(err.headers.get("x-sluice-error"), "gw.request.too_large");
     }
     const reached = [chat1, chat2, resp1, resp2].reduce((n, f) => n + f.requests.length, 0);
     assert.equal(reached, 0, "nothing reached an upstream");

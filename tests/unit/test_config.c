@@ -613,10 +613,15 @@ Test(config, load_file_records_its_path)
 Test(config, summary_names_providers_and_addresses)
 {
     res = parse(full_example);
-    char *s = sl_config_summary(res.config);
+    char *s = sl_config_summary(res.config, 8080, 8081);
     cr_assert(strstr(s, "4 providers: anthropic (anthropic), relay (anthropic)") != NULL, "%s", s);
     cr_assert(strstr(s, "gateway 127.0.0.1:8080") != NULL, "%s", s);
     cr_assert(strstr(s, "sk-ant") == NULL, "no secret in the summary");
+    free(s);
+    /* --port and --control-port moved them: the line shows where sluice listens. */
+    s = sl_config_summary(res.config, 18080, 18081);
+    cr_assert(strstr(s, "gateway 127.0.0.1:18080") != NULL && strstr(s, "control 127.0.0.1:18081") != NULL,
+              "%s", s);
     free(s);
 }
 

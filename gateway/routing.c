@@ -1,0 +1,156 @@
+/*
+ * The candidates of a request (behaviour.md §1.4-1.5, §2): the route's list with this moment's
+ * skips, and conversation affinity (which upstream a conversation stays on).
+ */
+#include "req.h"
+
+/* ---- reading the upstream's answer ---------------------------------------------------------- */
+
+/* The conversation stays with the upstream that served it (sticky; sealed when its history is bound). */
+void
+sl__remember_conversation(request_t *r)
+{
+    if (r->conversation == 0)
+        return;
+    sl_affinity_pin_t pin = {
+        .upstream = sl_affinity_upstream_id(&r->gw->affinity_key, sl__provider_of(r, r->cur)->name),
+        .sealed = r->sealed_history,
+    };
+    pthread_mutex_lock(&r->gw->affinity_lock);
+    sl_affinity_put(r->gw->affinity, r->conversation, pin, sl_now_ms());
+    pthread_mutex_unlock(&r->gw->affinity_lock);
+}
+
+/* A served Responses answer seals its id to the upstream that holds it. */
+void
+sl__remember_response(request_t *r)
+{
+    if (r->response_id[0] == '\0')
+        return;
+    const char *client = r->in.client != NULL ? r->in.client->name : "";
+    uint64_t key = sl_affinity_key_response(&r->gw->affinity_key, client, strlen(client), r->response_id,
+                                            strlen(r->response_id));
+    sl_affinity_pin_t pin = {
+        .upstream = sl_affinity_upstream_id(&r->gw->affinity_key, sl__provider_of(r, r->cur)->name),
+        .sealed = true,
+    };
+    pthread_mutex_lock(&r->gw->affinity_lock);
+    sl_affinity_put(r->gw->affinity, key, pin, sl_now_ms());
+    pthread_mutex_unlock(&r->gw->affinity_lock);
+}
+
+static sl_row_skip_t
+row_skip_of(sl_skip_t s)
+{
+    switch (s) {
+    case SL_SKIP_DISABLED:
+        return SL_ROW_SKIP_DISABLED;
+    case SL_SKIP_NONE:
+        return SL_ROW_SKIP_NONE;
+    default:
+        return SL_ROW_SKIP_NOT_OFFERED;
+    }
+}
+
+/* The conversation's name: a session header, else the client and its first user message (behaviour.md §1.5).
+ */
+static uint64_t
+conversation_key(request_t *r)
+{
+    const sl_hash_key_t *key = &r->gw->affinity_key;
+    const char *client = r->in.client != NULL ? r->in.client->name : "";
+    char previous[128];
+    size_t previous_len;
+    if (r->in.fields.previous_response_id.len > 0 &&
+        sl_jscan_string(r->in.body, r->in.fields.previous_response_id, previous, sizeof(previous),
+                        &previous_len))
+        return sl_affinity_key_response(key, client, strlen(client), previous, previous_len);
+    const h2o_iovec_t *session = NULL;
+    if (sl__session_header(r, &session))
+        return sl_affinity_key_session(key, client, strlen(client), session->base, session->len);
+    if (r->in.fields.first_user.len > 0)
+        return sl_affinity_key_message(key, client, strlen(client), r->in.body, r->in.fields.first_user);
+    return 0;
+}
+
+static sl_affinity_effect_t
+apply_affinity(request_t *r)
+{
+    r->sealed_history = r->in.fields.encrypted_content || r->in.fields.thinking_signature ||
+                        r->in.fields.previous_response_id.len > 0;
+    r->conversation = conversation_key(r);
+    if (r->conversation == 0)
+        return SL_AFFINITY_NONE;
+    sl_affinity_pin_t pin;
+    pthread_mutex_lock(&r->gw->affinity_lock);
+    bool found = sl_affinity_get(r->gw->affinity, r->conversation, sl_now_ms(), &pin);
+    pthread_mutex_unlock(&r->gw->affinity_lock);
+    sl_affinity_effect_t effect = sl_affinity_apply(r->config, &r->gw->affinity_key, found ? &pin : NULL,
+                                                    r->sealed_history, r->cands, r->n_cands);
+    if (effect != SL_AFFINITY_NONE)
+        sl_log_debug("request %llu: affinity %s", (unsigned long long)r->id,
+                     effect == SL_AFFINITY_RELEASED ? "released" : sl_affinity_effect_slug(effect));
+    return effect;
+}
+
+/* The candidate list with this moment's skips (behaviour.md §2); false when nothing matches. */
+bool
+sl__choose_candidates(request_t *r)
+{
+    const sl_config_t *c = r->config;
+    r->cands = h2o_mem_alloc_pool(&r->req->pool, sizeof(*r->cands) * (c->n_providers + 1));
+    r->skips = h2o_mem_alloc_pool(&r->req->pool, sizeof(*r->skips) * (c->n_providers + 1));
+    r->in_round = h2o_mem_alloc_pool(&r->req->pool, sizeof(*r->in_round) * (c->n_providers + 1));
+    r->failed_temporary =
+        h2o_mem_alloc_pool(&r->req->pool, sizeof(*r->failed_temporary) * (c->n_providers + 1));
+    r->recovery_ms = h2o_mem_alloc_pool(&r->req->pool, sizeof(*r->recovery_ms) * (c->n_providers + 1));
+    for (size_t i = 0; i <= c->n_providers; i++) {
+        r->in_round[i] = true;
+        r->failed_temporary[i] = false;
+    }
+    size_t route;
+    uint64_t counter = atomic_fetch_add(&r->gw->balance_counter, 1);
+    if (!sl_route_select(c, r->in.endpoint.dialect, r->in.model, counter, r->cands, &r->n_cands, &route))
+        return false;
+    r->affinity_effect = apply_affinity(r);
+    sl__emit_routed(r, route, r->affinity_effect);
+    bool cooling[r->n_cands + 1];
+    size_t offered = 0;
+    int64_t now = sl_now_ms();
+    for (size_t i = 0; i < r->n_cands; i++) {
+        r->skips[i] = row_skip_of(r->cands[i].skip);
+        cooling[i] = false;
+        if (r->skips[i] != SL_ROW_SKIP_NONE)
+            continue;
+        offered++;
+        sl_upstream_t *up = r->snapshot->upstreams[r->cands[i].provider];
+        pthread_mutex_lock(&up->lock);
+        cooling[i] = sl_breaker_is_cooling(&up->breaker, now);
+        pthread_mutex_unlock(&up->lock);
+    }
+    /* Compact to the offered candidates for the cooling rule, then map back. */
+    bool off_cooling[offered + 1], off_skip[offered + 1];
+    size_t k = 0;
+    for (size_t i = 0; i < r->n_cands; i++) {
+        if (r->skips[i] == SL_ROW_SKIP_NONE)
+            off_cooling[k++] = cooling[i];
+    }
+    size_t skipped = sl_breaker_filter(off_cooling, offered, off_skip);
+    r->cooling_ignored = offered > 1 && skipped == 0 && offered > 0 && off_cooling[0];
+    r->n_offered = offered;
+    k = 0;
+    for (size_t i = 0; i < r->n_cands; i++) {
+        if (r->skips[i] == SL_ROW_SKIP_NONE && off_skip[k++])
+            r->skips[i] = SL_ROW_SKIP_COOLING;
+    }
+    for (size_t i = 0; i < r->n_cands; i++) {
+        if (r->skips[i] != SL_ROW_SKIP_NONE) {
+            attempt_t *a = sl__new_attempt(r, i);
+            if (a != NULL) {
+                a->skipped = r->skips[i];
+                sl__emit_attempt(r, a);
+            }
+        }
+    }
+    return offered > 0;
+}

@@ -1,0 +1,497 @@
+#define _GNU_SOURCE /* memmem */
+/*
+ * Reading the upstream's answer: the hop's callbacks, the stream's events scanned and
+ * classified (SSE or eventstream frames), a whole answer's tail and usage, an error answer judged.
+ */
+#include "req.h"
+
+static void
+judge_error_answer(request_t *r)
+{
+    /* An upstream without a count-tokens endpoint: the gateway estimates. */
+    if (r->in.endpoint.op == SL_OP_COUNT_TOKENS && (r->up_status == 404 || r->up_status == 405)) {
+        sl__close_attempt(r, SL_ROW_HOP_STATUS, SL_CODE_GW_UPSTREAM_STATUS, "no count-tokens endpoint");
+        sl__release_upstream(r);
+        attempt_t *a = sl__new_attempt(r, r->cur);
+        if (a != NULL)
+            a->outcome = SL_ROW_HOP_ESTIMATED;
+        sl__answer_token_estimate(r);
+        return;
+    }
+    sl_failure_t f = {.source = SL_FAILURE_STATUS,
+                      .dialect = r->in.endpoint.dialect,
+                      .status = r->up_status,
+                      .body = r->rx->bytes,
+                      .body_len = r->rx->size};
+    ssize_t i = h2o_find_header_by_str(&r->up_headers, H2O_STRLIT("x-amzn-errortype"), -1);
+    char type[64] = "";
+    if (i >= 0) {
+        snprintf(type, sizeof(type), "%.*s", (int)r->up_headers.entries[i].value.len,
+                 r->up_headers.entries[i].value.base);
+        f.code = type;
+    }
+    char detail[32];
+    snprintf(detail, sizeof(detail), "%d", r->up_status);
+    sl_headers_t up_headers = {.at = sl__header_at, .ctx = &r->up_headers};
+    if (sl__fail_over(r, &f, detail, sl__failure_hint(r, &up_headers, r->rx->bytes, r->rx->size)))
+        return;
+    sl__release_upstream(r);
+    sl__pass_through(r);
+}
+
+/* The hop ended or broke before content: fail over, or with none left hand over what the upstream sent. */
+static void
+hop_failed_before_content(request_t *r, sl_failure_source_t source, const sl_stream_verdict_t *v,
+                          const char *detail)
+{
+    sl_failure_t f = {.source = source, .dialect = r->in.endpoint.dialect, .status = r->up_status};
+    int64_t hint = -1;
+    if (v != NULL) {
+        f.status = v->status;
+        f.code = v->code;
+        hint = sl__failure_hint(r, NULL, v->message, strlen(v->message));
+    }
+    if (sl__fail_over(r, &f, detail, hint))
+        return;
+    attempt_t *a = sl__current_attempt(r);
+    if (r->up_status == 0 || a == NULL) {
+        sl__end_hop(r);
+        sl__answer_with_failure(r);
+        return;
+    }
+    /* No retry can happen: the upstream's held bytes go out as they are (behaviour.md §4), and a
+     * stream that ended without its end marker is closed with the gateway's error. */
+    sl__release_upstream(r);
+    r->handing_over = true;
+    r->state = REQ_STREAMING;
+    sl__add_should_retry(r);
+    sl__start_response(r);
+    if (r->hop == NULL) {
+        if (r->events && !sl_stream_complete(&r->stream)) {
+            sl_msg_t msg = sl_msg_make(r->last.code, "provider", sl__provider_of(r, r->cur)->name, NULL);
+            sl__append_stream_error(r, r->last.code, msg.text);
+            sl_msg_free(&msg);
+        }
+        sl__finish(r, SL_ROW_FAILED, r->up_status, true, r->last.code, r->last.detail);
+        sl__queue_final(r, H2O_SEND_STATE_FINAL);
+    } else {
+        r->parsed = r->rx->size;
+        sl__flush_to_client(r);
+    }
+}
+
+/*
+ * Responses: the answer's id, from the first `"id":"…"` of a response.created
+ * event or of a whole answer (OpenAI writes the response's own id first). A
+ * later turn names it as previous_response_id, and must go to this upstream.
+ */
+static void
+capture_response_id(request_t *r, const char *data, size_t len)
+{
+    if (r->in.endpoint.dialect != SL_DIALECT_OPENAI_RESPONSES || r->response_id[0] != '\0')
+        return;
+    static const char needle[] = "\"id\":\"";
+    const char *at = memmem(data, len, needle, sizeof(needle) - 1);
+    if (at == NULL)
+        return;
+    at += sizeof(needle) - 1;
+    const char *end = memchr(at, '"', len - (size_t)(at - data));
+    if (end != NULL && (size_t)(end - at) < sizeof(r->response_id))
+        snprintf(r->response_id, sizeof(r->response_id), "%.*s", (int)(end - at), at);
+}
+
+/* Classifies the whole events in rx; returns false when the hop was abandoned meanwhile. */
+/*
+ * Gemini may send an error after earlier chunks as bare JSON, which SSE
+ * cannot frame: it is rewritten in place as the `data:` event it stands
+ * for, so everything after sees one shape (and a client's SDK can read
+ * it). Returns false while the object has not closed yet: wait for more.
+ */
+static bool
+frame_bare_gemini_error(request_t *r)
+{
+    const char *at = r->rx->bytes + r->parsed;
+    size_t n = r->rx->size - r->parsed, i = 0;
+    while (i < n && (at[i] == ' ' || at[i] == '\t' || at[i] == '\r' || at[i] == '\n'))
+        i++;
+    if (i == n || at[i] != '{')
+        return true;
+    size_t taken = 0;
+    sl_stream_verdict_t v;
+    switch (sl_gemini_bare_error(at, n, &taken, &v)) {
+    case SL_GEMINI_BARE_MORE:
+        return false;
+    case SL_GEMINI_BARE_NONE:
+        return true;
+    default:
+        break;
+    }
+    static const char prefix[] = "data: ", suffix[] = "\n\n";
+    size_t grow = sizeof(prefix) - 1 + sizeof(suffix) - 1;
+    h2o_buffer_reserve(&r->rx, grow);
+    char *base = r->rx->bytes + r->parsed;
+    size_t rest = r->rx->size - r->parsed - taken;
+    memmove(base + taken + grow, base + taken, rest);
+    memmove(base + i + sizeof(prefix) - 1, base + i, taken - i);
+    memcpy(base + i, prefix, sizeof(prefix) - 1);
+    memcpy(base + taken + sizeof(prefix) - 1, suffix, sizeof(suffix) - 1);
+    r->rx->size += grow;
+    return true;
+}
+
+/* What the next event of a stream is. */
+typedef enum {
+    NEXT_EVENT,   /* *len bytes make an event, classified into *v */
+    NEXT_MORE,    /* no whole event yet */
+    NEXT_DROPPED, /* an event was taken out of the stream (read, not forwarded): look again */
+    NEXT_BROKEN,  /* the framing is broken (*detail says how): the stream cannot go on */
+} next_event_t;
+
+/* The next SSE event of rx[parsed..), classified. */
+static next_event_t
+next_sse_event(request_t *r, size_t *len, sl_stream_verdict_t *v, const char **detail)
+{
+    if (r->in.endpoint.dialect == SL_DIALECT_GEMINI && !frame_bare_gemini_error(r))
+        return NEXT_MORE;
+    sl_sse_event_t ev;
+    sl_sse_status_t st = sl_sse_next(&r->scanner, r->rx->bytes + r->parsed, r->rx->size - r->parsed, &ev);
+    if (st == SL_SSE_MORE)
+        return NEXT_MORE;
+    if (st == SL_SSE_TOO_LARGE) {
+        *detail = "an event is too large";
+        return NEXT_BROKEN;
+    }
+    if (ev.data != NULL && sl_sse_event_is(&ev, "response.created"))
+        capture_response_id(r, ev.data, ev.data_len);
+    sl_stream_feed(&r->stream, &ev, v);
+    if (r->strip_usage_chunk && ev.data != NULL && sl_openai_chat_usage_only(ev.data, ev.data_len)) {
+        /* Asked for by sluice, not by the client: its usage is read, the chunk goes no further. */
+        char *at = r->rx->bytes + r->parsed;
+        memmove(at, at + ev.len, r->rx->size - r->parsed - ev.len);
+        r->rx->size -= ev.len;
+        return NEXT_DROPPED;
+    }
+    *len = ev.len;
+    return NEXT_EVENT;
+}
+
+/* The next eventstream frame of rx[parsed..) (Bedrock), classified; a bad frame breaks the stream. */
+static next_event_t
+next_frame(request_t *r, size_t *len, sl_stream_verdict_t *v, const char **detail)
+{
+    sl_es_message_t frame;
+    sl_es_status_t st =
+        sl_es_next(r->rx->bytes + r->parsed, r->rx->size - r->parsed, SL_ES_MAX_MESSAGE_DEFAULT, &frame);
+    if (st == SL_ES_NEED_MORE)
+        return NEXT_MORE;
+    if (st != SL_ES_MESSAGE) {
+        *detail = st == SL_ES_TOO_LARGE ? "an eventstream frame is too large" : "a broken eventstream frame";
+        return NEXT_BROKEN;
+    }
+    sl_bedrock_message_t m;
+    sl_bedrock_message_from(&frame, &m);
+    sl_bedrock_stream_feed(&r->stream, &m, v);
+    *len = frame.len;
+    return NEXT_EVENT;
+}
+
+/*
+ * Reads the stream's whole events: a held answer is released at its first
+ * content, or fails over on an error before it; an error after content is
+ * the client's to see. Returns false when the request moved on (failed
+ * over, failed), true when it waits for more bytes.
+ */
+static bool
+scan_events(request_t *r)
+{
+    for (;;) {
+        size_t len = 0;
+        sl_stream_verdict_t v;
+        const char *broken = NULL;
+        next_event_t next =
+            r->frames ? next_frame(r, &len, &v, &broken) : next_sse_event(r, &len, &v, &broken);
+        if (next == NEXT_MORE)
+            return true;
+        if (next == NEXT_DROPPED)
+            continue;
+        if (next == NEXT_BROKEN) {
+            if (r->state == REQ_HELD)
+                hop_failed_before_content(r, SL_FAILURE_BROKEN_BEFORE_CONTENT, NULL, broken);
+            else
+                sl__fail_streaming(r, SL_HOP_END_BROKEN, broken);
+            return false;
+        }
+        if (v.kind == SL_STREAM_ERROR && r->state == REQ_STREAMING)
+            r->told_error = true;
+        if (r->state == REQ_HELD && v.kind == SL_STREAM_ERROR) {
+            char detail[128];
+            snprintf(detail, sizeof(detail), "%s", v.code[0] ? v.code : "in-stream error");
+            /* The error event itself belongs to what the client may get. */
+            r->parsed += len;
+            hop_failed_before_content(r, SL_FAILURE_STREAM_ERROR, &v, detail);
+            return false;
+        }
+        r->parsed += len;
+        if (r->state == REQ_HELD && r->stream.phase == SL_STREAM_FLOWING) {
+            sl__release_hold(r);
+            /* The first content goes out now; what came in the same read follows when this send is done. */
+            sl__flush_to_client(r);
+        } else if (r->stream.phase == SL_STREAM_FLOWING && !r->first_token_seen && r->answer_started) {
+            sl__throttle_answered(r);
+            sl__breaker_account(r, NULL);
+            sl__remember_conversation(r);
+            sl__first_token(r);
+            sl__flush_to_client(r);
+        }
+    }
+}
+
+/*
+ * The bytes of a whole (non-SSE) answer not yet passed on may go to the
+ * client. A 2xx answer's last bytes are kept: its usage comes at the end.
+ */
+static void
+pass_whole_answer_bytes(request_t *r)
+{
+    const char *fresh = r->rx->bytes + r->parsed;
+    size_t n = r->rx->size - r->parsed;
+    r->parsed = r->rx->size;
+    if (r->up_status >= 300 || r->handing_over || n == 0)
+        return;
+    /* Sized to what came, up to the cap: most answers are far smaller, and a 16 KiB malloc per request
+     * made glibc consolidate its free lists each time. */
+    size_t want = r->answer_tail_len + n < ANSWER_TAIL_CAP ? r->answer_tail_len + n : ANSWER_TAIL_CAP;
+    if (want > r->answer_tail_cap) {
+        size_t cap = r->answer_tail_cap * 2 > want ? r->answer_tail_cap * 2 : want;
+        r->answer_tail_cap = cap < ANSWER_TAIL_CAP ? cap : ANSWER_TAIL_CAP;
+        r->answer_tail = sl_xrealloc(r->answer_tail, r->answer_tail_cap);
+    }
+    if (n >= ANSWER_TAIL_CAP) {
+        memcpy(r->answer_tail, fresh + n - ANSWER_TAIL_CAP, ANSWER_TAIL_CAP);
+        r->answer_tail_len = ANSWER_TAIL_CAP;
+        return;
+    }
+    size_t keep = r->answer_tail_len + n <= ANSWER_TAIL_CAP ? r->answer_tail_len : ANSWER_TAIL_CAP - n;
+    memmove(r->answer_tail, r->answer_tail + r->answer_tail_len - keep, keep);
+    memcpy(r->answer_tail + keep, fresh, n);
+    r->answer_tail_len = keep + n;
+}
+
+/* A whole answer has ended: its usage, when its tail tells it, is what the hop used. */
+static void
+read_answer_usage(request_t *r)
+{
+    if (r->answer_tail == NULL)
+        return;
+    sl_usage_t u;
+    if (sl_answer_usage(r->in.endpoint.dialect, r->answer_tail, r->answer_tail_len, &u))
+        r->stream.usage = u;
+}
+
+static void
+process(request_t *r)
+{
+    /* A whole Responses answer names its own id first: it is in the first bytes. */
+    if (!r->events && (r->state == REQ_HELD || r->state == REQ_STREAMING) && r->up_status < 300)
+        capture_response_id(r, r->rx->bytes, r->rx->size);
+    switch (r->state) {
+    case REQ_HELD:
+        if (r->events) {
+            if (!scan_events(r))
+                return;
+        }
+        if (r->state == REQ_HELD && r->rx->size > HOLD_CAP)
+            sl__release_hold(r);
+        if (r->state == REQ_STREAMING) {
+            if (!r->events)
+                pass_whole_answer_bytes(r);
+            sl__flush_to_client(r);
+        }
+        break;
+    case REQ_STREAMING:
+        if (r->events) {
+            if (!scan_events(r))
+                return;
+        } else {
+            pass_whole_answer_bytes(r);
+        }
+        sl__flush_to_client(r);
+        if (r->hop != NULL && !r->reads_paused && r->rx->size >= CLIENT_BUFFER_CAP)
+            sl__pause_upstream_reads(r);
+        break;
+    case REQ_READING_ERROR:
+        if (r->rx->size >= ERROR_BODY_CAP)
+            judge_error_answer(r);
+        break;
+    default:
+        break;
+    }
+}
+
+static void
+on_hop_head(void *data, int status, const h2o_header_t *headers, size_t n)
+{
+    request_t *r = data;
+    r->up_status = status;
+    r->ttfb_ms = sl_now_ms() - r->started_ms;
+    r->up_content_length = -1;
+    memset(&r->up_headers, 0, sizeof(r->up_headers));
+    bool event_stream = false, frames = false;
+    h2o_mem_pool_t *pool = r->req != NULL ? &r->req->pool : NULL;
+    for (size_t i = 0; i < n && pool != NULL; i++) {
+        const h2o_iovec_t *name = headers[i].name;
+        if (h2o_memis(name->base, name->len, H2O_STRLIT("content-length")))
+            r->up_content_length = (int64_t)h2o_strtosize(headers[i].value.base, headers[i].value.len);
+        if (h2o_memis(name->base, name->len, H2O_STRLIT("content-type"))) {
+            event_stream |= h2o_strstr(headers[i].value.base, headers[i].value.len,
+                                       H2O_STRLIT("text/event-stream")) != SIZE_MAX;
+            frames |= h2o_strstr(headers[i].value.base, headers[i].value.len,
+                                 H2O_STRLIT("application/vnd.amazon.eventstream")) != SIZE_MAX;
+        }
+        if (sl__is_hop_by_hop(name))
+            continue;
+        h2o_iovec_t v = h2o_strdup(pool, headers[i].value.base, headers[i].value.len);
+        h2o_iovec_t nm = h2o_strdup(pool, name->base, name->len);
+        h2o_add_header_by_str(pool, &r->up_headers, nm.base, nm.len, 0, NULL, v.base, v.len);
+    }
+    const sl_stream_class_vtable_t *vt = sl_stream_class_for(r->in.endpoint.dialect);
+    r->frames = frames && r->in.endpoint.dialect == SL_DIALECT_BEDROCK;
+    r->events = (event_stream && vt != NULL) || r->frames;
+    if (r->frames) {
+        sl_bedrock_stream_init(&r->stream);
+    } else if (r->events) {
+        sl_stream_init(&r->stream, vt);
+        sl_sse_init(&r->scanner, SL_SSE_MAX_EVENT_DEFAULT, r->scratch, sizeof(r->scratch));
+    }
+    if (status < 200 || status > 299) {
+        r->state = REQ_READING_ERROR;
+        return;
+    }
+    /*
+     * Held until its first content, so an early failure can fail over or be retried invisibly: a hop to a
+     * non-last candidate always; the last one when the client streams and the request may still wait.
+     */
+    if (sl__has_next_candidate(r) || (r->events && r->in.stream && sl__may_wait(r))) {
+        r->state = REQ_HELD;
+    } else {
+        r->state = REQ_STREAMING;
+        /* A whole answer is the upstream's success now; a stream's is its first content. */
+        if (!r->events) {
+            sl__throttle_answered(r);
+            sl__breaker_account(r, NULL);
+            sl__remember_conversation(r);
+        }
+        sl__start_response(r);
+    }
+}
+
+static void
+on_hop_body(void *data, h2o_buffer_t **input, bool end_follows)
+{
+    request_t *r = data;
+    r->end_follows = end_follows;
+    size_t n = (*input)->size;
+    h2o_iovec_t dst = h2o_buffer_reserve(&r->rx, n);
+    memcpy(dst.base, (*input)->bytes, n);
+    r->rx->size += n;
+    h2o_buffer_consume(input, n);
+    process(r);
+}
+
+static sl_failure_source_t
+source_of_end(sl_hop_end_t how, bool had_head)
+{
+    switch (how) {
+    case SL_HOP_END_CONNECT_FAILED:
+        return SL_FAILURE_CONNECT_FAILED;
+    case SL_HOP_END_BROKEN_BEFORE_HEAD:
+        return SL_FAILURE_BROKEN_BEFORE_HEAD;
+    case SL_HOP_END_IDLE_TIMEOUT:
+        return SL_FAILURE_IDLE_TIMEOUT;
+    case SL_HOP_END_TOTAL_TIMEOUT:
+        return SL_FAILURE_TOTAL_TIMEOUT;
+    case SL_HOP_END_EOS:
+        return SL_FAILURE_ENDED_EARLY;
+    case SL_HOP_END_BROKEN:
+    default:
+        return had_head ? SL_FAILURE_BROKEN_BEFORE_CONTENT : SL_FAILURE_BROKEN_BEFORE_HEAD;
+    }
+}
+
+static void
+on_hop_end(void *data, sl_hop_end_t how, const char *detail)
+{
+    request_t *r = data;
+    r->hop = NULL;
+    r->end_follows = false;
+    switch (r->state) {
+    case REQ_WAITING_HEAD:
+        /* A kept-alive connection the upstream had closed fails this way: resending is safe, nothing has
+         * gone anywhere (stack-notes.md). Once per request, so a truly broken upstream still fails. */
+        if (how == SL_HOP_END_BROKEN_BEFORE_HEAD && !r->resent_on_fresh_connection) {
+            r->resent_on_fresh_connection = true;
+            r->hop_uncounted = true;
+            r->n_attempts--;
+            sl__release_upstream(r);
+            free(r->head);
+            r->head = NULL;
+            sl__start_hop(r, r->cur);
+            break;
+        }
+        hop_failed_before_content(r, source_of_end(how, false), NULL, detail);
+        break;
+    case REQ_HELD:
+        if (how == SL_HOP_END_EOS && !r->events) {
+            sl__release_hold(r);
+            pass_whole_answer_bytes(r);
+            read_answer_usage(r);
+            sl__remember_response(r);
+            sl__close_attempt(r, SL_ROW_HOP_SERVED, SL_CODE_GW_UPSTREAM_STATUS, NULL);
+            sl__finish(r, SL_ROW_SERVED, r->up_status, false, SL_CODE_GW_UPSTREAM_STATUS, NULL);
+            sl__queue_final(r, H2O_SEND_STATE_FINAL);
+            break;
+        }
+        hop_failed_before_content(r, source_of_end(how, true), NULL,
+                                  how == SL_HOP_END_EOS ? "the stream ended before any content" : detail);
+        break;
+    case REQ_READING_ERROR:
+        judge_error_answer(r);
+        break;
+    case REQ_STREAMING: {
+        /* An answer handed over after a failure is forwarded as the upstream ends it. */
+        /* A stream that told its own error after content needs no second one from the gateway. */
+        bool whole = how == SL_HOP_END_EOS &&
+                     (!r->events || r->handing_over || r->told_error || sl_stream_complete(&r->stream));
+        if (whole && !r->events)
+            read_answer_usage(r);
+        sl__release_upstream(r);
+        if (whole) {
+            bool served = r->up_status < 300 && !r->handing_over;
+            if (served) {
+                sl__remember_response(r);
+                sl__close_attempt(r, SL_ROW_HOP_SERVED, SL_CODE_GW_UPSTREAM_STATUS, NULL);
+            }
+            sl__finish(r, served ? SL_ROW_SERVED : SL_ROW_FAILED, r->up_status, !served, r->last.code,
+                       r->last.detail);
+            sl__queue_final(r, H2O_SEND_STATE_FINAL);
+            break;
+        }
+        sl__fail_streaming(r, how, detail);
+        break;
+    }
+    default:
+        break;
+    }
+}
+
+/* Queues release one request at a time: the next may go once this one's bytes are on their way, so
+ * the upstream receives them in arrival order. */
+static void
+on_hop_sent(void *data)
+{
+    request_t *r = data;
+    sl__end_dispatch(r);
+    sl__recharge_at_send(r);
+}
+
+const sl_hop_callbacks_t sl__hop_callbacks = {on_hop_sent, on_hop_head, on_hop_body, on_hop_end};

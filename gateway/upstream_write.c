@@ -1,0 +1,63 @@
+/*
+ * What a hop sends upstream: the body with the candidate's model name and, when a limit needs
+ * it, a Chat stream's usage request; Bedrock's SigV4 signature.
+ */
+#include "req.h"
+
+/* ---- hops ---------------------------------------------------------------------------------- */
+
+/*
+ * The body for this hop: the client's, or a copy with the upstream's model
+ * name (model_map) and, for a Chat stream whose usage a limit needs, with
+ * `stream_options.include_usage` (then the extra usage chunk is dropped on
+ * the way back unless the client asked for it).
+ */
+h2o_iovec_t
+sl__body_for_hop(request_t *r, const char *model, bool needs_usage)
+{
+    sl_body_edit_t edits[2];
+    size_t n = 0;
+    sl_strbuf_t quoted = {0};
+    bool rename =
+        r->in.endpoint.model[0] == '\0' && strcmp(model, r->in.model) != 0 && r->in.fields.model.len > 0;
+    if (rename) {
+        sl_strbuf_append(&quoted, "\"", 1);
+        for (const char *p = model; *p; p++) {
+            if (*p == '"' || *p == '\\')
+                sl_strbuf_appendf(&quoted, "\\%c", *p);
+            else if ((unsigned char)*p < 0x20)
+                sl_strbuf_appendf(&quoted, "\\u%04x", *p);
+            else
+                sl_strbuf_append(&quoted, p, 1);
+        }
+        sl_strbuf_append(&quoted, "\"", 1);
+        edits[n++] =
+            (sl_body_edit_t){r->in.fields.model.off, r->in.fields.model.len, quoted.data, quoted.len};
+    }
+    r->strip_usage_chunk = needs_usage && r->in.endpoint.dialect == SL_DIALECT_OPENAI_CHAT && r->in.stream &&
+                           sl_body_ask_for_usage(r->in.body, r->in.body_len, &r->in.fields, &edits[n]);
+    if (r->strip_usage_chunk)
+        n++;
+    size_t len = 0;
+    char *body = sl_body_apply(r->in.body, r->in.body_len, edits, n, &len);
+    free(sl_strbuf_finish(&quoted));
+    free(r->body_copy);
+    r->body_copy = body;
+    return body != NULL ? h2o_iovec_init(body, len) : h2o_iovec_init(r->in.body, r->in.body_len);
+}
+
+/*
+ * Bedrock without a key: the head is signed with SigV4, with the provider's
+ * `aws` credentials or else the standard AWS_* environment (config.md).
+ */
+bool
+sl__sign_for_aws(request_t *r, const sl_provider_t *p, const sl_upstream_head_t *info)
+{
+    sl_aws_credentials_t creds = {p->aws_access_key_id, p->aws_secret_access_key, p->aws_session_token};
+    if (creds.access_key_id == NULL || creds.secret_access_key == NULL)
+        creds = (sl_aws_credentials_t){getenv("AWS_ACCESS_KEY_ID"), getenv("AWS_SECRET_ACCESS_KEY"),
+                                       getenv("AWS_SESSION_TOKEN")};
+    if (creds.access_key_id == NULL || creds.secret_access_key == NULL || p->region == NULL)
+        return false;
+    return sl_dialect_sign_head(&r->head, info, r->body.base, r->body.len, p->region, &creds, sl_wall_ms());
+}

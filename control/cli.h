@@ -5,6 +5,12 @@
  * parameter, text goes into sl_strbuf_t buffers the shell (sluicectl.c)
  * writes out. The only outside state read is the process's time zone, for
  * the local clock times printed.
+ *
+ * Its files: cli_args.c (the command line), cli_values.c (the value
+ * parsers), cli_help.c (help and usage texts), cli_requests.c (the
+ * requests), cli_text.c (small texts, event and in-flight lines),
+ * cli_replies.c (tables and reply lines), cli_json.c (JSON lines),
+ * cli_stream.c (the event stream); what they share is cli_internal.h.
  */
 #ifndef SL_CLI_H
 #define SL_CLI_H

@@ -1,8 +1,8 @@
 /*
  * sluicectl: the command-line client of sluice's control endpoint. The
- * shell around control/cli.c: it reads the key, connects with
+ * shell around the pure half (cli.h): it reads the key, connects with
  * libwebsockets (its own context, serviced on the main thread), says hello,
- * sends the command's request, and writes what cli.c formats. One state
+ * sends the command's request, and writes what cli.h formats. One state
  * enum and one message dispatch (on_message) drive it.
  */
 #include "cli.h"

@@ -1,5 +1,5 @@
 /*
- * sluicectl's pure half (control/cli.c): the command line of every command
+ * sluicectl's pure half (control/cli.h): the command line of every command
  * and its errors, dollars and durations, the limit groups becoming
  * sl_proto limits, the requests built, and events, providers, history and
  * errors formatted as lines and as JSON. Times are shown in UTC here.

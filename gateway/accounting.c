@@ -26,7 +26,7 @@ sl__usage_estimate(const request_t *r, const char *model)
 sl_amounts_t
 sl__usage_real(const request_t *r, const charge_t *c, bool served)
 {
-    const sl_usage_t *u = &r->stream.usage;
+    const sl_usage_t *u = &r->rd.stream.usage;
     if (r->in.endpoint.op == SL_OP_COUNT_TOKENS)
         return (sl_amounts_t){.requests = 1};
     if (u->input || u->output || u->cache_read || u->cache_write) {
@@ -79,7 +79,7 @@ sl__charge_locked(charge_t *c, sl_limit_set_t *set, int64_t now_wall, const sl_a
 void
 sl__recharge_at_send(request_t *r)
 {
-    charge_t *c = &r->up_charge;
+    charge_t *c = &r->acct.up_charge;
     int64_t now = sl_wall_ms();
     if (c->set == NULL || now <= c->at_ms)
         return;
@@ -124,9 +124,9 @@ sl__release_upstream(request_t *r)
         return;
     sl_upstream_t *up = r->up;
     /* A 429 (or a request the upstream never read) is not counted against its limits; anything else is. */
-    bool served = r->answer_started && !r->handing_over;
-    sl_amounts_t used = r->hop_uncounted ? (sl_amounts_t){0} : sl__usage_real(r, &r->up_charge, served);
-    sl__settle(r, &r->up_charge, &used, NULL);
+    bool served = r->phase == PHASE_STREAMING && r->out.answer == ANSWER_UPSTREAM;
+    sl_amounts_t used = r->acct.hop_uncounted ? (sl_amounts_t){0} : sl__usage_real(r, &r->acct.up_charge, served);
+    sl__settle(r, &r->acct.up_charge, &used, NULL);
     pthread_mutex_lock(&up->lock);
     up->in_flight--;
     if (r->is_probe)
@@ -134,11 +134,11 @@ sl__release_upstream(request_t *r)
     pthread_mutex_unlock(&up->lock);
     /* A slot came free (the queue's head may take it); a probe that never got an answer is handed back. */
     sl_waitq_lock();
-    if (r->throttle_probe)
+    if (r->wait.throttle_probe)
         sl_throttle_probe_abandoned(&up->throttle);
     sl_waitq_wake(&up->waitq, 1);
     sl_waitq_unlock();
-    r->throttle_probe = false;
+    r->wait.throttle_probe = false;
     r->up = NULL;
     r->is_probe = false;
 }
@@ -163,4 +163,28 @@ sl__breaker_account(request_t *r, const sl_failure_class_info_t *info)
     pthread_mutex_unlock(&r->up->lock);
     if (changed)
         sl__emit_health(r, r->up->name, now_state);
+}
+
+/* The hop's upstream answered sensibly: its 429 streak resets (a probe passes), its breaker counts a success,
+ * and the conversation stays with it. */
+void
+sl__upstream_served(request_t *r)
+{
+    sl__throttle_answered(r);
+    sl__breaker_account(r, NULL);
+    sl__remember_conversation(r);
+}
+
+void
+sl__settle_key(request_t *r, bool served)
+{
+    charge_t *c = &r->acct.key_charge;
+    if (c->set == NULL)
+        return;
+    /*
+     * The key was charged once, at admission; sluice's own retries are not its client's, and neither is a
+     * request the gateway answered without any upstream (a final 429, an estimate).
+     */
+    sl_amounts_t used = r->acct.hops_sent > 0 ? sl__usage_real(r, c, served) : (sl_amounts_t){0};
+    sl__settle(r, c, &used, &c->set->queue);
 }

@@ -19,12 +19,48 @@ sl__throttle_answered(request_t *r)
     if (changed)
         sl_waitq_wake(&up->waitq, 1);
     sl_waitq_unlock();
-    r->throttle_probe = false;
+    r->wait.throttle_probe = false;
     if (changed)
         sl__emit_throttle(r, up->name, &throttle);
 }
 
-/* Leaves every queue; the waiting bytes it counted are given back. */
+/*
+ * The hop's upstream answered 429 (§6): not a failure, but the whole
+ * upstream pauses (for the hint, else its backoff), and the hop's charge
+ * against its limits is taken back.
+ */
+void
+sl__throttle_pause(request_t *r, int64_t hint_ms)
+{
+    if (r->up == NULL)
+        return;
+    sl_upstream_t *up = r->up;
+    sl_waitq_lock();
+    bool changed = sl_throttle_on_429(&up->throttle, sl_now_ms(), hint_ms,
+                                      r->config->failover.rate_limit_max_pause_secs, &r->gw->retry_params);
+    sl_throttle_t throttle = up->throttle;
+    sl_waitq_unlock();
+    r->wait.throttle_probe = false;
+    r->acct.hop_uncounted = true;
+    if (changed)
+        sl__emit_throttle(r, up->name, &throttle);
+}
+
+/* A hop goes out after waiting: the time queued (for its key, then its upstreams) is its pause_ms. */
+void
+sl__note_queued_time(request_t *r, attempt_t *a, const char *provider)
+{
+    if (r->wait.key_pause_ms > 0) {
+        a->pause_ms = r->wait.key_pause_ms;
+        r->wait.key_pause_ms = 0;
+    }
+    if (r->wait.queued) {
+        a->pause_ms = (a->pause_ms > 0 ? a->pause_ms : 0) + sl_now_ms() - r->wait.queued_since_ms;
+        sl__stop_waiting(r, true);
+        sl__emit_dequeued(r, provider);
+    }
+}
+
 /* The heads of the queues it waited in may go now. */
 static void
 wake_next_in_line(request_t *r)
@@ -32,8 +68,8 @@ wake_next_in_line(request_t *r)
     sl_waitq_lock();
     for (size_t i = 0; i < r->n_cands; i++)
         sl_waitq_wake(&r->snapshot->upstreams[r->cands[i].provider]->waitq, 1);
-    if (r->key_limits != NULL)
-        sl_waitq_wake(&r->key_limits->queue, 1);
+    if (r->acct.key_limits != NULL)
+        sl_waitq_wake(&r->acct.key_limits->queue, 1);
     sl_waitq_unlock();
 }
 
@@ -41,10 +77,10 @@ wake_next_in_line(request_t *r)
 void
 sl__end_dispatch(request_t *r)
 {
-    sl_upstream_t *up = r->dispatching;
+    sl_upstream_t *up = r->wait.dispatching;
     if (up == NULL)
         return;
-    r->dispatching = NULL;
+    r->wait.dispatching = NULL;
     sl_waitq_lock();
     up->dispatching = false;
     sl_waitq_wake(&up->waitq, 1);
@@ -55,37 +91,29 @@ sl__end_dispatch(request_t *r)
 void
 sl__stop_waiting(request_t *r, bool for_hop)
 {
-    sl_timer_cancel(&r->io->timers, &r->wait_timer);
-    if (r->waiter != NULL) {
-        sl_waiter_release(r->waiter);
-        r->waiter = NULL;
+    sl_timer_cancel(&r->io->timers, &r->wait.wait_timer);
+    if (r->wait.waiter != NULL) {
+        sl_waiter_release(r->wait.waiter);
+        r->wait.waiter = NULL;
         if (!for_hop)
             wake_next_in_line(r);
     }
     if (!for_hop)
         sl__end_dispatch(r);
-    if (r->counts_waiting) {
+    if (r->wait.counts_waiting) {
         atomic_fetch_sub(&r->gw->waiting_bytes, r->in.body_len);
-        r->counts_waiting = false;
+        r->wait.counts_waiting = false;
     }
-    r->queued = false;
-}
-
-/* A skip that waiting (or time) can end: the candidate is looked at again. */
-bool
-sl__skip_may_pass(sl_row_skip_t skip)
-{
-    return skip == SL_ROW_SKIP_THROTTLED || skip == SL_ROW_SKIP_BUSY || skip == SL_ROW_SKIP_WINDOW_FULL ||
-           skip == SL_ROW_SKIP_PERIOD_USED_UP;
+    r->wait.queued = false;
 }
 
 /* Something it waits on may have changed (a wake-up, or its timer): look again. */
 static void
 look_again(request_t *r)
 {
-    if (r->state != REQ_QUEUED)
+    if (r->phase != PHASE_QUEUED)
         return;
-    if (r->key_waiting) {
+    if (r->wait.key_waiting) {
         if (sl__admit_key(r)) {
             r->next = 0;
             sl__next_hop(r);
@@ -93,8 +121,8 @@ look_again(request_t *r)
         return;
     }
     for (size_t i = 0; i < r->n_cands; i++) {
-        if (sl__skip_may_pass(r->skips[i]))
-            r->skips[i] = SL_ROW_SKIP_NONE;
+        if (sl_skip_may_pass(r->skips[i]))
+            r->skips[i] = SL_SKIP_NONE;
     }
     r->next = 0;
     sl__next_hop(r);
@@ -103,7 +131,7 @@ look_again(request_t *r)
 static void
 on_wait_timer(sl_timer_t *t)
 {
-    look_again(H2O_STRUCT_FROM_MEMBER(request_t, wait_timer, t));
+    look_again(H2O_STRUCT_FROM_MEMBER(request_t, wait.wait_timer, t));
 }
 
 void
@@ -116,7 +144,7 @@ sl_request_wake(void *owner)
 static bool
 may_start_waiting(const request_t *r)
 {
-    return r->counts_waiting ||
+    return r->wait.counts_waiting ||
            atomic_load(&r->gw->waiting_bytes) + r->in.body_len <= r->config->max_waiting_bytes;
 }
 
@@ -127,23 +155,18 @@ may_start_waiting(const request_t *r)
 static void
 start_waiting(request_t *r, int64_t now, const sl_bus_gate_t *gates, size_t n_gates, int64_t timer_ms)
 {
-    r->state = REQ_QUEUED;
-    r->waited = true;
-    if (!r->counts_waiting) {
+    sl__set_phase(r, PHASE_QUEUED);
+    r->retry.waited = true;
+    if (!r->wait.counts_waiting) {
         atomic_fetch_add(&r->gw->waiting_bytes, r->in.body_len);
-        r->counts_waiting = true;
+        r->wait.counts_waiting = true;
     }
-    if (!r->queued) {
-        r->queued = true;
-        r->queued_since_ms = now;
-        if (sl__events_on(r)) {
-            sl_proto_event_t ev;
-            int64_t wall = sl_wall_ms();
-            sl__emit(r,
-                     sl_bus_request_queued(&ev, wall, r->id, gates, n_gates, wall + (r->deadline_ms - now)));
-        }
+    if (!r->wait.queued) {
+        r->wait.queued = true;
+        r->wait.queued_since_ms = now;
+        sl__emit_queued(r, gates, n_gates);
     }
-    sl_timer_arm(&r->io->timers, &r->wait_timer, timer_ms < r->deadline_ms ? timer_ms : r->deadline_ms,
+    sl_timer_arm(&r->io->timers, &r->wait.wait_timer, timer_ms < r->retry.deadline_ms ? timer_ms : r->retry.deadline_ms,
                  on_wait_timer);
 }
 
@@ -152,35 +175,20 @@ static sl_wait_gate_t
 gate_of(const request_t *r, size_t i, int64_t now)
 {
     sl_upstream_t *up = r->snapshot->upstreams[r->cands[i].provider];
-    if (!r->in_round[i])
-        return (sl_wait_gate_t){.skip = SL_WAIT_SKIP_OTHER, .recovery_ms = SL_THROTTLE_NEVER};
+    if (!r->retry.in_round[i])
+        return (sl_wait_gate_t){.skip = r->skips[i], .recovery_ms = SL_THROTTLE_NEVER, .out_of_round = true};
     switch (r->skips[i]) {
-    case SL_ROW_SKIP_THROTTLED:
-        return (sl_wait_gate_t){.skip = SL_WAIT_SKIP_THROTTLED,
+    case SL_SKIP_THROTTLED:
+        return (sl_wait_gate_t){.skip = SL_SKIP_THROTTLED,
                                 .recovery_ms = sl_throttle_recovery_ms(&up->throttle, now)};
-    case SL_ROW_SKIP_BUSY:
-        return (sl_wait_gate_t){.skip = SL_WAIT_SKIP_BUSY, .recovery_ms = now};
-    case SL_ROW_SKIP_WINDOW_FULL:
-        return (sl_wait_gate_t){.skip = SL_WAIT_SKIP_WINDOW_FULL, .recovery_ms = r->recovery_ms[i]};
-    case SL_ROW_SKIP_PERIOD_USED_UP:
-        return (sl_wait_gate_t){.skip = SL_WAIT_SKIP_PERIOD_USED_UP, .recovery_ms = r->recovery_ms[i]};
+    case SL_SKIP_BUSY:
+        return (sl_wait_gate_t){.skip = SL_SKIP_BUSY, .recovery_ms = now};
+    case SL_SKIP_WINDOW_FULL:
+        return (sl_wait_gate_t){.skip = SL_SKIP_WINDOW_FULL, .recovery_ms = r->wait.recovery_ms[i]};
+    case SL_SKIP_PERIOD_USED_UP:
+        return (sl_wait_gate_t){.skip = SL_SKIP_PERIOD_USED_UP, .recovery_ms = r->wait.recovery_ms[i]};
     default:
-        return (sl_wait_gate_t){.skip = SL_WAIT_SKIP_OTHER, .recovery_ms = SL_THROTTLE_NEVER};
-    }
-}
-
-static sl_proto_serve_skip_t
-serve_skip_of(sl_wait_skip_t skip)
-{
-    switch (skip) {
-    case SL_WAIT_SKIP_THROTTLED:
-        return SL_PROTO_SERVE_SKIP_THROTTLED;
-    case SL_WAIT_SKIP_WINDOW_FULL:
-        return SL_PROTO_SERVE_SKIP_WINDOW_FULL;
-    case SL_WAIT_SKIP_PERIOD_USED_UP:
-        return SL_PROTO_SERVE_SKIP_PERIOD_USED_UP;
-    default:
-        return SL_PROTO_SERVE_SKIP_BUSY;
+        return (sl_wait_gate_t){.skip = r->skips[i], .recovery_ms = SL_THROTTLE_NEVER};
     }
 }
 
@@ -218,7 +226,7 @@ sl__wait_or_give_up(request_t *r)
         gates[i] = gate_of(r, i, now);
     size_t own = sl__pinned_candidate(r);
     sl_wait_request_t req = {.now_ms = now,
-                             .deadline_ms = r->deadline_ms,
+                             .deadline_ms = r->retry.deadline_ms,
                              .own = own == SL_RETRY_UNPINNED ? SL_WAIT_NO_OWN : own,
                              .sealed = r->affinity_effect == SL_AFFINITY_SEALED};
     /* wait_secs 0 never waits (§5, §6). */
@@ -233,17 +241,17 @@ sl__wait_or_give_up(request_t *r)
     int64_t behind_pause_until[n + 1];
     for (size_t i = 0; i < n; i++) {
         const sl_throttle_t *t = &r->snapshot->upstreams[r->cands[i].provider]->throttle;
-        behind_pause_until[i] = gates[i].skip == SL_WAIT_SKIP_BUSY && sl_throttle_kind(t) != SL_THROTTLE_FREE
+        behind_pause_until[i] = gates[i].skip == SL_SKIP_BUSY && sl_throttle_kind(t) != SL_THROTTLE_FREE
                                     ? sl_throttle_recovery_ms(t, now)
                                     : -1;
     }
     bool joined = false;
     if (d.action == SL_WAIT_WAIT && may_start_waiting(r)) {
-        if (r->waiter == NULL)
-            r->waiter = sl_waiter_new(r->io->inbox, r, r->id);
+        if (r->wait.waiter == NULL)
+            r->wait.waiter = sl_waiter_new(r->io->inbox, r, r->id);
         for (size_t i = 0; i < n; i++) {
             if (wait_on[i])
-                sl_waiter_join(r->waiter, &r->snapshot->upstreams[r->cands[i].provider]->waitq);
+                sl_waiter_join(r->wait.waiter, &r->snapshot->upstreams[r->cands[i].provider]->waitq);
         }
         joined = true;
     }
@@ -262,13 +270,13 @@ sl__wait_or_give_up(request_t *r)
         for (size_t i = 0; i < n; i++) {
             if (!wait_on[i] && d.action == SL_WAIT_WAIT)
                 continue;
-            if (gates[i].skip == SL_WAIT_SKIP_OTHER || gates[i].skip == SL_WAIT_SKIP_PERIOD_USED_UP)
+            if (gates[i].out_of_round || !sl_skip_may_pass(gates[i].skip) || gates[i].skip == SL_SKIP_PERIOD_USED_UP)
                 continue;
             bool paused = behind_pause_until[i] >= 0;
-            bool timed = gates[i].skip != SL_WAIT_SKIP_BUSY;
+            bool timed = gates[i].skip != SL_SKIP_BUSY;
             bus_gates[k++] = (sl_bus_gate_t){
                 .upstream = sl__provider_of(r, i)->name,
-                .skip = paused ? SL_PROTO_SERVE_SKIP_THROTTLED : serve_skip_of(gates[i].skip),
+                .skip = paused ? SL_SKIP_THROTTLED : gates[i].skip,
                 .until_ms = paused  ? sl__wall_of(now, wall, behind_pause_until[i])
                             : timed ? sl__wall_of(now, wall, gates[i].recovery_ms)
                                     : -1,
@@ -287,7 +295,7 @@ sl__wait_or_give_up(request_t *r)
             sl__answer_too_large(r, &d, "the upstreams for this model");
             break;
         }
-        sl__answer_final_429(r, &d, code, sl_msg_make(code, NULL));
+        sl__answer_final_429(r, &d, sl_msg_make(code, NULL));
         break;
     }
     default:
@@ -301,14 +309,14 @@ sl__wait_or_give_up(request_t *r)
  * full minute/hour window holds the request in the key's queue (gate
  * key_window, in arrival order) within its deadline; a used-up period or a
  * request larger than a whole limit is answered 429 at once. Admitted, the
- * key is charged the estimate; sl__finish() settles the real figure. Returns
+ * key is charged the estimate; sl__end_request settles the real figure. Returns
  * true when the request goes on to its candidates now.
  */
 bool
 sl__admit_key(request_t *r)
 {
-    sl_limit_set_t *set = r->key_limits;
-    if (set == NULL || r->key_charge.set != NULL)
+    sl_limit_set_t *set = r->acct.key_limits;
+    if (set == NULL || r->acct.key_charge.set != NULL)
         return true;
     int64_t now = sl_now_ms(), wall = sl_wall_ms();
     sl_amounts_t need = sl__usage_estimate(r, r->in.model);
@@ -323,46 +331,43 @@ sl__admit_key(request_t *r)
         return false;
     }
     /* Nobody overtakes the key's queue. */
-    bool first = r->waiter != NULL ? sl_waitq_is_head(&set->queue, r->waiter) : set->queue.len == 0;
+    bool first = r->wait.waiter != NULL ? sl_waitq_is_head(&set->queue, r->wait.waiter) : set->queue.len == 0;
     sl_limits_check_t c = sl_limits_check(set->states, set->n, wall, &need);
     if (c.verdict == SL_LIMIT_OK && first) {
-        sl__charge_locked(&r->key_charge, set, wall, &need);
-        r->key_counts_tokens = sl__counts_tokens(set);
-        if (r->waiter != NULL) {
-            sl_waiter_leave_all(r->waiter);
+        sl__charge_locked(&r->acct.key_charge, set, wall, &need);
+        r->acct.key_counts_tokens = sl__counts_tokens(set);
+        if (r->wait.waiter != NULL) {
+            sl_waiter_leave_all(r->wait.waiter);
             sl_waitq_wake(&set->queue, 1);
         }
         sl_waitq_unlock();
         sl__persist_usage(r, set, wall, &need);
-        if (r->key_waiting) {
+        if (r->wait.key_waiting) {
             /* Its wait for upstreams, if any, is a queueing of its own. */
-            r->key_waiting = false;
-            r->key_pause_ms = now - r->queued_since_ms;
-            r->queued = false;
-            if (sl__events_on(r)) {
-                sl_proto_event_t ev;
-                sl__emit(r, sl_bus_request_dequeued(&ev, wall, r->id, NULL));
-            }
+            r->wait.key_waiting = false;
+            r->wait.key_pause_ms = now - r->wait.queued_since_ms;
+            r->wait.queued = false;
+            sl__emit_dequeued(r, NULL);
         }
         return true;
     }
     sl_limit_t which = set->states[c.which].limit;
-    sl_wait_gate_t gate = {.skip = SL_WAIT_SKIP_BUSY, .recovery_ms = now}; /* room, but others are first */
+    sl_wait_gate_t gate = {.skip = SL_SKIP_BUSY, .recovery_ms = now}; /* room, but others are first */
     if (c.verdict == SL_LIMIT_WINDOW_FULL)
-        gate = (sl_wait_gate_t){SL_WAIT_SKIP_WINDOW_FULL, sl__mono_of(now, wall, c.recovery_ms)};
+        gate = (sl_wait_gate_t){.skip = SL_SKIP_WINDOW_FULL, .recovery_ms = sl__mono_of(now, wall, c.recovery_ms)};
     else if (c.verdict == SL_LIMIT_PERIOD_USED_UP)
-        gate = (sl_wait_gate_t){SL_WAIT_SKIP_PERIOD_USED_UP, sl__mono_of(now, wall, c.recovery_ms)};
+        gate = (sl_wait_gate_t){.skip = SL_SKIP_PERIOD_USED_UP, .recovery_ms = sl__mono_of(now, wall, c.recovery_ms)};
     else if (c.verdict == SL_LIMIT_NEVER)
-        gate = (sl_wait_gate_t){SL_WAIT_SKIP_WINDOW_FULL, SL_THROTTLE_NEVER};
+        gate = (sl_wait_gate_t){.skip = SL_SKIP_WINDOW_FULL, .recovery_ms = SL_THROTTLE_NEVER};
     sl_wait_request_t wr = {
-        .now_ms = now, .deadline_ms = sl__may_wait(r) ? r->deadline_ms : now, .own = SL_WAIT_NO_OWN};
+        .now_ms = now, .deadline_ms = sl__may_wait(r) ? r->retry.deadline_ms : now, .own = SL_WAIT_NO_OWN};
     bool wait_on[1];
     sl_wait_decision_t d = sl_wait_decide(&gate, 1, &wr, wait_on);
     bool joined = d.action == SL_WAIT_WAIT && may_start_waiting(r);
     if (joined) {
-        if (r->waiter == NULL)
-            r->waiter = sl_waiter_new(r->io->inbox, r, r->id);
-        sl_waiter_join(r->waiter, &set->queue);
+        if (r->wait.waiter == NULL)
+            r->wait.waiter = sl_waiter_new(r->io->inbox, r, r->id);
+        sl_waiter_join(r->wait.waiter, &set->queue);
     }
     sl_waitq_unlock();
 
@@ -374,24 +379,22 @@ sl__admit_key(request_t *r)
     }
     if (d.action != SL_WAIT_WAIT) {
         if (c.verdict == SL_LIMIT_NEVER) {
-            snprintf(r->too_large_limit, sizeof(r->too_large_limit), "%s", limit);
+            snprintf(r->wait.too_large_limit, sizeof(r->wait.too_large_limit), "%s", limit);
             sl__answer_too_large(r, &d, "this key");
         } else if (c.verdict == SL_LIMIT_PERIOD_USED_UP) {
             char until[64];
             sl_text_local_time(c.recovery_ms, until, sizeof(until));
-            sl__answer_final_429(r, &d, SL_CODE_GW_KEY_USED_UP,
-                                 sl_msg_make(SL_CODE_GW_KEY_USED_UP, "limit", limit, "until", until, NULL));
+            sl__answer_final_429(r, &d, sl_msg_make(SL_CODE_GW_KEY_USED_UP, "limit", limit, "until", until, NULL));
         } else {
-            sl__answer_final_429(r, &d, SL_CODE_GW_KEY_WINDOW_FULL,
-                                 sl_msg_make(SL_CODE_GW_KEY_WINDOW_FULL, "limit", limit, NULL));
+            sl__answer_final_429(r, &d, sl_msg_make(SL_CODE_GW_KEY_WINDOW_FULL, "limit", limit, NULL));
         }
         return false;
     }
-    r->key_waiting = true;
+    r->wait.key_waiting = true;
     sl_bus_gate_t bus_gate = {
         .upstream = sl__client_name(r),
-        .skip = SL_PROTO_SERVE_SKIP_KEY_WINDOW,
-        .until_ms = gate.skip == SL_WAIT_SKIP_WINDOW_FULL ? sl__wall_of(now, wall, gate.recovery_ms) : -1,
+        .skip = SL_SKIP_KEY_WINDOW,
+        .until_ms = gate.skip == SL_SKIP_WINDOW_FULL ? sl__wall_of(now, wall, gate.recovery_ms) : -1,
     };
     start_waiting(r, now, &bus_gate, 1, d.wake_ms);
     return false;
@@ -401,10 +404,10 @@ sl__admit_key(request_t *r)
  * Takes the upstream for a hop: room in its usage limits (charged with the
  * request's estimate), a slot under its max_concurrent and, unless the
  * breaker is bypassed, its permission (or its half-open probe). Returns
- * SL_ROW_SKIP_NONE when taken, else why it is skipped now (with
- * r->recovery_ms[cand] set for a limit).
+ * SL_SKIP_NONE when taken, else why it is skipped now (with
+ * r->wait.recovery_ms[cand] set for a limit).
  */
-sl_row_skip_t
+sl_skip_t
 sl__claim_upstream(request_t *r, size_t cand)
 {
     sl_upstream_t *up = r->snapshot->upstreams[r->cands[cand].provider];
@@ -419,7 +422,7 @@ sl__claim_upstream(request_t *r, size_t cand)
     sl_waitq_lock();
     bool throttle_changed = sl_throttle_check(&up->throttle, now);
     /* Waiters go in arrival order: a request that is not first in the queue lets the first go. */
-    bool first = r->waiter != NULL ? sl_waitq_is_head(&up->waitq, r->waiter) : up->waitq.len == 0;
+    bool first = r->wait.waiter != NULL ? sl_waitq_is_head(&up->waitq, r->wait.waiter) : up->waitq.len == 0;
     bool throttle_probe = false;
     /*
      * Whoever waits is served first, in arrival order: nobody overtakes the
@@ -430,7 +433,7 @@ sl__claim_upstream(request_t *r, size_t cand)
     bool admitted = !in_line && sl_throttle_admit(&up->throttle, now, first, &throttle_probe);
     sl_throttle_t throttle = up->throttle;
     /* Behind others in line it waits as for a slot: woken when the line moves, not by a timer. */
-    sl_row_skip_t skip = admitted ? SL_ROW_SKIP_NONE : in_line ? SL_ROW_SKIP_BUSY : SL_ROW_SKIP_THROTTLED;
+    sl_skip_t skip = admitted ? SL_SKIP_NONE : in_line ? SL_SKIP_BUSY : SL_SKIP_THROTTLED;
     bool breaker_changed = false;
     sl_breaker_t breaker = {0};
     if (admitted && set != NULL && set->n > 0) {
@@ -444,17 +447,17 @@ sl__claim_upstream(request_t *r, size_t cand)
             limits_changed = true;
         }
         if (limits.verdict != SL_LIMIT_OK) {
-            skip = limits.verdict == SL_LIMIT_PERIOD_USED_UP ? SL_ROW_SKIP_PERIOD_USED_UP
-                                                             : SL_ROW_SKIP_WINDOW_FULL;
-            r->recovery_ms[cand] = limits.verdict == SL_LIMIT_NEVER
+            skip = limits.verdict == SL_LIMIT_PERIOD_USED_UP ? SL_SKIP_PERIOD_USED_UP
+                                                             : SL_SKIP_WINDOW_FULL;
+            r->wait.recovery_ms[cand] = limits.verdict == SL_LIMIT_NEVER
                                        ? SL_THROTTLE_NEVER
                                        : sl__mono_of(now, wall, limits.recovery_ms);
         }
     }
-    if (admitted && skip == SL_ROW_SKIP_NONE) {
+    if (admitted && skip == SL_SKIP_NONE) {
         pthread_mutex_lock(&up->lock);
         if (max_concurrent > 0 && up->in_flight >= max_concurrent) {
-            skip = SL_ROW_SKIP_BUSY;
+            skip = SL_SKIP_BUSY;
         } else {
             bool is_probe = false;
             sl_breaker_state_t state = sl_breaker_check(&up->breaker, now, &is_probe, &breaker_changed);
@@ -463,32 +466,32 @@ sl__claim_upstream(request_t *r, size_t cand)
                 up->in_flight++;
                 r->is_probe = is_probe;
             } else {
-                skip = SL_ROW_SKIP_COOLING;
+                skip = SL_SKIP_COOLING;
             }
         }
         breaker = up->breaker;
         pthread_mutex_unlock(&up->lock);
     }
     if (admitted) {
-        if (skip != SL_ROW_SKIP_NONE && throttle_probe)
+        if (skip != SL_SKIP_NONE && throttle_probe)
             sl_throttle_probe_abandoned(&up->throttle);
         else
-            r->throttle_probe = throttle_probe;
-        if (skip == SL_ROW_SKIP_NONE && r->waiter != NULL) {
+            r->wait.throttle_probe = throttle_probe;
+        if (skip == SL_SKIP_NONE && r->wait.waiter != NULL) {
             up->dispatching = true;
-            r->dispatching = up;
+            r->wait.dispatching = up;
         }
-        if (skip == SL_ROW_SKIP_NONE && set != NULL && set->n > 0)
-            sl__charge_locked(&r->up_charge, set, wall, &need);
-        r->hop_needs_usage = r->key_counts_tokens || sl__counts_tokens(set);
+        if (skip == SL_SKIP_NONE && set != NULL && set->n > 0)
+            sl__charge_locked(&r->acct.up_charge, set, wall, &need);
+        r->acct.hop_needs_usage = r->acct.key_counts_tokens || sl__counts_tokens(set);
     }
     sl_waitq_unlock();
-    if (r->up_charge.set != NULL && skip == SL_ROW_SKIP_NONE)
+    if (r->acct.up_charge.set != NULL && skip == SL_SKIP_NONE)
         sl__persist_usage(r, set, wall, &need);
     if (limits.verdict == SL_LIMIT_NEVER) {
         char text[SL_LIMIT_TEXT_MAX];
         sl_limit_describe(&limit, text, sizeof(text));
-        snprintf(r->too_large_limit, sizeof(r->too_large_limit), "%s", text);
+        snprintf(r->wait.too_large_limit, sizeof(r->wait.too_large_limit), "%s", text);
     }
     if (throttle_changed)
         sl__emit_throttle(r, up->name, &throttle);
@@ -500,18 +503,3 @@ sl__claim_upstream(request_t *r, size_t cand)
     return skip;
 }
 
-/*
- * A waiter that looks again and must still wait for the same reason is the
- * skip it already recorded in this round, not a new attempt: a request
- * woken many times in a long line keeps one row per upstream and reason.
- */
-bool
-sl__repeats_a_skip(const request_t *r, const attempt_t *a, sl_row_skip_t skip)
-{
-    for (const attempt_t *e = a - 1;
-         e >= r->attempts && e->retry == a->retry && e->skipped != SL_ROW_SKIP_NONE; e--) {
-        if (e->provider == a->provider && e->skipped == skip)
-            return true;
-    }
-    return false;
-}

@@ -438,6 +438,44 @@ sl_bus_request_routed(sl_proto_event_t *out, int64_t at_ms, uint64_t id, const c
     return out;
 }
 
+/* The protocol's values of outcome.h's and next_step.h's lists, by name: the same lists in the same order. */
+static const sl_proto_outcome_t proto_outcomes[] = {
+#define SL_PROTO_OF(name, slug) [SL_HOP_##name] = SL_PROTO_OUTCOME_##name,
+    SL_HOP_OUTCOMES(SL_PROTO_OF)
+#undef SL_PROTO_OF
+};
+static const sl_proto_serve_skip_t proto_skips[] = {
+#define SL_PROTO_OF(name, slug) [SL_SKIP_##name] = SL_PROTO_SERVE_SKIP_##name,
+    SL_SKIP_REASONS(SL_PROTO_OF)
+#undef SL_PROTO_OF
+};
+static const sl_proto_step_reason_t proto_reasons[] = {
+#define SL_PROTO_OF(name, slug, text) [SL_STEP_REASON_##name] = SL_PROTO_STEP_REASON_##name,
+    SL_STEP_REASONS(SL_PROTO_OF)
+#undef SL_PROTO_OF
+};
+_Static_assert(SL_HOP_OUTCOME_COUNT == SL_PROTO_OUTCOME_COUNT, "outcome.h and the schema list the same outcomes");
+_Static_assert(SL_SKIP_COUNT == SL_PROTO_SERVE_SKIP_COUNT + 1, "outcome.h and the schema list the same skips");
+_Static_assert(SL_STEP_REASON_COUNT == SL_PROTO_STEP_REASON_COUNT, "next_step.h and the schema list the same reasons");
+
+sl_proto_outcome_t
+sl_bus_outcome(sl_hop_outcome_t outcome)
+{
+    return proto_outcomes[outcome];
+}
+
+sl_proto_serve_skip_t
+sl_bus_serve_skip(sl_skip_t skip)
+{
+    return proto_skips[skip];
+}
+
+sl_proto_step_reason_t
+sl_bus_step_reason(sl_step_reason_t reason)
+{
+    return proto_reasons[reason];
+}
+
 sl_proto_event_t *
 sl_bus_attempt(sl_proto_event_t *out, int64_t at_ms, uint64_t id, const sl_bus_attempt_t *a)
 {
@@ -448,7 +486,7 @@ sl_bus_attempt(sl_proto_event_t *out, int64_t at_ms, uint64_t id, const sl_bus_a
     sl_proto_attempt_view_t *v = &e->view;
     v->provider = str_dup(a->provider);
     v->model = opt_dup(a->model);
-    v->outcome = a->outcome;
+    v->outcome = proto_outcomes[a->outcome];
     v->has_status = a->status > 0;
     v->status = a->status > 0 ? (uint32_t)a->status : 0;
     v->error = msg_box(a->error);
@@ -459,8 +497,10 @@ sl_bus_attempt(sl_proto_event_t *out, int64_t at_ms, uint64_t id, const sl_bus_a
     v->retry = (uint32_t)u64_of(a->retry);
     v->has_backoff_ms = a->backoff_ms >= 0;
     v->backoff_ms = u64_of(a->backoff_ms);
-    v->has_skipped = a->outcome == SL_PROTO_OUTCOME_SKIPPED;
-    v->skipped = v->has_skipped ? a->skip : 0;
+    v->has_skipped = a->outcome == SL_HOP_SKIPPED && a->skip != SL_SKIP_NONE;
+    v->skipped = v->has_skipped ? proto_skips[a->skip] : 0;
+    v->has_reason = a->has_reason;
+    v->reason = a->has_reason ? proto_reasons[a->reason] : 0;
     return out;
 }
 
@@ -585,7 +625,7 @@ sl_bus_request_queued(sl_proto_event_t *out, int64_t at_ms, uint64_t id, const s
     for (size_t i = 0; i < n; i++) {
         e->upstreams[i] = str_dup(gates[i].upstream);
         e->gates[i].upstream = str_dup(gates[i].upstream);
-        e->gates[i].skip = gates[i].skip;
+        e->gates[i].skip = proto_skips[gates[i].skip];
         e->gates[i].has_until_ms = gates[i].until_ms >= 0;
         e->gates[i].until_ms = gates[i].until_ms >= 0 ? (uint64_t)gates[i].until_ms : 0;
     }

@@ -32,6 +32,8 @@
 #include "core/limits.h"
 #include "core/throttle.h"
 #include "core/msg.h"
+#include "core/next_step.h"
+#include "core/outcome.h"
 
 /* The pending-queue cap the gateway uses: at most about 8 MB per buffer (a drain swaps two). */
 #define SL_BUS_DEFAULT_CAP 65536
@@ -182,15 +184,22 @@ sl_proto_event_t *sl_bus_request_routed(sl_proto_event_t *out, int64_t at_ms, ui
 typedef struct {
     const char *provider;
     const char *model; /* sent upstream; NULL = none */
-    sl_proto_outcome_t outcome;
-    int status;                 /* the upstream's HTTP status; <= 0 = no head arrived */
-    const sl_msg_t *error;      /* NULL = none */
-    int64_t ms;                 /* the hop's duration */
-    int64_t pause_ms;           /* queued before the hop; SL_BUS_ABSENT = not queued */
-    int64_t retry;              /* 1-based retry round; SL_BUS_ABSENT = first round */
-    int64_t backoff_ms;         /* the pause before the round, first hop only; SL_BUS_ABSENT = none */
-    sl_proto_serve_skip_t skip; /* read only when outcome is SL_PROTO_OUTCOME_SKIPPED */
+    sl_hop_outcome_t outcome;
+    int status;              /* the upstream's HTTP status; <= 0 = no head arrived */
+    const sl_msg_t *error;   /* NULL = none */
+    int64_t ms;              /* the hop's duration */
+    int64_t pause_ms;        /* queued before the hop; SL_BUS_ABSENT = not queued */
+    int64_t retry;           /* 1-based retry round; SL_BUS_ABSENT = first round */
+    int64_t backoff_ms;      /* the pause before the round, first hop only; SL_BUS_ABSENT = none */
+    sl_skip_t skip;          /* read only when outcome is SL_HOP_SKIPPED */
+    bool has_reason;         /* a failed hop: why the request went on as it did */
+    sl_step_reason_t reason; /* read only with has_reason */
 } sl_bus_attempt_t;
+
+/* The protocol's spelling of a hop outcome, a skip (SL_SKIP_NONE is none) and a step reason. */
+sl_proto_outcome_t sl_bus_outcome(sl_hop_outcome_t outcome);
+sl_proto_serve_skip_t sl_bus_serve_skip(sl_skip_t skip);
+sl_proto_step_reason_t sl_bus_step_reason(sl_step_reason_t reason);
 
 sl_proto_event_t *sl_bus_attempt(sl_proto_event_t *out, int64_t at_ms, uint64_t id,
                                  const sl_bus_attempt_t *a);
@@ -234,7 +243,7 @@ sl_proto_event_t *sl_bus_request_retrying(sl_proto_event_t *out, int64_t at_ms, 
 /* What holds a queued request on one upstream (RequestQueued.gates). until_ms < 0 = unknown. */
 typedef struct {
     const char *upstream;
-    sl_proto_serve_skip_t skip;
+    sl_skip_t skip;
     int64_t until_ms; /* wall clock */
 } sl_bus_gate_t;
 

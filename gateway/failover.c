@@ -1,99 +1,40 @@
 /*
- * After a hop failed (behaviour.md §3, §5): fail over to the next candidate, or start a retry
- * round after its pause, or hand the failure over.
+ * After a hop failed before its answer reached the client (behaviour.md §3,
+ * §5, §6): the failure is classified, core/next_step.c says what the request
+ * does now and why, the attempt is recorded with that reason, and the step
+ * is carried out here — a failover, a retry round after its pause, a resend
+ * on a fresh connection, or the end (the failure handed over, or the
+ * gateway's error).
  */
 #include "req.h"
-
-static bool schedule_retry(request_t *r);
-
-/* ---- failures and failover ----------------------------------------------------------------- */
 
 /* Whether a candidate after the current one could still be tried. */
 bool
 sl__has_next_candidate(const request_t *r)
 {
     for (size_t i = r->cur + 1; i < r->n_cands; i++) {
-        if (r->in_round[i] && r->skips[i] == SL_ROW_SKIP_NONE)
+        if (r->retry.in_round[i] && r->skips[i] == SL_SKIP_NONE)
             return true;
     }
     return false;
 }
 
-static void
-remember_failure(request_t *r, sl_code_t code, const char *detail)
+void
+sl__remember_failure(request_t *r, sl_code_t code, const char *detail)
 {
-    r->last.any = true;
-    r->last.code = code;
-    r->last.status = r->up_status;
-    snprintf(r->last.detail, sizeof(r->last.detail), "%s", detail != NULL ? detail : "");
+    r->retry.last = (last_failure_t){.any = true, .code = code, .status = r->rd.up_status,
+                                     .provider = r->n_attempts > 0 ? r->attempts[r->n_attempts - 1].provider
+                                                                   : SIZE_MAX};
+    snprintf(r->retry.last.detail, sizeof(r->retry.last.detail), "%s", detail != NULL ? detail : "");
 }
 
-/*
- * A hop failed before anything reached the client. Every failure fails over
- * (formats.md, "Error classification") except a request error; with no
- * candidate left the caller hands the upstream's answer over (sl__pass_through)
- * or, when there is none, answers with the gateway's error.
- */
-bool
-sl__fail_over(request_t *r, const sl_failure_t *f, const char *detail, int64_t hint_ms)
+sl_msg_t
+sl__last_failure_msg(const request_t *r)
 {
-    sl_failure_class_t cls = sl_classify_failure(f);
-    const sl_failure_class_info_t *info = sl_failure_class_info(cls);
-    sl_code_t code = sl_failure_code(f, cls);
-    sl__breaker_account(r, info);
-    if (cls == SL_FAILURE_RATE_LIMITED && r->up != NULL) {
-        /* Not a failure (§6): the whole upstream pauses, and this request waits in its place or goes
-         * elsewhere. */
-        sl_upstream_t *up = r->up;
-        sl_waitq_lock();
-        bool changed =
-            sl_throttle_on_429(&up->throttle, sl_now_ms(), hint_ms,
-                               r->config->failover.rate_limit_max_pause_secs, &r->gw->retry_params);
-        sl_throttle_t throttle = up->throttle;
-        sl_waitq_unlock();
-        r->throttle_probe = false;
-        r->hop_uncounted = true;
-        if (changed)
-            sl__emit_throttle(r, up->name, &throttle);
-        sl__close_attempt(r, f->source == SL_FAILURE_STATUS ? SL_ROW_HOP_STATUS : SL_ROW_HOP_ERROR, code,
-                          detail);
-        remember_failure(r, code, detail);
-        sl__end_hop(r);
-        r->skips[r->cur] = SL_ROW_SKIP_THROTTLED;
-        r->next = r->cur + 1;
-        sl__next_hop(r);
-        return true;
-    }
-    sl__throttle_answered(r);
-    sl__close_attempt(r, f->source == SL_FAILURE_STATUS ? SL_ROW_HOP_STATUS : SL_ROW_HOP_ERROR, code, detail);
-    remember_failure(r, code, detail);
-    r->failed_temporary[r->cur] = info->retried;
-    if (hint_ms > r->hint_ms)
-        r->hint_ms = hint_ms;
-    sl_log_debug("request %llu: %s failed (%s: %s)", (unsigned long long)r->id,
-                 sl__provider_of(r, r->cur)->name, info->name, detail != NULL ? detail : "");
-    /* A request error is the client's: handed back at once, no failover, no retry. */
-    if (!info->fails_over)
-        return false;
-    /* A conversation's own upstream is waited for while it can still serve before the deadline (§1.5). */
-    if (info->retried && r->cur == sl__pinned_candidate(r) && schedule_retry(r)) {
-        sl__end_hop(r);
-        return true;
-    }
-    if (sl__has_next_candidate(r)) {
-        sl__end_hop(r);
-        r->next = r->cur + 1;
-        sl__next_hop(r);
-        return true;
-    }
-    if (schedule_retry(r)) {
-        sl__end_hop(r);
-        return true;
-    }
-    return false;
+    const last_failure_t *l = &r->retry.last;
+    const char *provider = l->provider != SIZE_MAX ? r->config->providers[l->provider].name : "";
+    return sl__failure_msg(r, l->code, provider, l->status, l->detail);
 }
-
-/* ---- retry rounds, the 15 s rule, clients that leave ---------------------------------------- */
 
 /* A draw from [0, 1) for the pause's jitter; nothing depends on its quality. */
 static double
@@ -108,19 +49,10 @@ jitter_unit(void)
     return (double)(state >> 11) / (double)(1ull << 53);
 }
 
-/* The pause before retry round `round`: the schedule, lengthened by the round's hint (behaviour.md §5). */
-static int64_t
-retry_pause(const request_t *r, uint32_t round, int64_t hint_ms, bool *by_hint)
-{
-    int64_t pause = sl_retry_pause_ms(round, jitter_unit(), &r->gw->retry_params);
-    return sl_retry_hint_floor(pause, hint_ms, &r->gw->retry_params, by_hint);
-}
-
 /* The retry hint of a failure: the upstream's headers (when it answered) and its error text. */
 int64_t
-sl__failure_hint(const request_t *r, const sl_headers_t *headers, const char *body, size_t len)
+sl__failure_hint(const sl_headers_t *headers, const char *body, size_t len)
 {
-    (void)r;
     return sl_hint_find(headers, body, len, sl_wall_ms()).ms;
 }
 
@@ -129,19 +61,7 @@ bool
 sl__may_wait(const request_t *r)
 {
     return sl_retry_may_wait(r->config->failover.wait_secs, r->in.endpoint.op == SL_OP_COUNT_TOKENS) &&
-           sl_now_ms() < r->deadline_ms;
-}
-
-static void
-on_backoff_done(sl_timer_t *t)
-{
-    request_t *r = H2O_STRUCT_FROM_MEMBER(request_t, backoff_timer, t);
-    if (sl__events_on(r)) {
-        sl_proto_event_t ev;
-        sl__emit(r, sl_bus_request_dequeued(&ev, sl_wall_ms(), r->id, NULL));
-    }
-    r->next = 0;
-    sl__next_hop(r);
+           sl_now_ms() < r->retry.deadline_ms;
 }
 
 /* The candidate a conversation stays on (affinity moved it first), or SL_RETRY_UNPINNED. */
@@ -151,70 +71,136 @@ sl__pinned_candidate(const request_t *r)
     if (r->affinity_effect != SL_AFFINITY_STICKY && r->affinity_effect != SL_AFFINITY_SEALED)
         return SL_RETRY_UNPINNED;
     for (size_t i = 0; i < r->n_cands; i++) {
-        if (r->skips[i] == SL_ROW_SKIP_NONE)
+        if (r->skips[i] == SL_SKIP_NONE)
             return i;
     }
     return SL_RETRY_UNPINNED;
 }
 
-/*
- * Every candidate of the round has failed. When some failed temporarily and
- * the next pause ends before the deadline, starts the pause before a retry
- * round of exactly those (behaviour.md §5) and returns true; else false and
- * the caller hands the last failure over.
- */
-static bool
-schedule_retry(request_t *r)
+static void
+on_backoff_done(sl_timer_t *t)
 {
-    if (!sl__may_wait(r))
-        return false;
+    request_t *r = H2O_STRUCT_FROM_MEMBER(request_t, retry.backoff_timer, t);
+    sl__emit_dequeued(r, NULL);
+    r->next = 0;
+    sl__next_hop(r);
+}
+
+/* The pause before a retry round of the candidates in next starts (behaviour.md §5). */
+static void
+start_retry_round(request_t *r, const sl_step_t *step, const bool *next)
+{
     size_t n = r->n_cands;
-    bool cooling[n + 1], next[n + 1];
+    int64_t now = sl_now_ms();
+    r->retry.round++;
+    r->retry.round_backoff_ms = step->pause_ms;
+    r->retry.hint_ms = -1;
+    r->retry.waited = true;
+    for (size_t i = 0; i < n; i++) {
+        r->retry.in_round[i] = next[i];
+        r->retry.failed_temporary[i] = false;
+    }
+    sl__set_phase(r, PHASE_BACKOFF);
+    sl_timer_arm(&r->io->timers, &r->retry.backoff_timer, now + step->pause_ms, on_backoff_done);
+    sl_log_debug("request %llu: retry round %u in %lld ms (%s)", (unsigned long long)r->id, r->retry.round,
+                 (long long)step->pause_ms, sl_step_reason_slug(step->reason));
+    sl__emit_retrying(r, next, step->pause_ms, step->by_hint);
+}
+
+/* The facts next_step decides on, as this request and its candidates stand now. */
+static void
+gather_facts(request_t *r, sl_failure_class_t cls, bool stale, bool *temporary, bool *cooling,
+             sl_step_facts_t *f)
+{
+    size_t n = r->n_cands;
     int64_t now = sl_now_ms();
     for (size_t i = 0; i < n; i++) {
+        temporary[i] = r->retry.in_round[i] && r->retry.failed_temporary[i];
         sl_upstream_t *up = r->snapshot->upstreams[r->cands[i].provider];
         pthread_mutex_lock(&up->lock);
         cooling[i] = sl_breaker_is_cooling(&up->breaker, now);
         pthread_mutex_unlock(&up->lock);
     }
-    /* A conversation that stays on an upstream (moved first by affinity) retries only that upstream. */
     size_t pinned = sl__pinned_candidate(r);
-    bool temporary[n + 1];
-    for (size_t i = 0; i < n; i++)
-        temporary[i] = r->in_round[i] && r->failed_temporary[i];
-    if (sl_retry_select(temporary, cooling, n, pinned, next) == 0)
-        return false;
-    bool by_hint = false;
-    int64_t pause = retry_pause(r, r->round + 1, r->hint_ms, &by_hint);
-    if (!sl_retry_fits(now, pause, r->deadline_ms))
-        return false;
+    *f = (sl_step_facts_t){
+        .cls = cls,
+        .stale = stale,
+        .has_answer = r->rd.up_status != 0,
+        .has_next = sl__has_next_candidate(r),
+        .pinned_here = pinned == r->cur,
+        .may_wait = sl__may_wait(r),
+        .temporary = temporary,
+        .cooling = cooling,
+        .n = n,
+        .pinned = pinned,
+        .next_round = r->retry.round + 1,
+        .hint_ms = r->retry.hint_ms,
+        .jitter_unit = jitter_unit(),
+        .params = &r->gw->retry_params,
+        .now_ms = now,
+        .deadline_ms = r->retry.deadline_ms,
+    };
+}
 
-    r->round++;
-    r->round_backoff_ms = pause;
-    r->hint_ms = -1;
-    r->waited = true;
-    for (size_t i = 0; i < n; i++) {
-        r->in_round[i] = next[i];
-        r->failed_temporary[i] = false;
+void
+sl__hop_failed(request_t *r, const sl_failure_t *f, const char *detail, int64_t hint_ms,
+               const sl_connection_facts_t *conn)
+{
+    sl_failure_class_t cls = sl_classify_failure(f);
+    const sl_failure_class_info_t *info = sl_failure_class_info(cls);
+    sl_code_t code = sl_failure_code(f, cls);
+    /* A stale keep-alive says nothing about the upstream: no breaker count, no throttle news. */
+    bool stale = conn != NULL && f->source == SL_FAILURE_BROKEN_BEFORE_HEAD && sl_connection_was_stale(conn);
+    if (!stale)
+        sl__breaker_account(r, info);
+    if (cls == SL_FAILURE_RATE_LIMITED)
+        sl__throttle_pause(r, hint_ms);
+    else if (!stale)
+        sl__throttle_answered(r);
+    sl__remember_failure(r, code, detail);
+    if (cls != SL_FAILURE_RATE_LIMITED && !stale) {
+        r->retry.failed_temporary[r->cur] = info->retried;
+        if (hint_ms > r->retry.hint_ms)
+            r->retry.hint_ms = hint_ms;
     }
-    r->state = REQ_BACKOFF;
-    sl_timer_arm(&r->io->timers, &r->backoff_timer, now + pause, on_backoff_done);
-    sl_log_debug("request %llu: retry round %u in %lld ms", (unsigned long long)r->id, r->round,
-                 (long long)pause);
-    if (sl__events_on(r)) {
-        const char *names[n + 1];
-        size_t k = 0;
-        for (size_t i = 0; i < n; i++) {
-            if (next[i])
-                names[k++] = sl__provider_of(r, i)->name;
-        }
-        sl_msg_t last = sl_msg_make(r->last.code, "provider", sl__provider_of(r, r->cur)->name, "reason",
-                                    r->last.detail, "code", r->last.detail, "status", r->last.detail, NULL);
-        int64_t wall = sl_wall_ms();
-        sl_proto_event_t ev;
-        sl__emit(r, sl_bus_request_retrying(&ev, wall, r->id, names, k, r->round, wall + pause,
-                                            wall + (r->deadline_ms - now), by_hint, &last));
-        sl_msg_free(&last);
+    bool temporary[r->n_cands + 1], cooling[r->n_cands + 1], next[r->n_cands + 1];
+    sl_step_facts_t facts;
+    gather_facts(r, cls, stale, temporary, cooling, &facts);
+    sl_step_t step = sl_next_step(&facts, next);
+    sl_hop_outcome_t outcome = stale                             ? SL_HOP_STALE_CONNECTION
+                               : f->source == SL_FAILURE_STATUS ? SL_HOP_STATUS
+                                                                 : SL_HOP_ERROR;
+    sl__close_failed_attempt(r, outcome, code, detail, step.reason);
+    sl_log_debug("request %llu: %s failed (%s: %s): %s", (unsigned long long)r->id,
+                 sl__provider_of(r, r->cur)->name, info->name, detail != NULL ? detail : "",
+                 sl_step_reason_slug(step.reason));
+    switch (step.kind) {
+    case SL_STEP_RESEND_FRESH:
+        sl__end_hop(r);
+        r->fresh = true;
+        sl__set_phase(r, PHASE_ROUTING);
+        sl__start_hop(r, r->cur);
+        return;
+    case SL_STEP_FAILOVER:
+        sl__end_hop(r);
+        if (cls == SL_FAILURE_RATE_LIMITED)
+            r->skips[r->cur] = SL_SKIP_THROTTLED;
+        r->next = r->cur + 1;
+        sl__next_hop(r);
+        return;
+    case SL_STEP_RETRY_ROUND:
+        sl__end_hop(r);
+        start_retry_round(r, &step, next);
+        return;
+    case SL_STEP_HAND_OVER:
+        /* An error status's body goes on as bytes; a held stream as the events it was. */
+        if (f->source == SL_FAILURE_STATUS)
+            r->rd.events = false;
+        sl__hand_over(r, r->rd.events && r->hop == NULL && !sl_stream_complete(&r->rd.stream));
+        return;
+    case SL_STEP_GATEWAY_ERROR:
+        sl__end_hop(r);
+        sl__answer_with_failure(r);
+        return;
     }
-    return true;
 }

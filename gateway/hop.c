@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -28,6 +29,10 @@ struct sl_hop {
     sl_hop_end_t pending_how;
     const char *pending_detail;
     bool starting, in_callback, cancelled, paused;
+    bool reused;        /* the connection came from the pool (h2o hands a pooled one over at once) */
+    bool any_byte;      /* something of an answer arrived */
+    int64_t written_ms; /* when the request's bytes were handed to the connection; 0 = not yet */
+    int64_t ended_ms;
     bool rcvbuf_capped;
     h2o_socket_cb saved_reader;
 };
@@ -92,6 +97,7 @@ on_deferred_end(sl_timer_t *t)
 static void
 finish(sl_hop_t *hop, sl_hop_end_t how, const char *detail)
 {
+    hop->ended_ms = sl_now_ms();
     hop->client = NULL;
     hop->state = HOP_ENDED;
     stop_timers(hop);
@@ -234,11 +240,13 @@ on_head(h2o_http1client_t *client, const char *errstr, int minor_version, int st
     (void)rlen;
     sl_hop_t *hop = client->data;
     if (errstr != NULL && errstr != h2o_http1client_error_is_eos) {
+        hop->any_byte = hop->any_byte || (client->sock != NULL && client->sock->input->size > 0);
         finish(hop, SL_HOP_END_BROKEN_BEFORE_HEAD,
                hop->head_too_large ? "the response head is larger than 64 KiB" : errstr);
         return NULL;
     }
     hop->state = HOP_READING_BODY;
+    hop->any_byte = true;
     hop->in_callback = true;
     hop->cb.on_head(hop->data, status, headers, num_headers);
     hop->in_callback = false;
@@ -265,6 +273,9 @@ on_connect(h2o_http1client_t *client, const char *errstr, h2o_iovec_t **reqbufs,
         return NULL;
     }
     sl_timer_cancel(&hop->io->timers, &hop->connect_timer);
+    /* h2o's pool hands an idle connection over inside the connect call; a new one comes later. */
+    hop->reused = hop->starting;
+    hop->written_ms = sl_now_ms();
     hop->state = HOP_WAITING_HEAD;
     hop->reqbufs[0] = hop->params.head;
     hop->reqbufs[1] = hop->params.body;
@@ -285,6 +296,24 @@ on_connect(h2o_http1client_t *client, const char *errstr, h2o_iovec_t **reqbufs,
     return on_head;
 }
 
+/* A connection of its own to the pool's peer (h2o's client then closes it after the answer). */
+static void
+connect_fresh(sl_hop_t *hop, h2o_http1client_ctx_t *ctx)
+{
+    const h2o_socketpool_t *pool = hop->params.pool;
+    uint16_t port = 0;
+    if (pool->type == H2O_SOCKETPOOL_TYPE_NAMED) {
+        port = (uint16_t)strtoul(pool->peer.named_serv.base, NULL, 10);
+    } else {
+        const struct sockaddr *sa = (const struct sockaddr *)&pool->peer.sockaddr.bytes;
+        if (sa->sa_family == AF_INET)
+            port = ntohs(((const struct sockaddr_in *)sa)->sin_port);
+        else if (sa->sa_family == AF_INET6)
+            port = ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
+    }
+    h2o_http1client_connect(&hop->client, hop, ctx, pool->peer.host, port, pool->is_ssl, on_connect);
+}
+
 sl_hop_t *
 sl_hop_start(sl_worker_io_t *io, const sl_hop_params_t *params, const sl_hop_callbacks_t *cb, void *data)
 {
@@ -298,12 +327,23 @@ sl_hop_start(sl_worker_io_t *io, const sl_hop_params_t *params, const sl_hop_cal
     int64_t now = sl_now_ms();
     sl_timer_arm(&io->timers, &hop->connect_timer, now + params->connect_ms, on_connect_timeout);
     sl_timer_arm(&io->timers, &hop->total_timer, now + params->total_ms, on_total_timeout);
-    h2o_http1client_connect_with_pool(&hop->client, hop,
-                                      params->by_address ? &io->client_ctx_by_address : &io->client_ctx,
-                                      params->pool, on_connect);
+    h2o_http1client_ctx_t *ctx = params->by_address ? &io->client_ctx_by_address : &io->client_ctx;
+    if (params->fresh)
+        connect_fresh(hop, ctx);
+    else
+        h2o_http1client_connect_with_pool(&hop->client, hop, ctx, params->pool, on_connect);
     /* A connect error may already have ended it: then finish() deferred the report. */
     hop->starting = false;
     return hop;
+}
+
+void
+sl_hop_connection_facts(const sl_hop_t *hop, sl_connection_facts_t *out)
+{
+    int64_t at = hop->ended_ms > 0 ? hop->ended_ms : sl_now_ms();
+    *out = (sl_connection_facts_t){.reused = hop->reused,
+                                   .any_byte = hop->any_byte,
+                                   .ms_after_write = hop->written_ms > 0 ? at - hop->written_ms : -1};
 }
 
 void

@@ -14,6 +14,7 @@
 #include <h2o.h>
 #include <h2o/socketpool.h>
 
+#include "core/next_step.h"
 #include "worker.h"
 
 typedef enum {
@@ -44,6 +45,7 @@ typedef struct {
 typedef struct {
     h2o_socketpool_t *pool;
     bool by_address;  /* the upstream is named by an IP address: the TLS 1.3-only client context */
+    bool fresh;       /* connect anew to the pool's peer, never taking an idle connection of the pool */
     h2o_iovec_t head; /* request line and headers; must stay valid until on_end or sl_hop_cancel */
     h2o_iovec_t body;
     uint32_t connect_ms, idle_ms, total_ms;
@@ -55,6 +57,14 @@ typedef struct {
  */
 sl_hop_t *sl_hop_start(sl_worker_io_t *io, const sl_hop_params_t *params, const sl_hop_callbacks_t *cb,
                        void *data);
+
+/*
+ * How the hop's connection was used, for the stale keep-alive rule
+ * (core/next_step.h): whether it came from the pool, how long after the
+ * request's bytes went out it broke, and whether any answer byte came back.
+ * Valid inside the hop's callbacks.
+ */
+void sl_hop_connection_facts(const sl_hop_t *hop, sl_connection_facts_t *out);
 
 /* Aborts a hop: the connection is closed and no callback follows. May be called from inside a callback. */
 void sl_hop_cancel(sl_hop_t *hop);

@@ -11,14 +11,8 @@ static const char *const key_places[SL_DIALECT_COUNT] = {
     [SL_DIALECT_BEDROCK] = "Authorization: Bearer",
 };
 
-static bool
-refuse(sl_intake_refusal_t *r, int status, sl_code_t code, const char *detail)
-{
-    r->status = status;
-    r->code = code;
-    snprintf(r->detail, sizeof(r->detail), "%s", detail != NULL ? detail : "");
-    return false;
-}
+/* Refuses with status and the message (a NULL-terminated list of name, value pairs after code). */
+#define refuse(r, status_, ...) ((r)->status = (status_), (r)->msg = sl_msg_make(__VA_ARGS__, NULL), false)
 
 /* Compares without an early exit, so the time taken does not tell how much of a key matched. */
 static bool
@@ -48,7 +42,7 @@ authenticate(const sl_config_t *config, const sl_intake_input_t *in, sl_intake_t
     if (config->n_clients == 0) {
         /* With no keys configured the gateway is a local tool: this machine only. */
         if (!in->peer_is_loopback)
-            return refuse(r, 401, SL_CODE_GW_AUTH_LOCAL_ONLY, NULL);
+            return refuse(r, 401, SL_CODE_GW_AUTH_LOCAL_ONLY);
         out->client = NULL;
         return true;
     }
@@ -68,10 +62,10 @@ authenticate(const sl_config_t *config, const sl_intake_input_t *in, sl_intake_t
                                    &key_len);
     }
     if (st != SL_KEY_FOUND)
-        return refuse(r, 401, SL_CODE_GW_AUTH_MISSING_KEY, key_places[d]);
+        return refuse(r, 401, SL_CODE_GW_AUTH_MISSING_KEY, "where", key_places[d]);
     out->client = find_client(config, key, key_len);
     if (out->client == NULL)
-        return refuse(r, 401, SL_CODE_GW_AUTH_UNKNOWN_KEY, NULL);
+        return refuse(r, 401, SL_CODE_GW_AUTH_UNKNOWN_KEY);
     return true;
 }
 
@@ -79,7 +73,7 @@ static bool
 is_served(const sl_endpoint_t *e, const sl_intake_input_t *in, sl_intake_refusal_t *r)
 {
     if (e->op == SL_OP_WEBSOCKET && !in->websocket)
-        return refuse(r, 426, SL_CODE_GW_WS_UPGRADE_REQUIRED, NULL);
+        return refuse(r, 426, SL_CODE_GW_WS_UPGRADE_REQUIRED);
     return true;
 }
 
@@ -89,9 +83,12 @@ sl_intake(const sl_config_t *config, const sl_intake_input_t *in, sl_intake_t *o
     memset(out, 0, sizeof(*out));
     if (!sl_endpoint_parse(in->method, in->method_len, in->path, in->path_len, &out->endpoint)) {
         out->endpoint.dialect = SL_DIALECT_COUNT;
-        char detail[256];
-        snprintf(detail, sizeof(detail), "%.*s", (int)in->method_len, in->method);
-        return refuse(r, 404, SL_CODE_GW_NOT_FOUND, detail);
+        char method[32], path[256];
+        snprintf(method, sizeof(method), "%.*s", (int)(in->method_len < 31 ? in->method_len : 31), in->method);
+        const char *q = memchr(in->path, '?', in->path_len);
+        size_t path_len = q != NULL ? (size_t)(q - in->path) : in->path_len;
+        snprintf(path, sizeof(path), "%.*s", (int)(path_len < 255 ? path_len : 255), in->path);
+        return refuse(r, 404, SL_CODE_GW_NOT_FOUND, "method", method, "path", path);
     }
     if (!is_served(&out->endpoint, in, r) || !authenticate(config, in, out, r))
         return false;
@@ -99,9 +96,10 @@ sl_intake(const sl_config_t *config, const sl_intake_input_t *in, sl_intake_t *o
     if (out->endpoint.op == SL_OP_WEBSOCKET)
         return true;
     if (in->body_len > config->max_body_bytes) {
-        char detail[64];
-        snprintf(detail, sizeof(detail), "%zu", in->body_len);
-        return refuse(r, 413, SL_CODE_GW_REQUEST_TOO_LARGE, detail);
+        char size[24], max[24];
+        snprintf(size, sizeof(size), "%zu", in->body_len);
+        snprintf(max, sizeof(max), "%llu", (unsigned long long)config->max_body_bytes);
+        return refuse(r, 413, SL_CODE_GW_REQUEST_TOO_LARGE, "size", size, "max", max);
     }
     if (out->endpoint.op == SL_OP_LIST_MODELS)
         return true;
@@ -111,7 +109,7 @@ sl_intake(const sl_config_t *config, const sl_intake_input_t *in, sl_intake_t *o
         char detail[160];
         snprintf(detail, sizeof(detail), "%s at byte %zu", sl_jscan_reason(out->fields.err),
                  out->fields.err_off);
-        return refuse(r, 400, SL_CODE_GW_REQUEST_MALFORMED_JSON, detail);
+        return refuse(r, 400, SL_CODE_GW_REQUEST_MALFORMED_JSON, "detail", detail);
     }
     if (out->endpoint.model[0] != '\0') {
         memcpy(out->model, out->endpoint.model, sizeof(out->model));
@@ -120,7 +118,7 @@ sl_intake(const sl_config_t *config, const sl_intake_input_t *in, sl_intake_t *o
         if (out->fields.model.len == 0 ||
             !sl_jscan_string(in->body, out->fields.model, out->model, sizeof(out->model), &n) || n == 0 ||
             memchr(out->model, '\0', n) != NULL)
-            return refuse(r, 400, SL_CODE_GW_REQUEST_NO_MODEL, NULL);
+            return refuse(r, 400, SL_CODE_GW_REQUEST_NO_MODEL);
     }
     out->stream = out->endpoint.stream_by_path || (out->fields.has_stream && out->fields.stream);
     return true;

@@ -14,6 +14,7 @@
 
 #include "config.h"
 #include "core/codes.h"
+#include "core/msg.h"
 #include "core/dialect.h"
 #include "core/jscan.h"
 #include "core/route.h"
@@ -29,11 +30,10 @@ typedef struct {
     bool stream;                       /* the client asked for a stream */
 } sl_intake_t;
 
-/* Why a request is refused: the status, the code, and the dialect the answer is written in. */
+/* Why a request is refused: the status and the message (its code, named arguments and text). */
 typedef struct {
     int status;
-    sl_code_t code;
-    char detail[256]; /* goes into the message's {detail} */
+    sl_msg_t msg; /* owned: free with sl_msg_free */
 } sl_intake_refusal_t;
 
 /* The request as received, without h2o types. */
@@ -52,8 +52,8 @@ typedef struct {
 /*
  * Decides whether the request is served. Returns true and fills *out, or
  * false and fills *refusal (and out->endpoint, when the path was known, so
- * the refusal can be written in the client's dialect). Pure: config is read
- * only.
+ * the refusal can be written in the client's dialect); the caller frees
+ * refusal->msg. Pure: config is read only.
  */
 bool sl_intake(const sl_config_t *config, const sl_intake_input_t *in, sl_intake_t *out,
                sl_intake_refusal_t *refusal);

@@ -27,14 +27,6 @@
 
 static const char *const dialect_names[SL_DIALECT_COUNT] = {"anthropic", "openai_chat", "openai_responses",
                                                             "gemini", "bedrock"};
-static const char *const outcome_names[SL_ROW_OUTCOME_COUNT] = {"served", "failed", "cancelled",
-                                                                "answered_locally"};
-static const char *const hop_names[SL_ROW_HOP_COUNT] = {"served",  "status",    "error",
-                                                        "skipped", "estimated", "cancelled"};
-/* Index 0 (NONE) is stored as NULL. */
-static const char *const skip_names[SL_ROW_SKIP_COUNT] = {NULL,          "disabled",       "not_offered",
-                                                          "cooling",     "throttled",      "busy",
-                                                          "window_full", "period_used_up", "key_window"};
 static const char *const bucket_kind_names[SL_BUCKET_KIND_COUNT] = {"provider", "client"};
 
 static int
@@ -171,8 +163,8 @@ row_is_valid(const sl_request_row_t *row)
     if ((unsigned)row->dialect >= SL_DIALECT_COUNT || (unsigned)row->outcome >= SL_ROW_OUTCOME_COUNT)
         return false;
     for (size_t i = 0; i < row->n_attempts; i++) {
-        if ((unsigned)row->attempts[i].outcome >= SL_ROW_HOP_COUNT ||
-            (unsigned)row->attempts[i].skipped >= SL_ROW_SKIP_COUNT)
+        if ((unsigned)row->attempts[i].outcome >= SL_HOP_OUTCOME_COUNT ||
+            (unsigned)row->attempts[i].skipped >= SL_SKIP_COUNT)
             return false;
     }
     return true;
@@ -335,6 +327,8 @@ static const char *const migrations[SL_RECORDER_SCHEMA_VERSION] = {
     "  cost_micros INTEGER NOT NULL,"
     "  PRIMARY KEY (kind, name, minute)) WITHOUT ROWID;"
     "CREATE INDEX usage_by_minute ON usage_buckets (minute);",
+    /* 2: why a request went on as it did after a failed hop (core/next_step.h). */
+    "ALTER TABLE attempts ADD COLUMN reason TEXT;",
 };
 
 static void
@@ -464,8 +458,8 @@ static const char *const stmt_sql[ST_COUNT] = {
         " ?18, ?19, ?20, ?21)",
     [ST_INSERT_ATTEMPT] =
         "INSERT INTO attempts (request_row, n, provider, model, outcome, status, error_code,"
-        " error_text, error_args, ms, pause_ms, retry, backoff_ms, skipped)"
-        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+        " error_text, error_args, ms, pause_ms, retry, backoff_ms, skipped, reason)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
     [ST_UPSERT_BUCKET] = "INSERT INTO usage_buckets (kind, name, minute, requests, tokens, cost_micros)"
                          " VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (kind, name, minute) DO UPDATE SET"
                          " requests = requests + excluded.requests, tokens = tokens + excluded.tokens,"
@@ -578,14 +572,15 @@ insert_attempt(sl_recorder_t *rec, sqlite3_int64 request_row, size_t n, const sl
     sqlite3_bind_int64(st, 2, (sqlite3_int64)n);
     bind_text(st, 3, or_empty(a->provider));
     bind_text(st, 4, a->model);
-    bind_text(st, 5, hop_names[a->outcome]);
+    bind_text(st, 5, sl_hop_outcome_slug(a->outcome));
     bind_opt(st, 6, a->status, 0);
     char *args = bind_msg(st, 7, &a->error);
     sqlite3_bind_int64(st, 10, a->ms);
     bind_opt(st, 11, a->pause_ms, SL_ROW_ABSENT);
     bind_opt(st, 12, a->retry, 0);
     bind_opt(st, 13, a->backoff_ms, SL_ROW_ABSENT);
-    bind_text(st, 14, skip_names[a->skipped]);
+    bind_text(st, 14, a->skipped != SL_SKIP_NONE ? sl_skip_slug(a->skipped) : NULL);
+    bind_text(st, 15, a->has_reason ? sl_step_reason_slug(a->reason) : NULL);
     int rc = run(st);
     free(args);
     return rc;
@@ -603,7 +598,7 @@ insert_row(sl_recorder_t *rec, const sl_request_row_t *r)
     bind_text(st, 6, r->provider);
     bind_text(st, 7, or_empty(r->path));
     sqlite3_bind_int64(st, 8, r->status);
-    bind_text(st, 9, outcome_names[r->outcome]);
+    bind_text(st, 9, sl_row_outcome_slug(r->outcome));
     char *args = bind_msg(st, 10, &r->error);
     sqlite3_bind_int64(st, 13, r->duration_ms);
     bind_opt(st, 14, r->ttfb_ms, SL_ROW_ABSENT);
@@ -1180,6 +1175,13 @@ col_skip(sqlite3_stmt *st, int i, sl_proto_serve_skip_t *out)
     return s != NULL && sl_proto_serve_skip_parse(s, out) == 0;
 }
 
+static bool
+col_reason(sqlite3_stmt *st, int i, sl_proto_step_reason_t *out)
+{
+    const char *s = (const char *)sqlite3_column_text(st, i);
+    return s != NULL && sl_proto_step_reason_parse(s, out) == 0;
+}
+
 /*
  * Keyset pagination on requests_by_time: (?2, ?3) is the (started_at_ms, row)
  * of the previous page's last row, the largest values without a cursor. A
@@ -1217,7 +1219,7 @@ enum {
 
 static const char attempts_sql[] =
     "SELECT provider, model, outcome, status, error_code, error_text, error_args, ms,"
-    " pause_ms, retry, backoff_ms, skipped FROM attempts WHERE request_row = ?1"
+    " pause_ms, retry, backoff_ms, skipped, reason FROM attempts WHERE request_row = ?1"
     " ORDER BY n";
 
 enum {
@@ -1230,7 +1232,8 @@ enum {
     AC_PAUSE,
     AC_RETRY,
     AC_BACKOFF,
-    AC_SKIPPED
+    AC_SKIPPED,
+    AC_REASON
 };
 
 /* Appends the attempts of request_row to row; returns SQLITE_DONE or the failure. */
@@ -1259,6 +1262,7 @@ read_attempts(sqlite3_stmt *st, sqlite3_int64 request_row, sl_proto_history_row_
         a->retry = col_u32(st, AC_RETRY, &a->has_retry);
         a->has_backoff_ms = col_u64(st, AC_BACKOFF, &a->backoff_ms);
         a->has_skipped = col_skip(st, AC_SKIPPED, &a->skipped);
+        a->has_reason = col_reason(st, AC_REASON, &a->reason);
     }
     sqlite3_reset(st);
     return rc;

@@ -26,10 +26,12 @@
 
 #include "config.h"
 #include "core/msg.h"
+#include "core/next_step.h"
+#include "core/outcome.h"
 #include "sl_proto.h"
 
 /* PRAGMA user_version of the schema this code writes. */
-#define SL_RECORDER_SCHEMA_VERSION 1
+#define SL_RECORDER_SCHEMA_VERSION 2
 
 #define SL_RECORDER_DEFAULT_QUEUE     10000
 #define SL_RECORDER_DEFAULT_BATCH     512
@@ -48,39 +50,7 @@
 /* Optional numbers in rows: absent is -1 for durations, 0 for status and retry. */
 #define SL_ROW_ABSENT (-1)
 
-/* How a request ended. */
-typedef enum {
-    SL_ROW_SERVED,
-    SL_ROW_FAILED,
-    SL_ROW_CANCELLED,
-    SL_ROW_ANSWERED_LOCALLY,
-    SL_ROW_OUTCOME_COUNT
-} sl_row_outcome_t;
 
-/* How one hop ended: the protocol's Outcome, in its order. */
-typedef enum {
-    SL_ROW_HOP_SERVED,
-    SL_ROW_HOP_STATUS,
-    SL_ROW_HOP_ERROR,
-    SL_ROW_HOP_SKIPPED,
-    SL_ROW_HOP_ESTIMATED,
-    SL_ROW_HOP_CANCELLED,
-    SL_ROW_HOP_COUNT
-} sl_row_hop_outcome_t;
-
-/* Why a candidate was skipped: the protocol's ServeSkip, in its order, after NONE. */
-typedef enum {
-    SL_ROW_SKIP_NONE,
-    SL_ROW_SKIP_DISABLED,
-    SL_ROW_SKIP_NOT_OFFERED,
-    SL_ROW_SKIP_COOLING,
-    SL_ROW_SKIP_THROTTLED,
-    SL_ROW_SKIP_BUSY,
-    SL_ROW_SKIP_WINDOW_FULL,
-    SL_ROW_SKIP_PERIOD_USED_UP,
-    SL_ROW_SKIP_KEY_WINDOW,
-    SL_ROW_SKIP_COUNT
-} sl_row_skip_t;
 
 /* Whose usage a bucket counts: the protocol's LimitTarget. */
 typedef enum { SL_BUCKET_PROVIDER, SL_BUCKET_CLIENT, SL_BUCKET_KIND_COUNT } sl_bucket_kind_t;
@@ -101,14 +71,16 @@ typedef struct {
 typedef struct {
     char *provider;
     char *model;
-    sl_row_hop_outcome_t outcome;
+    sl_hop_outcome_t outcome;
     uint32_t status; /* 0 = no head arrived */
     sl_row_msg_t error;
     int64_t ms;
     int64_t pause_ms; /* SL_ROW_ABSENT = not queued */
     uint32_t retry;   /* 1-based round; 0 = first try */
     int64_t backoff_ms;
-    sl_row_skip_t skipped;
+    sl_skip_t skipped;
+    bool has_reason;         /* a failed hop: why the request went on as it did */
+    sl_step_reason_t reason; /* read only with has_reason */
 } sl_attempt_row_t;
 
 typedef struct {

@@ -25,6 +25,8 @@
 #include "core/answer_usage.h"
 #include "core/bodyedit.h"
 #include "core/classify.h"
+#include "core/next_step.h"
+#include "core/outcome.h"
 #include "core/dialect.h"
 #include "core/jscan.h"
 #include "core/hints.h"
@@ -51,35 +53,83 @@
 #define ANSWER_TAIL_CAP       (16u << 10) /* the end of a whole JSON answer, kept to read its usage */
 #define WATCH_CLIENT_AFTER_MS 20          /* see sl__watch_client_soon */
 
+/*
+ * The life of a request (behaviour.md §1-6). Moved only by sl__set_phase
+ * (request.c), along its table of allowed moves.
+ */
 typedef enum {
-    REQ_ROUTING,       /* choosing the next candidate */
-    REQ_BACKOFF,       /* every candidate of the round failed; a retry round starts when the pause ends */
-    REQ_QUEUED,        /* no candidate can take it now: it waits on their queues (behaviour.md §6) */
-    REQ_WAITING_HEAD,  /* a hop is out, nothing has come back */
-    REQ_HELD,          /* a 2xx head came; its bytes are held until content */
-    REQ_READING_ERROR, /* a non-2xx head came; its body is read to judge it */
-    REQ_STREAMING,     /* the answer is going to the client */
-    REQ_DONE,
-} req_state_t;
+    PHASE_ROUTING,       /* choosing the next candidate */
+    PHASE_BACKOFF,       /* every candidate of the round failed; a retry round starts when the pause ends */
+    PHASE_QUEUED,        /* no candidate can take it now: it waits in queues (§6, §7) */
+    PHASE_WAITING_HEAD,  /* a hop is out, nothing has come back */
+    PHASE_HELD,          /* a 2xx head came; its bytes are held until content (§4) */
+    PHASE_READING_ERROR, /* a non-2xx head came; its body is read to judge it */
+    PHASE_STREAMING,     /* the answer is going to the client */
+    PHASE_DONE,          /* ended: answered (or the client is gone), recorded, settled */
+    PHASE_COUNT
+} req_phase_t;
 
+/*
+ * What the client has been sent. Moved only by sl__set_client_out (hold.c),
+ * along its table of allowed moves.
+ */
+typedef enum {
+    OUT_NONE,      /* nothing: any answer may still come, whole */
+    OUT_KEEPALIVE, /* a 200 stream head and keep-alives: a failure can only be told inside the stream */
+    OUT_ANSWER,    /* the answer is going out: its head, then its bytes */
+    OUT_FINAL,     /* its end is queued: what is parsed goes out, then the stream ends (or aborts) */
+    OUT_CLOSED,    /* h2o has the answer's end, or the client is gone: r->req is NULL from here */
+    OUT_COUNT
+} client_out_t;
+
+/* Whose words the answer going out is. */
+typedef enum {
+    ANSWER_UPSTREAM,    /* the upstream's answer */
+    ANSWER_HANDED_OVER, /* the upstream's failure, passed on as it sent it */
+    ANSWER_GATEWAY,     /* the gateway's own error */
+} answer_kind_t;
+
+/* How a request ends (sl__end_request): what the client gets follows from this and from what it has. */
+typedef enum {
+    END_SERVED,         /* the upstream's answer is whole: what is left goes out, then the end */
+    END_HANDED_OVER,    /* the upstream's failure, as it sent it, is the answer */
+    END_GATEWAY_ERROR,  /* the gateway's error: whole while nothing went out, else inside the stream */
+    END_BROKEN,         /* the answer going out cannot be finished: an in-stream error, or a whole one cut */
+    END_LOCAL,          /* the gateway's own answer (the models list, a token estimate), given whole */
+    END_CANCELLED,      /* an operator cancelled it */
+    END_CLIENT_LEFT,    /* the client went away */
+    END_CLIENT_STALLED, /* the client read nothing for idle_timeout_secs */
+} req_end_how_t;
+
+typedef struct {
+    req_end_how_t how;
+    int status;         /* the row's (and a whole answer's) status */
+    const sl_msg_t *msg; /* the error the client gets (and the row keeps); NULL for none */
+    sl_strbuf_t *body;  /* END_LOCAL: the answer's body (taken) */
+    const char *type;   /* END_LOCAL: its content type */
+    bool cut;           /* END_HANDED_OVER: a stream that ended without its end marker gets the gateway's error */
+} req_end_t;
+
+/* One hop, or one candidate skipped, as its row and AttemptView tell it. */
 typedef struct {
     size_t provider;
     const char *model;
-    sl_row_hop_outcome_t outcome;
+    sl_hop_outcome_t outcome;
     int status;
     bool has_error;
     sl_code_t error_code;
     char error_detail[128];
     int64_t started_ms, ms;
-    sl_row_skip_t skipped;
-    bool closed;        /* its outcome is set: reported once */
-    uint32_t retry;     /* the retry round of this hop; 0 = the first round */
-    int64_t pause_ms;   /* time queued before this hop; -1 = none */
-    int64_t backoff_ms; /* the pause before its round, on the round's first hop only; -1 = none */
+    sl_skip_t skipped;
+    bool closed;             /* its outcome is set: reported once */
+    bool has_reason;         /* a failed hop: the step the request took after it */
+    sl_step_reason_t reason; /* read only with has_reason */
+    uint32_t retry;          /* the retry round of this hop; 0 = the first round */
+    int64_t pause_ms;        /* time queued before this hop; -1 = none */
+    int64_t backoff_ms;      /* the pause before its round, on the round's first hop only; -1 = none */
 } attempt_t;
 
 /* What a usage limit set was charged for this request (behaviour.md §7), settled when it is over. */
-
 typedef struct {
     sl_limit_set_t *set; /* NULL: nothing charged */
     int64_t at_ms;       /* wall clock: when it was charged; the settlement lands there too */
@@ -87,209 +137,344 @@ typedef struct {
 } charge_t;
 
 /* Why the last hop failed, kept for the final answer when no candidate is left. */
-
 typedef struct {
     bool any;
     sl_code_t code;
+    size_t provider; /* the provider concerned; SIZE_MAX = none */
     int status;
     char detail[160];
 } last_failure_t;
 
 typedef struct {
     h2o_linklist_t link; /* in io->requests while it lives */
-    h2o_req_t *req;
+    h2o_req_t *req;      /* NULL once out.state is OUT_CLOSED */
     sl_worker_io_t *io;
     sl_gateway_t *gw;
     sl_snapshot_t *snapshot;
     const sl_config_t *config;
     uint64_t id;
     int64_t started_ms, started_wall_ms;
-    req_state_t state;
+    req_phase_t phase;
     sl_intake_t in;
     h2o_iovec_t path; /* as the client sent it; lives in the request pool */
+    sl_timer_t start_timer;
 
+    /* The candidates and the conversation (routing.c). */
     sl_candidate_t *cands;
-    sl_row_skip_t *skips;
+    sl_skip_t *skips;
     size_t n_cands, next;
     size_t n_offered;     /* candidates not skipped for config reasons */
     bool cooling_ignored; /* every candidate was cooling: all are tried (fail open) */
-
-    size_t cur; /* the candidate of the hop in flight */
-    sl_hop_t *hop;
-    sl_upstream_t *up; /* the upstream of the current hop; in_flight counted while set */
-    bool is_probe;
-    char *head;        /* the upstream request head (malloc) */
-    h2o_iovec_t body;  /* the body sent upstream: the client's, or body_copy */
-    char *body_copy;   /* the client's body with the upstream's model name (malloc), for this hop only */
-    char *answer_tail; /* the last bytes of a whole (non-SSE) 2xx answer (malloc), where its usage is */
-    size_t answer_tail_len, answer_tail_cap;
-    int up_status;
-    h2o_headers_t up_headers; /* the upstream's answer headers, hop-by-hop ones dropped */
-    int64_t up_content_length;
-    bool events; /* the answer is a stream of events this gateway understands: SSE, or (frames) eventstream */
-    bool frames; /* Bedrock: application/vnd.amazon.eventstream frames instead of SSE */
-
-    h2o_buffer_t *rx; /* upstream bytes not yet handed to h2o */
-    h2o_buffer_t *tx; /* the bytes of the h2o_send in flight */
-    size_t parsed;    /* rx[0..parsed) are whole events (or, without SSE, any bytes): forwardable */
-    sl_sse_scanner_t scanner;
-    char scratch[4096];
-    sl_stream_t stream;
-    bool response_started; /* h2o has the head (the answer's, or the keep-alive one) */
-    bool answer_started;   /* the answer itself began going out */
-    bool sending, final_queued, reads_paused;
-    bool handing_over; /* the answer going out is a failure handed over as the upstream sent it */
-    bool told_error;   /* the upstream's stream already told the client of an error after content */
-    bool resent_on_fresh_connection;
-    h2o_send_state_t final_state;
-    h2o_generator_t generator;
-
-    last_failure_t last;
     uint64_t conversation; /* the affinity key; 0 = none */
-    /* Retrying (behaviour.md §5) and the 15 s rule (§4). */
-    int64_t deadline_ms;    /* arrival + failover.wait_secs: nothing waits or retries past it */
-    uint32_t round;         /* 0 = the first round, then the retry round */
-    bool *in_round;         /* candidates taking part in this round */
-    bool *failed_temporary; /* candidates whose failure in this round was temporary */
-    int64_t hint_ms;        /* the longest retry hint an upstream gave in this round; -1 = none */
-    int64_t round_backoff_ms;
-    bool waited; /* sluice retried or waited: a handed-over error says x-should-retry: false */
-    sl_timer_t start_timer, backoff_timer, keepalive_timer;
-    sl_timer_t stall_timer; /* armed while a send to the client is in flight (see on_client_stalled) */
-    int client_fd;          /* HTTP/1: the client's socket, shut down when it stalls; else -1 */
-    sl_timer_t watch_timer; /* a request still unanswered this long has its client watched */
-    bool end_follows;       /* the bytes being processed are the upstream's last (see sl__flush_to_client) */
-    /* Waiting on upstreams that are paused or busy (behaviour.md §6). */
-    sl_timer_t wait_timer;
-    sl_waiter_t *waiter; /* while it is in upstream queues */
-    bool queued;         /* RequestQueued went out, RequestDequeued not yet */
-    int64_t queued_since_ms;
-    int64_t pause_ms;           /* time queued before the next hop (its AttemptView pause_ms); -1 = none */
-    bool throttle_probe;        /* the hop in flight is its upstream's probe after a 429 pause */
-    bool counts_waiting;        /* its body counts against limits.max_waiting_bytes */
-    sl_upstream_t *dispatching; /* it left this upstream's queue for a hop: the next goes once it is sent */
-    bool keepalive_started;     /* a 200 SSE head and keep-alives went out while nothing else could */
-    int64_t last_sent_ms;       /* when the client last got bytes (or the request arrived) */
-    sl_watch_entry_t watch;     /* the HTTP/1.1 client socket while nothing has been sent */
-    char response_id[128];      /* Responses: the id of the answer being served, "" until seen */
-    uint64_t bytes_out;         /* body bytes handed to the client */
-    bool first_token_seen;
-    bool gateway_error;  /* the gateway wrote the error the client got */
-    bool sealed_history; /* the body carries history bound to one upstream account */
+    bool sealed_history;   /* the body carries history bound to one upstream account */
     sl_affinity_effect_t affinity_effect;
-    int64_t ttfb_ms, ttft_ms;
-    /* Usage limits (behaviour.md §7). */
-    sl_limit_set_t *key_limits; /* the client key's limits; NULL: none */
-    charge_t key_charge;        /* the key's charge, once, at admission */
-    charge_t up_charge;         /* the current hop's upstream charge, from when it was sent */
-    bool key_waiting;           /* it waits in the key's queue (gate key_window) */
-    int64_t key_pause_ms;       /* time it waited for its key: part of the first hop's pause_ms */
-    bool hop_uncounted;     /* a 429, or resent on a fresh connection: its upstream charge is taken back */
-    bool key_counts_tokens; /* the key's limits count tokens or cost: its usage must be reported */
-    uint32_t hops_sent;     /* a request answered by the gateway alone costs its key nothing */
-    bool hop_needs_usage;   /* so do the hop's upstream's limits (or the key's) */
+    char response_id[128]; /* Responses: the id of the answer being served, "" until seen */
+
+    /* The hop in flight (request.c, upstream_write.c). */
+    size_t cur; /* its candidate */
+    sl_hop_t *hop;
+    sl_upstream_t *up; /* its upstream; in_flight counted while set */
+    bool is_probe;     /* it is its upstream's half-open breaker probe */
+    bool fresh;        /* it goes out on a connection opened for it (a stale keep-alive's resend) */
+    char *head;        /* the upstream request head (malloc) */
+    char *body_copy;   /* the client's body with the upstream's model name (malloc), for this hop only */
+    h2o_iovec_t body;  /* the body sent upstream: the client's, or body_copy (never outlives it) */
     bool strip_usage_chunk; /* sluice asked a Chat stream for usage the client did not ask for */
-    int64_t *recovery_ms;   /* per candidate: when its full window has room, its period resets */
-    char too_large_limit[SL_LIMIT_TEXT_MAX]; /* the limit a request too large for it met, for the message */
-    attempt_t *attempts;                     /* owned; grows with the hops, most requests make one or two */
+
+    /* The upstream's answer being read (upstream_read.c). */
+    struct {
+        int up_status;
+        h2o_headers_t up_headers; /* hop-by-hop ones dropped */
+        int64_t up_content_length;
+        bool events; /* a stream of events this gateway understands: SSE, or (frames) eventstream */
+        bool frames; /* Bedrock: application/vnd.amazon.eventstream frames instead of SSE */
+        sl_sse_scanner_t scanner;
+        char scratch[4096];
+        sl_stream_t stream;
+        bool told_error;   /* an error event of the upstream's went to the client as it was */
+        char *answer_tail; /* the last bytes of a whole (non-SSE) 2xx answer (malloc), where its usage is */
+        size_t answer_tail_len, answer_tail_cap;
+    } rd;
+
+    /* What goes to the client (hold.c). */
+    struct {
+        client_out_t state;
+        answer_kind_t answer;
+        h2o_buffer_t *rx; /* upstream bytes not yet handed to h2o */
+        h2o_buffer_t *tx; /* the bytes of the h2o_send in flight */
+        size_t parsed;    /* rx[0..parsed) are whole events (or, without SSE, any bytes): forwardable */
+        bool sending;     /* an h2o_send is in flight (h2o allows one) */
+        bool reads_paused;
+        bool end_follows; /* the bytes being processed are the upstream's last (see sl__flush_to_client) */
+        h2o_send_state_t final_state;
+        h2o_generator_t generator;
+        sl_timer_t keepalive_timer;
+        sl_timer_t stall_timer; /* armed while a send to the client is in flight (see on_client_stalled) */
+        int client_fd;          /* HTTP/1: the client's socket, shut down when it stalls; else -1 */
+        sl_timer_t watch_timer; /* a request still going this long has its HTTP/1 client watched */
+        sl_watch_entry_t watch; /* the HTTP/1 client socket, watched for the client leaving */
+        int64_t last_sent_ms;   /* when the client last got bytes (or the request arrived) */
+        uint64_t bytes_out;     /* body bytes handed to the client */
+        bool first_token_seen;
+        int64_t ttfb_ms, ttft_ms;
+    } out;
+
+    /* Retrying (behaviour.md §5, failover.c). */
+    struct {
+        int64_t deadline_ms;    /* arrival + failover.wait_secs: nothing waits or retries past it */
+        uint32_t round;         /* 0 = the first round, then the retry round */
+        bool *in_round;         /* candidates taking part in this round */
+        bool *failed_temporary; /* candidates whose failure in this round was temporary */
+        int64_t hint_ms;        /* the longest retry hint an upstream gave in this round; -1 = none */
+        int64_t round_backoff_ms;
+        bool waited; /* sluice retried or waited: a handed-over error says x-should-retry: false */
+        last_failure_t last;
+        sl_timer_t backoff_timer;
+    } retry;
+
+    /* Waiting on upstreams and the key (behaviour.md §6, §7; admission.c). */
+    struct {
+        sl_timer_t wait_timer;
+        sl_waiter_t *waiter; /* while it is in queues */
+        bool queued;         /* RequestQueued went out, RequestDequeued not yet */
+        int64_t queued_since_ms;
+        bool counts_waiting;        /* its body counts against limits.max_waiting_bytes */
+        sl_upstream_t *dispatching; /* it left this upstream's queue for a hop: the next goes once it is sent */
+        bool throttle_probe;        /* the hop in flight is its upstream's probe after a 429 pause */
+        bool key_waiting;           /* it waits in the key's queue (gate key_window) */
+        int64_t key_pause_ms;       /* time it waited for its key: part of the first hop's pause_ms */
+        int64_t *recovery_ms;       /* per candidate: when its full window has room, its period resets */
+        char too_large_limit[SL_LIMIT_TEXT_MAX]; /* the limit a request too large for it met */
+    } wait;
+
+    /* Usage limits (behaviour.md §7; accounting.c). */
+    struct {
+        sl_limit_set_t *key_limits; /* the client key's limits; NULL: none */
+        charge_t key_charge;        /* the key's charge, once, at admission */
+        charge_t up_charge;         /* the current hop's upstream charge, from when it was sent */
+        bool hop_uncounted;         /* a 429: its upstream charge is taken back */
+        bool key_counts_tokens;     /* the key's limits count tokens or cost: its usage must be reported */
+        uint32_t hops_sent;         /* a request answered by the gateway alone costs its key nothing */
+        bool hop_needs_usage;       /* so do the hop's upstream's limits (or the key's) */
+    } acct;
+
+    /* The record (telemetry.c). */
+    attempt_t *attempts; /* owned; grows with the hops, most requests make one or two */
     size_t n_attempts, cap_attempts;
     bool recorded;
 } request_t;
 
-/* ---- request.c ---- */
+/* ---- request.c: phases, hops, the one exit ---- */
+
+/* Whether a request's phase may move from from to to (the table in request.c). */
+bool sl__phase_may_move(req_phase_t from, req_phase_t to);
+const char *sl__phase_name(req_phase_t phase);
+/* The only way a phase moves: checked against the table (an illegal move is logged, and aborts under assert). */
+void sl__set_phase(request_t *r, req_phase_t to);
+/*
+ * The one exit: closes the open attempt, lets the hop go, leaves timers and
+ * queues, settles the key, emits the end event, writes the row and, last,
+ * gives the client what end->how and what it already has call for (a whole
+ * error, an in-stream error, the final send, an abort). A second call does
+ * nothing. end->body is taken; end->msg is borrowed.
+ */
+void sl__end_request(request_t *r, const req_end_t *end);
+/* sl__end_request with how, the row's (and a whole answer's) status, and the message (borrowed). */
+void sl__end_with_error(request_t *r, req_end_how_t how, int status, const sl_msg_t *msg);
+/* A monotonic time t as wall clock (now and wall the same moment); -1 and SL_THROTTLE_NEVER become -1. */
 int64_t sl__wall_of(int64_t now, int64_t wall, int64_t t);
+/* A wall-clock time t (a limit's recovery) on sl_now_ms's clock. */
 int64_t sl__mono_of(int64_t now, int64_t wall, int64_t t);
 const sl_provider_t *sl__provider_of(const request_t *r, size_t cand);
+/* sl_headers_t's accessor over an h2o_headers_t. */
 bool sl__header_at(const void *ctx, size_t i, sl_header_t *out);
-attempt_t *sl__new_attempt(request_t *r, size_t cand);
-attempt_t *sl__current_attempt(request_t *r);
-void sl__close_attempt(request_t *r, sl_row_hop_outcome_t outcome, sl_code_t code, const char *detail);
-void sl__end_hop(request_t *r);
-void sl__finish(request_t *r, sl_row_outcome_t outcome, int status, bool has_error, sl_code_t code,
-                const char *detail);
+/* Sends a hop to candidate cand (claiming its upstream first; a skip moves on to the next). */
 void sl__start_hop(request_t *r, size_t cand);
+/* The next candidate of the round from r->next on, else waiting, else the last failure. */
 void sl__next_hop(request_t *r);
+/* Lets the hop in flight go: its connection, its upstream's slot and charge, its buffers. */
+void sl__end_hop(request_t *r);
 
-/* ---- routing.c ---- */
-void sl__remember_conversation(request_t *r);
-void sl__remember_response(request_t *r);
+/* ---- routing.c: candidates and conversations ---- */
+
+/* The candidate list with this moment's skips (behaviour.md §2); false when nothing matches. */
 bool sl__choose_candidates(request_t *r);
+/* The conversation stays with the current candidate's upstream (sticky; sealed when its history is bound). */
+void sl__remember_conversation(request_t *r);
+/* A served Responses answer seals its id to the current candidate's upstream. */
+void sl__remember_response(request_t *r);
 
-/* ---- admission.c ---- */
-void sl__throttle_answered(request_t *r);
-void sl__end_dispatch(request_t *r);
-void sl__stop_waiting(request_t *r, bool for_hop);
-bool sl__skip_may_pass(sl_row_skip_t skip);
-void sl__wait_or_give_up(request_t *r);
+/* ---- admission.c: claiming, waiting, the key's limits ---- */
+
+/* Takes candidate cand's upstream for a hop; SL_SKIP_NONE when taken, else why not now. */
+sl_skip_t sl__claim_upstream(request_t *r, size_t cand);
+/* The client key's limits, once per request: true when it goes on to its candidates now. */
 bool sl__admit_key(request_t *r);
-sl_row_skip_t sl__claim_upstream(request_t *r, size_t cand);
-bool sl__repeats_a_skip(const request_t *r, const attempt_t *a, sl_row_skip_t skip);
+/* No candidate can take it now: wait on the ones that may recover, or give up (final 429, last failure). */
+void sl__wait_or_give_up(request_t *r);
+/* Leaves every queue; leaving for a hop, the next in line goes once this one is sent. */
+void sl__stop_waiting(request_t *r, bool for_hop);
+/* The request released from a queue is on its way (or gone): the next in that queue may go. */
+void sl__end_dispatch(request_t *r);
+/* A hop goes out after waiting: the time queued is its attempt's pause_ms (RequestDequeued to provider). */
+void sl__note_queued_time(request_t *r, attempt_t *a, const char *provider);
+/* The hop's upstream answered (anything but a 429): its 429 streak resets, a probe passes. */
+void sl__throttle_answered(request_t *r);
+/* The hop's upstream answered 429: it pauses (for hint_ms, else its backoff); the hop's charge is taken back. */
+void sl__throttle_pause(request_t *r, int64_t hint_ms);
 
-/* ---- upstream_write.c ---- */
-h2o_iovec_t sl__body_for_hop(request_t *r, const char *model, bool needs_usage);
+/* ---- upstream_write.c: what a hop sends ---- */
+
+/* The head (into *head) and body (r->body, r->body_copy) of a hop to candidate cand. */
+sl_head_status_t sl__build_hop_request(request_t *r, size_t cand, sl_strbuf_t *head, sl_upstream_head_t *info);
+/* Signs r->head with SigV4 (Bedrock without a key); false without credentials or a region. */
 bool sl__sign_for_aws(request_t *r, const sl_provider_t *p, const sl_upstream_head_t *info);
 
-/* ---- hold.c ---- */
-bool sl__is_hop_by_hop(const h2o_iovec_t *name);
-void sl__start_response(request_t *r);
-void sl__pause_upstream_reads(request_t *r);
-void sl__flush_to_client(request_t *r);
-void sl__queue_final(request_t *r, h2o_send_state_t state);
-void sl__append_stream_error(request_t *r, sl_code_t code, const char *text);
-void sl__on_keepalive(sl_timer_t *t);
-void sl__unwatch_client(request_t *r);
-void sl__watch_client_soon(request_t *r);
-void sl__release_hold(request_t *r);
+/* ---- upstream_read.c: the upstream's answer ---- */
 
-/* ---- failover.c ---- */
+/* Forgets the previous hop's answer before a new hop. */
+void sl__reset_answer(request_t *r);
+extern const sl_hop_callbacks_t sl__hop_callbacks;
+
+/* ---- failover.c: after a failed hop ---- */
+
+/*
+ * A hop failed before its answer reached the client: classifies f, asks
+ * core/next_step.c what now (conn: how a connection that broke before the
+ * head was used; NULL otherwise), records the attempt with the reason, and
+ * carries the step out.
+ */
+void sl__hop_failed(request_t *r, const sl_failure_t *f, const char *detail, int64_t hint_ms,
+                    const sl_connection_facts_t *conn);
+/* Keeps code and detail (with the current candidate and status) as the last failure. */
+void sl__remember_failure(request_t *r, sl_code_t code, const char *detail);
+/* The last failure as its message (the caller frees it). */
+sl_msg_t sl__last_failure_msg(const request_t *r);
 bool sl__has_next_candidate(const request_t *r);
-bool sl__fail_over(request_t *r, const sl_failure_t *f, const char *detail, int64_t hint_ms);
-int64_t sl__failure_hint(const request_t *r, const sl_headers_t *headers, const char *body, size_t len);
+/* Whether the request may still wait or retry at all (wait_secs > 0, not counting tokens, before the deadline). */
 bool sl__may_wait(const request_t *r);
+/* The candidate a conversation stays on, or SL_RETRY_UNPINNED. */
 size_t sl__pinned_candidate(const request_t *r);
+/* The retry hint of a failure: the upstream's headers (NULL: none) and its error text. */
+int64_t sl__failure_hint(const sl_headers_t *headers, const char *body, size_t len);
 
-/* ---- answer.c ---- */
+/* ---- hold.c: what goes to the client ---- */
+
+/* Whether the client's output may move from from to to (the table in hold.c). */
+bool sl__client_out_may_move(client_out_t from, client_out_t to);
+const char *sl__client_out_name(client_out_t state);
+/* The only way out.state moves: checked against the table; OUT_CLOSED lets go of r->req. */
+void sl__set_client_out(request_t *r, client_out_t to);
+bool sl__is_hop_by_hop(const h2o_iovec_t *name);
+/* Starts the answer with the upstream's head (behind keep-alives: its bytes only). */
+void sl__start_response(request_t *r);
+/* Held content arrived (or the hold is over): the answer streams from here. */
+void sl__release_hold(request_t *r);
+/* Hands what is parsed to h2o when no send is in flight. */
+void sl__flush_to_client(request_t *r);
+/* Queues the end: what is parsed goes out, then the stream ends with state. */
+void sl__queue_final(request_t *r, h2o_send_state_t state);
+/* Cuts the answer (an error end for h2o); drop_pending: what is not out yet is dropped too. */
+void sl__abort_answer(request_t *r, bool drop_pending);
+/* Appends the gateway's in-stream error in the client's format after what was forwarded. */
+void sl__append_stream_error(request_t *r, sl_code_t code, const char *text);
+void sl__pause_upstream_reads(request_t *r);
+/* The 15 s rule's timer callback. */
+void sl__on_keepalive(sl_timer_t *t);
+/* Watches an HTTP/1 client for leaving, from WATCH_CLIENT_AFTER_MS on, until the request ends. */
+void sl__watch_client_soon(request_t *r);
+void sl__unwatch_client(request_t *r);
+
+/* ---- answer.c: the answers the gateway writes ---- */
+
 const char *sl__reason_phrase(int status);
-void sl__send_made_answer(h2o_req_t *req, int status, const char *content_type, sl_strbuf_t *body);
-void sl__add_should_retry(request_t *r);
+/* The gateway's error (msg, borrowed) as the whole answer, in the client's dialect. */
+void sl__send_whole_error(request_t *r, int status, const sl_msg_t *msg);
+/* The gateway's own answer (body taken) as the whole answer. */
+void sl__send_whole_local(request_t *r, const char *type, sl_strbuf_t *body);
+/* A bare answer to an HTTP/1 client that left: it makes h2o close the connection. */
+void sl__send_close(request_t *r);
+/* Ends with the gateway's error made of the last failure. */
 void sl__answer_with_failure(request_t *r);
-void sl__pass_through(request_t *r);
-void sl__fail_streaming(request_t *r, sl_hop_end_t how, const char *detail);
-void sl__cancel_by_operator(request_t *r);
-void sl__answer_final_429(request_t *r, const sl_wait_decision_t *d, sl_code_t code, sl_msg_t msg);
+/* The upstream's failure goes to the client as it sent it (cut: a stream that ended without its end marker). */
+void sl__hand_over(request_t *r, bool cut);
+/* Ends with the final 429 of d; msg is taken. */
+void sl__answer_final_429(request_t *r, const sl_wait_decision_t *d, sl_msg_t msg);
+/* Answers a request that would wait (code, a Retry-After in seconds) instead. */
 void sl__refuse_to_wait(request_t *r, sl_code_t code, const char *retry_after_secs);
+/* The final 429 for a request no limit of subject can ever take. */
 void sl__answer_too_large(request_t *r, const sl_wait_decision_t *d, const char *subject);
-void sl__answer_models(h2o_req_t *req, const sl_config_t *c);
+/* GET /v1/models. */
+void sl__answer_models(request_t *r);
+/* Count-tokens answered with the gateway's estimate. */
 void sl__answer_token_estimate(request_t *r);
 
-/* ---- accounting.c ---- */
-sl_amounts_t sl__usage_estimate(const request_t *r, const char *model);
-sl_amounts_t sl__usage_real(const request_t *r, const charge_t *c, bool served);
-void sl__persist_usage(request_t *r, const sl_limit_set_t *set, int64_t at_ms, const sl_amounts_t *a);
-bool sl__counts_tokens(const sl_limit_set_t *set);
-void sl__charge_locked(charge_t *c, sl_limit_set_t *set, int64_t now_wall, const sl_amounts_t *a);
-void sl__recharge_at_send(request_t *r);
-void sl__settle(request_t *r, charge_t *c, const sl_amounts_t *real, sl_waitq_t *waiters);
-void sl__release_upstream(request_t *r);
-void sl__breaker_account(request_t *r, const sl_failure_class_info_t *info);
+/* ---- accounting.c: usage and the upstream's books ---- */
 
-/* ---- telemetry.c ---- */
+/* The estimate (bytes / 4 + max_tokens) priced for model, before the upstream reports usage. */
+sl_amounts_t sl__usage_estimate(const request_t *r, const char *model);
+/* What was really used: the reported usage, else the estimate when served, else one request. */
+sl_amounts_t sl__usage_real(const request_t *r, const charge_t *c, bool served);
+/* Adds a to the request DB's per-minute usage buckets of set. */
+void sl__persist_usage(request_t *r, const sl_limit_set_t *set, int64_t at_ms, const sl_amounts_t *a);
+/* With the wait lock held: whether set's limits count tokens or cost. */
+bool sl__counts_tokens(const sl_limit_set_t *set);
+/* With the wait lock held: set is charged a at now_wall. */
+void sl__charge_locked(charge_t *c, sl_limit_set_t *set, int64_t now_wall, const sl_amounts_t *a);
+/* The hop's bytes go out now: its upstream charge moves to now. */
+void sl__recharge_at_send(request_t *r);
+/* Replaces c's estimate with real; the head of waiters (may be NULL) may go when room came free. */
+void sl__settle(request_t *r, charge_t *c, const sl_amounts_t *real, sl_waitq_t *waiters);
+/* Settles the key's charge once the request is over (served: the upstream's answer went out). */
+void sl__settle_key(request_t *r, bool served);
+/* Lets the hop's upstream go: its charge settles, its slot and probe are freed, its queue moves. */
+void sl__release_upstream(request_t *r);
+/* What the hop's outcome tells the breaker (info NULL: a success). */
+void sl__breaker_account(request_t *r, const sl_failure_class_info_t *info);
+/* The upstream answered sensibly: throttle streak reset, breaker success, the conversation stays. */
+void sl__upstream_served(request_t *r);
+
+/* ---- telemetry.c: attempts, messages, events, the row ---- */
+
+/* Who sent the request: the client's name, "local" when no keys are configured, "unknown" when refused. */
 const char *sl__client_name(const request_t *r);
 bool sl__events_on(const request_t *r);
 void sl__emit(request_t *r, sl_proto_event_t *ev);
+/* The conversation's session header (the first of x-sluice-session, x-claude-code-session-id, session-id). */
 bool sl__session_header(const request_t *r, const h2o_iovec_t **value);
+/*
+ * A hop's failure as its message: code's template filled with what it shows
+ * of provider, status, the timeout's seconds, the request's model and
+ * dialect, and the failure's own detail (its {reason}, {code} or {max}).
+ */
+sl_msg_t sl__failure_msg(const request_t *r, sl_code_t code, const char *provider, int status, const char *detail);
+/* A new attempt at candidate cand (NULL past MAX_ATTEMPTS). */
+attempt_t *sl__new_attempt(request_t *r, size_t cand);
+/* Closes the open attempt (if any) with outcome; the error is code and detail unless it served. */
+void sl__close_attempt(request_t *r, sl_hop_outcome_t outcome, sl_code_t code, const char *detail);
+/* As sl__close_attempt, with the step the request took after the failure. */
+void sl__close_failed_attempt(request_t *r, sl_hop_outcome_t outcome, sl_code_t code, const char *detail,
+                              sl_step_reason_t reason);
+/* The current candidate is skipped now (a repeat of the round's same skip is not a new attempt). */
+void sl__skip_attempt(request_t *r, attempt_t *a, sl_skip_t skip);
+void sl__emit_attempt(request_t *r, const attempt_t *a);
 void sl__emit_started(request_t *r);
 void sl__emit_routed(request_t *r, size_t route, sl_affinity_effect_t effect);
-void sl__emit_attempt(request_t *r, const attempt_t *a);
+void sl__emit_queued(request_t *r, const sl_bus_gate_t *gates, size_t n_gates);
+void sl__emit_dequeued(request_t *r, const char *provider);
+void sl__emit_retrying(request_t *r, const bool *next, int64_t pause_ms, bool by_hint);
+void sl__emit_headers(request_t *r);
+/* The first content (or a whole answer's head) reached the client: ttft, RequestFirstToken. */
 void sl__first_token(request_t *r);
-void sl__emit_end(request_t *r, sl_row_outcome_t outcome, int status, sl_code_t code, const char *text);
+/* RequestFinished, RequestFailed (the gateway's error msg) or RequestCancelled. */
+void sl__emit_end(request_t *r, sl_row_outcome_t outcome, int status, const sl_msg_t *msg);
 void sl__emit_health(request_t *r, const char *provider, sl_breaker_t b);
-void sl__record(request_t *r, sl_row_outcome_t outcome, int status, bool has_error, sl_code_t code,
-                const char *detail);
 void sl__emit_throttle(request_t *r, const char *provider, const sl_throttle_t *t);
+/* What a set's limits show (ThrottleChanged): a full window or a used-up period, else nothing. */
 sl_limit_verdict_t sl__shown_verdict(sl_limit_verdict_t v);
 void sl__emit_limit_throttle(request_t *r, const char *provider, sl_limit_verdict_t v, int64_t until_wall,
                              const sl_limit_t *limit, const sl_throttle_t *t);
-extern const sl_hop_callbacks_t sl__hop_callbacks;
+/* The request's row (msg: the error the client got, NULL for none); once. */
+void sl__record(request_t *r, sl_row_outcome_t outcome, int status, const sl_msg_t *msg);
 
 #endif

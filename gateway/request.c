@@ -1,25 +1,69 @@
 /*
- * The request path's entry and dispatch: a client request served (intake, candidates, the
- * first hop), each hop started and the next one chosen, an operator's cancel, the request's end.
+ * The request path's spine: a client request served (intake, candidates,
+ * the first hop), its phase moved along one table, each hop started and the
+ * next chosen, an operator's cancel, and the one exit (sl__end_request)
+ * every request leaves by: whatever happened, the client's answer, the
+ * events, the row and the usage settlement come from there, in one order.
  */
 #include "request.h"
 
 #include "req.h"
 
-/* ---- small helpers ---------------------------------------------------------------------- */
+/* ---- phases -------------------------------------------------------------------------------- */
+
+#define TO(phase) (1u << (phase))
+
+/* Where each phase may go (behaviour.md §1-6): one bit per phase. */
+static const unsigned phase_moves[PHASE_COUNT] = {
+    [PHASE_ROUTING] = TO(PHASE_ROUTING) | TO(PHASE_WAITING_HEAD) | TO(PHASE_QUEUED) | TO(PHASE_DONE),
+    [PHASE_BACKOFF] = TO(PHASE_ROUTING) | TO(PHASE_DONE),
+    [PHASE_QUEUED] = TO(PHASE_ROUTING) | TO(PHASE_QUEUED) | TO(PHASE_DONE),
+    [PHASE_WAITING_HEAD] = TO(PHASE_HELD) | TO(PHASE_READING_ERROR) | TO(PHASE_STREAMING) | TO(PHASE_ROUTING) |
+                           TO(PHASE_BACKOFF) | TO(PHASE_DONE),
+    [PHASE_HELD] = TO(PHASE_STREAMING) | TO(PHASE_ROUTING) | TO(PHASE_BACKOFF) | TO(PHASE_DONE),
+    [PHASE_READING_ERROR] = TO(PHASE_STREAMING) | TO(PHASE_ROUTING) | TO(PHASE_BACKOFF) | TO(PHASE_DONE),
+    [PHASE_STREAMING] = TO(PHASE_DONE),
+    [PHASE_DONE] = 0,
+};
+
+static const char *const phase_names[PHASE_COUNT] = {
+    "routing", "backoff", "queued", "waiting_head", "held", "reading_error", "streaming", "done"};
+
+bool
+sl__phase_may_move(req_phase_t from, req_phase_t to)
+{
+    return from < PHASE_COUNT && to < PHASE_COUNT && (phase_moves[from] & TO(to)) != 0;
+}
+
+const char *
+sl__phase_name(req_phase_t phase)
+{
+    return phase < PHASE_COUNT ? phase_names[phase] : "?";
+}
+
+void
+sl__set_phase(request_t *r, req_phase_t to)
+{
+    if (!sl__phase_may_move(r->phase, to)) {
+        sl_log_error("request %llu: phase %s -> %s is not a move of the request path", (unsigned long long)r->id,
+                     sl__phase_name(r->phase), sl__phase_name(to));
+        assert(!"illegal phase move");
+    }
+    r->phase = to;
+}
+
+/* ---- small helpers ------------------------------------------------------------------------- */
 
 /*
  * Times on the two clocks: waiting runs on sl_now_ms's (monotonic), events
  * and usage limits on the wall clock. now and wall are the same moment.
  */
-/* A monotonic time as a wall-clock one for events; -1 and SL_THROTTLE_NEVER become -1 ("none"). */
 int64_t
 sl__wall_of(int64_t now, int64_t wall, int64_t t)
 {
     return t < 0 || t == SL_THROTTLE_NEVER ? -1 : wall + (t - now);
 }
 
-/* A wall-clock time (a limit's recovery) on sl_now_ms's clock. */
 int64_t
 sl__mono_of(int64_t now, int64_t wall, int64_t t)
 {
@@ -51,93 +95,132 @@ sl_request_headers(const h2o_req_t *req)
     return (sl_headers_t){.at = sl__header_at, .ctx = &req->headers};
 }
 
-attempt_t *
-sl__new_attempt(request_t *r, size_t cand)
+/* ---- the one exit -------------------------------------------------------------------------- */
+
+/* How the end reaches the client. */
+typedef enum {
+    DELIVER_NOTHING,      /* the client is gone, or h2o already has the end */
+    DELIVER_WHOLE_ERROR,  /* the gateway's error as the whole answer */
+    DELIVER_WHOLE_LOCAL,  /* the gateway's own answer, whole */
+    DELIVER_STREAM_ERROR, /* the gateway's error inside the stream, then its end */
+    DELIVER_FINAL,        /* what is left, then the end */
+    DELIVER_ABORT,        /* the answer is cut: h2o ends it as an error */
+    DELIVER_CLOSE,        /* an HTTP/1 client left before any answer: a bare one makes h2o close */
+} delivery_t;
+
+/*
+ * How an end reaches the client, from how the request ends, what the client
+ * already has (out), and whether its answer is a stream the gateway can
+ * write an error into (in_stream: a stream of events, or keep-alives).
+ */
+static delivery_t
+delivery_of(req_end_how_t how, client_out_t out, bool in_stream, bool cut)
 {
-    if (r->n_attempts == MAX_ATTEMPTS)
-        return NULL;
-    if (r->n_attempts == r->cap_attempts) {
-        r->cap_attempts = r->cap_attempts == 0 ? 2 : r->cap_attempts * 2;
-        r->attempts = sl_xrealloc(r->attempts, r->cap_attempts * sizeof(*r->attempts));
+    if (out == OUT_CLOSED)
+        return DELIVER_NOTHING;
+    switch (how) {
+    case END_SERVED:
+        return DELIVER_FINAL;
+    case END_HANDED_OVER:
+        return cut ? DELIVER_STREAM_ERROR : DELIVER_FINAL;
+    case END_LOCAL:
+        return out == OUT_NONE ? DELIVER_WHOLE_LOCAL : DELIVER_ABORT;
+    case END_GATEWAY_ERROR:
+    case END_CANCELLED:
+        if (out == OUT_NONE)
+            return DELIVER_WHOLE_ERROR;
+        return in_stream ? DELIVER_STREAM_ERROR : DELIVER_ABORT;
+    case END_BROKEN:
+        return in_stream ? DELIVER_STREAM_ERROR : DELIVER_ABORT;
+    case END_CLIENT_LEFT:
+        return out == OUT_NONE ? DELIVER_CLOSE : DELIVER_ABORT;
+    case END_CLIENT_STALLED:
+        return DELIVER_ABORT;
     }
-    attempt_t *a = &r->attempts[r->n_attempts++];
-    *a = (attempt_t){.provider = r->cands[cand].provider,
-                     .model = r->cands[cand].model,
-                     .started_ms = sl_now_ms(),
-                     .skipped = SL_ROW_SKIP_NONE,
-                     .retry = r->round,
-                     .backoff_ms = -1,
-                     .pause_ms = -1};
-    return a;
+    return DELIVER_ABORT;
 }
 
-attempt_t *
-sl__current_attempt(request_t *r)
-{
-    return r->n_attempts > 0 ? &r->attempts[r->n_attempts - 1] : NULL;
-}
+static const struct {
+    sl_row_outcome_t row;
+    sl_hop_outcome_t hop; /* how an attempt still open ends */
+} end_outcomes[] = {
+    [END_SERVED] = {SL_ROW_SERVED, SL_HOP_SERVED},
+    [END_HANDED_OVER] = {SL_ROW_FAILED, SL_HOP_STATUS},
+    [END_GATEWAY_ERROR] = {SL_ROW_FAILED, SL_HOP_ERROR},
+    [END_BROKEN] = {SL_ROW_FAILED, SL_HOP_ERROR},
+    [END_LOCAL] = {SL_ROW_ANSWERED_LOCALLY, SL_HOP_ESTIMATED},
+    [END_CANCELLED] = {SL_ROW_CANCELLED, SL_HOP_CANCELLED},
+    [END_CLIENT_LEFT] = {SL_ROW_CANCELLED, SL_HOP_CLIENT_LEFT},
+    [END_CLIENT_STALLED] = {SL_ROW_CANCELLED, SL_HOP_CANCELLED},
+};
 
+/*
+ * Ends the request, in one fixed order: the open attempt closes, the hop and
+ * its upstream are let go (settling the upstream's charge), timers and
+ * queues are left, the key's charge settles, RequestFinished/Failed/Cancelled
+ * goes out, the row is written — and last what the client gets, chosen from
+ * how it ends and what it already has, since h2o may dispose the request
+ * (and r) inside that final send. A second call does nothing.
+ */
 void
-sl__close_attempt(request_t *r, sl_row_hop_outcome_t outcome, sl_code_t code, const char *detail)
+sl__end_request(request_t *r, const req_end_t *end)
 {
-    attempt_t *a = sl__current_attempt(r);
-    if (a == NULL || a->skipped != SL_ROW_SKIP_NONE || a->closed)
+    if (r->phase == PHASE_DONE)
         return;
-    a->closed = true;
-    a->outcome = outcome;
-    a->status = r->up_status;
-    a->ms = sl_now_ms() - a->started_ms;
-    if (outcome != SL_ROW_HOP_SERVED) {
-        a->has_error = true;
-        a->error_code = code;
-        snprintf(a->error_detail, sizeof(a->error_detail), "%s", detail != NULL ? detail : "");
-    }
-    sl__emit_attempt(r, a);
-}
-
-void
-sl__end_hop(request_t *r)
-{
-    sl__end_dispatch(r);
-    if (r->hop != NULL) {
-        sl_hop_cancel(r->hop);
-        r->hop = NULL;
-    }
-    sl__release_upstream(r);
-    free(r->head);
-    r->head = NULL;
-    free(r->body_copy);
-    r->body_copy = NULL;
-    free(r->answer_tail);
-    r->answer_tail = NULL;
-    r->answer_tail_len = r->answer_tail_cap = 0;
-}
-
-/* ---- answering the client ----------------------------------------------------------------- */
-
-void
-sl__finish(request_t *r, sl_row_outcome_t outcome, int status, bool has_error, sl_code_t code,
-           const char *detail)
-{
+    sl_row_outcome_t outcome = end_outcomes[end->how].row;
+    sl_code_t code = end->msg != NULL ? end->msg->code : SL_CODE_GW_UPSTREAM_STATUS;
+    const char *text = end->msg != NULL ? end->msg->text : NULL;
+    sl__close_attempt(r, end_outcomes[end->how].hop, code, text);
+    bool in_stream = r->rd.events || r->out.state == OUT_KEEPALIVE;
+    delivery_t delivery = delivery_of(end->how, r->out.state, in_stream, end->cut);
     sl__end_hop(r);
-    r->state = REQ_DONE;
+    if (end->how == END_GATEWAY_ERROR || delivery == DELIVER_WHOLE_ERROR || delivery == DELIVER_STREAM_ERROR)
+        r->out.answer = ANSWER_GATEWAY;
+    else if (end->how == END_HANDED_OVER)
+        r->out.answer = ANSWER_HANDED_OVER;
+    sl__set_phase(r, PHASE_DONE);
     sl_timer_cancel(&r->io->timers, &r->start_timer);
-    sl_timer_cancel(&r->io->timers, &r->backoff_timer);
-    sl_timer_cancel(&r->io->timers, &r->keepalive_timer);
+    sl_timer_cancel(&r->io->timers, &r->retry.backoff_timer);
+    sl_timer_cancel(&r->io->timers, &r->out.keepalive_timer);
     sl__unwatch_client(r);
     sl__stop_waiting(r, false);
-    if (r->key_charge.set != NULL) {
-        /*
-         * The key was charged once, at admission; sluice's own retries are not its client's, and neither is
-         * a request the gateway answered without any upstream (a final 429, an estimate).
-         */
-        sl_amounts_t used = r->hops_sent > 0 ? sl__usage_real(r, &r->key_charge, outcome == SL_ROW_SERVED)
-                                             : (sl_amounts_t){0};
-        sl__settle(r, &r->key_charge, &used, &r->key_charge.set->queue);
+    sl__settle_key(r, outcome == SL_ROW_SERVED);
+    if (r->in.endpoint.op != SL_OP_LIST_MODELS)
+        sl__emit_end(r, outcome, end->status, end->msg);
+    sl__record(r, outcome, end->status, end->msg);
+    switch (delivery) {
+    case DELIVER_NOTHING:
+        break;
+    case DELIVER_WHOLE_ERROR:
+        sl__send_whole_error(r, end->status, end->msg);
+        break;
+    case DELIVER_WHOLE_LOCAL:
+        sl__send_whole_local(r, end->type, end->body);
+        return;
+    case DELIVER_STREAM_ERROR:
+        sl__append_stream_error(r, code, text);
+        sl__queue_final(r, H2O_SEND_STATE_FINAL);
+        break;
+    case DELIVER_FINAL:
+        sl__queue_final(r, H2O_SEND_STATE_FINAL);
+        break;
+    case DELIVER_ABORT:
+        sl__abort_answer(r, end->how == END_CLIENT_STALLED);
+        break;
+    case DELIVER_CLOSE:
+        sl__send_close(r);
+        break;
     }
-    if (!r->recorded && r->in.endpoint.op != SL_OP_LIST_MODELS)
-        sl__emit_end(r, outcome, status, code, detail);
-    sl__record(r, outcome, status, has_error, code, detail);
+    if (end->body != NULL)
+        free(sl_strbuf_finish(end->body));
+}
+
+/* Ends the request with the gateway's error: code's message with its arguments (NULL-terminated pairs). */
+void
+sl__end_with_error(request_t *r, req_end_how_t how, int status, const sl_msg_t *msg)
+{
+    req_end_t end = {.how = how, .status = status, .msg = msg};
+    sl__end_request(r, &end);
 }
 
 void
@@ -145,11 +228,29 @@ sl_request_cancel(sl_worker_io_t *io, uint64_t id)
 {
     for (h2o_linklist_t *l = io->requests.next; l != &io->requests; l = l->next) {
         request_t *r = H2O_STRUCT_FROM_MEMBER(request_t, link, l);
-        if (r->id == id) {
-            sl__cancel_by_operator(r);
+        if (r->id == id && r->phase != PHASE_DONE) {
+            sl_log_info("request %llu: cancelled by an operator", (unsigned long long)r->id);
+            sl_msg_t msg = sl_msg_make(SL_CODE_GW_CANCELLED, NULL);
+            int status = r->out.state == OUT_NONE   ? sl_code_status(SL_CODE_GW_CANCELLED)
+                         : r->rd.up_status > 0      ? r->rd.up_status
+                                                    : 200;
+            sl__end_with_error(r, END_CANCELLED, status, &msg);
+            sl_msg_free(&msg);
             return;
         }
     }
+}
+
+/* ---- hops ---------------------------------------------------------------------------------- */
+
+/* The gateway's error for a hop that could not even be built (its path, its provider's config). */
+static void
+unusable_hop(request_t *r, sl_code_t code, const char *what)
+{
+    sl__end_hop(r);
+    sl__remember_failure(r, code, what);
+    sl__close_attempt(r, SL_HOP_ERROR, code, what);
+    sl__answer_with_failure(r);
 }
 
 void
@@ -163,114 +264,90 @@ sl__start_hop(request_t *r, size_t cand)
         sl__answer_with_failure(r);
         return;
     }
-    a->backoff_ms = r->round_backoff_ms;
-    r->round_backoff_ms = -1;
-    sl_row_skip_t skip = sl__claim_upstream(r, cand);
-    if (skip != SL_ROW_SKIP_NONE) {
-        if (sl__repeats_a_skip(r, a, skip)) {
-            r->n_attempts--;
-        } else {
-            a->skipped = skip;
-            sl__emit_attempt(r, a);
-        }
-        r->skips[cand] = skip;
-        if (skip == SL_ROW_SKIP_BUSY && !r->last.any) {
-            r->last.any = true;
-            r->last.code = SL_CODE_GW_UPSTREAM_BUSY;
-            r->last.status = 0;
-            snprintf(r->last.detail, sizeof(r->last.detail), "%u", p->max_concurrent);
-        }
+    a->backoff_ms = r->retry.round_backoff_ms;
+    r->retry.round_backoff_ms = -1;
+    sl_skip_t skip = sl__claim_upstream(r, cand);
+    if (skip != SL_SKIP_NONE) {
+        sl__skip_attempt(r, a, skip);
         r->next = cand + 1;
         sl__next_hop(r);
         return;
     }
     r->up = up;
-    r->hop_uncounted = false;
-    if (r->key_pause_ms > 0) {
-        a->pause_ms = r->key_pause_ms;
-        r->key_pause_ms = 0;
-    }
-    if (r->queued) {
-        a->pause_ms = (a->pause_ms > 0 ? a->pause_ms : 0) + sl_now_ms() - r->queued_since_ms;
-        sl__stop_waiting(r, true);
-        if (sl__events_on(r)) {
-            sl_proto_event_t ev;
-            sl__emit(r, sl_bus_request_dequeued(&ev, sl_wall_ms(), r->id, p->name));
-        }
-    }
-    sl_headers_t headers = sl_request_headers(r->req);
-    r->body = sl__body_for_hop(r, r->cands[cand].model, r->hop_needs_usage);
-    sl_upstream_request_t ureq = {
-        .method = "POST",
-        .target = r->req->path.base,
-        .target_len = r->req->path.len,
-        .model = r->cands[cand].model,
-        .headers = &headers,
-        .body_len = r->body.len,
-    };
+    r->acct.hop_uncounted = false;
+    sl__note_queued_time(r, a, p->name);
     sl_strbuf_t head = {0};
     sl_upstream_head_t info;
-    sl_head_status_t built = sl_dialect_upstream_head(p, &ureq, &head, &info);
+    sl_head_status_t built = sl__build_hop_request(r, cand, &head, &info);
     if (built != SL_HEAD_OK) {
-        /* The client's path (a byte no request line may carry) or the provider's config: nothing to retry. */
         free(sl_strbuf_finish(&head));
-        sl__end_hop(r);
-        r->last.any = true;
-        r->last.code =
-            built == SL_HEAD_BAD_TARGET ? SL_CODE_GW_REQUEST_BAD_PATH : SL_CODE_GW_UPSTREAM_UNUSABLE;
-        snprintf(r->last.detail, sizeof(r->last.detail), "%s",
-                 built == SL_HEAD_BAD_TARGET ? "the path" : "its base URL or key");
-        sl__close_attempt(r, SL_ROW_HOP_ERROR, r->last.code, r->last.detail);
-        sl__answer_with_failure(r);
+        if (built == SL_HEAD_BAD_TARGET)
+            unusable_hop(r, SL_CODE_GW_REQUEST_BAD_PATH, "the path");
+        else
+            unusable_hop(r, SL_CODE_GW_UPSTREAM_UNUSABLE, "its base URL or key");
         return;
     }
     r->head = sl_strbuf_finish(&head);
     if (info.auth == SL_UPSTREAM_AUTH_SIGV4_PENDING && !sl__sign_for_aws(r, p, &info)) {
-        sl__end_hop(r);
-        r->last.any = true;
-        r->last.code = SL_CODE_GW_UPSTREAM_UNUSABLE;
-        snprintf(r->last.detail, sizeof(r->last.detail), "%s", "no AWS credentials to sign with");
-        sl__close_attempt(r, SL_ROW_HOP_ERROR, r->last.code, r->last.detail);
-        sl__answer_with_failure(r);
+        unusable_hop(r, SL_CODE_GW_UPSTREAM_UNUSABLE, "no AWS credentials to sign with");
         return;
     }
-    r->up_status = 0;
-    r->state = REQ_WAITING_HEAD;
-    h2o_buffer_consume(&r->rx, r->rx->size);
-    r->parsed = 0;
-    memset(&r->stream, 0, sizeof(r->stream));
+    sl__reset_answer(r);
+    sl__set_phase(r, PHASE_WAITING_HEAD);
     const sl_failover_t *fo = &r->config->failover;
     bool by_address = false;
     sl_hop_params_t params = {
         .pool = sl_upstream_pool(up, r->io->loop, &by_address),
         .by_address = by_address,
+        .fresh = r->fresh,
         .head = h2o_iovec_init(r->head, strlen(r->head)),
         .body = r->body,
         .connect_ms = fo->connect_timeout_secs * 1000,
         .idle_ms = fo->idle_timeout_secs * 1000,
         .total_ms = fo->total_timeout_secs * 1000,
     };
-    r->hops_sent++;
+    r->fresh = false;
+    r->acct.hops_sent++;
     r->hop = sl_hop_start(r->io, &params, &sl__hop_callbacks, r);
 }
 
 void
 sl__next_hop(request_t *r)
 {
-    r->state = REQ_ROUTING;
+    sl__set_phase(r, PHASE_ROUTING);
     for (size_t i = r->next; i < r->n_cands; i++) {
-        if (r->in_round[i] && r->skips[i] == SL_ROW_SKIP_NONE) {
+        if (r->retry.in_round[i] && r->skips[i] == SL_SKIP_NONE) {
             sl__start_hop(r, i);
             return;
         }
     }
     for (size_t i = 0; i < r->n_cands; i++) {
-        if (r->in_round[i] && sl__skip_may_pass(r->skips[i])) {
+        if (r->retry.in_round[i] && sl_skip_may_pass(r->skips[i])) {
             sl__wait_or_give_up(r);
             return;
         }
     }
     sl__answer_with_failure(r);
+}
+
+/* The hop in flight is over (or abandoned): its connection, its upstream slot and its buffers go. */
+void
+sl__end_hop(request_t *r)
+{
+    sl__end_dispatch(r);
+    if (r->hop != NULL) {
+        sl_hop_cancel(r->hop);
+        r->hop = NULL;
+    }
+    sl__release_upstream(r);
+    free(r->head);
+    r->head = NULL;
+    r->body = h2o_iovec_init(NULL, 0);
+    free(r->body_copy);
+    r->body_copy = NULL;
+    free(r->rd.answer_tail);
+    r->rd.answer_tail = NULL;
+    r->rd.answer_tail_len = r->rd.answer_tail_cap = 0;
 }
 
 static void
@@ -282,7 +359,7 @@ on_start(sl_timer_t *t)
         sl__next_hop(r);
 }
 
-/* ---- intake and GET /v1/models -------------------------------------------------------------- */
+/* ---- a request's life in the pool ----------------------------------------------------------- */
 
 static void
 on_request_disposed(void *p)
@@ -290,19 +367,14 @@ on_request_disposed(void *p)
     request_t *r = p;
     h2o_linklist_unlink(&r->link);
     sl__unwatch_client(r);
-    sl_timer_cancel(&r->io->timers, &r->start_timer);
-    sl_timer_cancel(&r->io->timers, &r->backoff_timer);
-    sl_timer_cancel(&r->io->timers, &r->keepalive_timer);
-    sl_timer_cancel(&r->io->timers, &r->stall_timer);
-    sl__stop_waiting(r, false);
-    r->req = NULL;
-    if (r->state != REQ_DONE) {
-        sl__close_attempt(r, SL_ROW_HOP_CANCELLED, SL_CODE_GW_UPSTREAM_STATUS, "client went away");
-        sl__finish(r, SL_ROW_CANCELLED, r->up_status, false, SL_CODE_GW_UPSTREAM_STATUS, NULL);
-    }
+    sl_timer_cancel(&r->io->timers, &r->out.stall_timer);
+    /* An HTTP/2 stream reset, or a connection gone, before the request ended. */
+    sl__set_client_out(r, OUT_CLOSED);
+    if (r->phase != PHASE_DONE)
+        sl__end_request(r, &(req_end_t){.how = END_CLIENT_LEFT, .status = r->rd.up_status});
     sl__end_hop(r);
-    h2o_buffer_dispose(&r->rx);
-    h2o_buffer_dispose(&r->tx);
+    h2o_buffer_dispose(&r->out.rx);
+    h2o_buffer_dispose(&r->out.tx);
     free(r->attempts);
     sl_snapshot_release(r->snapshot);
 }
@@ -333,14 +405,14 @@ static request_t *
 request_new(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapshot_t *snapshot)
 {
     request_t *r = h2o_mem_alloc_shared(&req->pool, sizeof(*r), on_request_disposed);
-    memset(r, 0, sizeof(*r));
+    memset(r, 0, sizeof(*r)); /* phase PHASE_ROUTING, out.state OUT_NONE */
     r->req = req;
     r->io = io;
-    r->client_fd = -1;
+    r->out.client_fd = -1;
     if (req->version < 0x200) {
         h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
         if (sock != NULL)
-            r->client_fd = h2o_socket_get_fd(sock);
+            r->out.client_fd = h2o_socket_get_fd(sock);
     }
     h2o_linklist_insert(&io->requests, &r->link);
     r->gw = gw;
@@ -350,20 +422,20 @@ request_new(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapshot_t 
     r->id = atomic_fetch_add(&gw->next_id, 1) + 1;
     r->started_ms = sl_now_ms();
     r->started_wall_ms = sl_wall_ms();
-    r->ttfb_ms = r->ttft_ms = SL_ROW_ABSENT;
+    r->out.ttfb_ms = r->out.ttft_ms = SL_ROW_ABSENT;
     r->path = req->path;
-    r->hint_ms = -1;
-    r->round_backoff_ms = -1;
-    r->last_sent_ms = r->started_ms;
-    r->deadline_ms = sl_retry_deadline_ms(r->started_ms, r->config->failover.wait_secs, &gw->retry_params);
-    h2o_buffer_init(&r->rx, &h2o_socket_buffer_prototype);
-    h2o_buffer_init(&r->tx, &h2o_socket_buffer_prototype);
+    r->retry.hint_ms = -1;
+    r->retry.round_backoff_ms = -1;
+    r->out.last_sent_ms = r->started_ms;
+    r->retry.deadline_ms = sl_retry_deadline_ms(r->started_ms, r->config->failover.wait_secs, &gw->retry_params);
+    h2o_buffer_init(&r->out.rx, &h2o_socket_buffer_prototype);
+    h2o_buffer_init(&r->out.tx, &h2o_socket_buffer_prototype);
     return r;
 }
 
 void
 sl_request_record_refused(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapshot_t *snapshot,
-                          int status, sl_code_t code, const char *text)
+                          int status, const sl_msg_t *msg)
 {
     request_t *r = request_new(req, io, gw, snapshot);
     if (!sl_endpoint_parse(req->input.method.base, req->input.method.len, req->input.path.base,
@@ -371,8 +443,9 @@ sl_request_record_refused(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, 
         r->in.endpoint.dialect = SL_DIALECT_COUNT;
     memcpy(r->in.model, r->in.endpoint.model, sizeof(r->in.model));
     sl__emit_started(r);
-    r->gateway_error = true;
-    sl__finish(r, SL_ROW_FAILED, status, true, code, text);
+    /* refusal.c rewrites h2o's own answer: the client's answer is already on its way. */
+    sl__set_client_out(r, OUT_CLOSED);
+    sl__end_with_error(r, END_GATEWAY_ERROR, status, msg);
 }
 
 int
@@ -381,16 +454,13 @@ sl_request_serve(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapsh
     request_t *r = request_new(req, io, gw, snapshot);
 
     /* Safe mode and shutdown refuse everything, in the client's dialect when its path tells it. */
-    sl_code_t refused = snapshot->safe_mode ? SL_CODE_GW_SAFE_MODE : SL_CODE_GW_SHUTTING_DOWN;
     if (snapshot->safe_mode || atomic_load(&gw->stopping)) {
         if (!sl_endpoint_parse(req->method.base, req->method.len, req->path.base, req->path.len,
                                &r->in.endpoint))
             r->in.endpoint.dialect = SL_DIALECT_COUNT;
-        sl_msg_t msg = sl_msg_make(refused, NULL);
+        sl_msg_t msg = sl_msg_make(snapshot->safe_mode ? SL_CODE_GW_SAFE_MODE : SL_CODE_GW_SHUTTING_DOWN, NULL);
         sl__emit_started(r);
-        r->gateway_error = true;
-        sl_request_send_error(req, r->in.endpoint.dialect, sl_code_status(refused), refused, msg.text);
-        sl__finish(r, SL_ROW_FAILED, sl_code_status(refused), true, refused, msg.text);
+        sl__end_with_error(r, END_GATEWAY_ERROR, sl_code_status(msg.code), &msg);
         sl_msg_free(&msg);
         return 0;
     }
@@ -411,22 +481,12 @@ sl_request_serve(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapsh
     if (r->in.endpoint.op != SL_OP_LIST_MODELS)
         sl__emit_started(r);
     if (!accepted) {
-        r->gateway_error = true;
-        char path[256];
-        snprintf(path, sizeof(path), "%.*s", (int)req->path_normalized.len, req->path_normalized.base);
-        char max[24];
-        snprintf(max, sizeof(max), "%llu", (unsigned long long)r->config->max_body_bytes);
-        sl_msg_t msg = sl_msg_make(refusal.code, "method", refusal.detail, "path", path, "where",
-                                   refusal.detail, "detail", refusal.detail, "size", refusal.detail, "max",
-                                   max, "what", refusal.detail, NULL);
-        sl_request_send_error(req, r->in.endpoint.dialect, refusal.status, refusal.code, msg.text);
-        sl__finish(r, SL_ROW_FAILED, refusal.status, true, refusal.code, msg.text);
-        sl_msg_free(&msg);
+        sl__end_with_error(r, END_GATEWAY_ERROR, refusal.status, &refusal.msg);
+        sl_msg_free(&refusal.msg);
         return 0;
     }
     if (r->in.endpoint.op == SL_OP_LIST_MODELS) {
-        sl__answer_models(req, r->config);
-        sl__finish(r, SL_ROW_ANSWERED_LOCALLY, 200, false, SL_CODE_GW_NOT_FOUND, NULL);
+        sl__answer_models(r);
         return 0;
     }
     if (!sl__choose_candidates(r)) {
@@ -434,13 +494,12 @@ sl_request_serve(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapsh
             sl__answer_token_estimate(r);
             return 0;
         }
-        r->last.any = true;
-        r->last.code = SL_CODE_GW_ROUTE_NO_MATCH;
+        sl__remember_failure(r, SL_CODE_GW_ROUTE_NO_MATCH, NULL);
         sl__answer_with_failure(r);
         return 0;
     }
     if (r->in.client != NULL && snapshot->limits.clients != NULL)
-        r->key_limits = snapshot->limits.clients[r->in.client - r->config->clients];
+        r->acct.key_limits = snapshot->limits.clients[r->in.client - r->config->clients];
     sl__watch_client_soon(r);
     /*
      * The first hop starts on the next loop turn: an HTTP/2 stream opened and
@@ -449,7 +508,7 @@ sl_request_serve(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapsh
      */
     sl_timer_arm(&r->io->timers, &r->start_timer, sl_now_ms(), on_start);
     if (r->in.stream)
-        sl_timer_arm(&r->io->timers, &r->keepalive_timer,
+        sl_timer_arm(&r->io->timers, &r->out.keepalive_timer,
                      sl_keepalive_due_ms(true, r->started_ms, r->started_ms, &r->gw->retry_params),
                      sl__on_keepalive);
     return 0;

@@ -15,6 +15,7 @@
 
 #include "core/affinity.h"
 #include "core/dialect.h"
+#include "core/msg.h"
 #include "core/retry.h"
 #include "bus.h"
 #include "recorder.h"
@@ -72,12 +73,12 @@ int sl_request_serve(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_sn
 /*
  * Records a request that h2o answered by itself before it reached
  * sl_request_serve (refusal.h rewrote the answer; nothing is sent here):
- * RequestStarted and RequestFailed with code and text, and a failed row
+ * RequestStarted and RequestFailed with msg (borrowed), and a failed row
  * with status. The request lives in req's pool and keeps its own reference
  * on snapshot.
  */
 void sl_request_record_refused(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapshot_t *snapshot,
-                               int status, sl_code_t code, const char *text);
+                               int status, const sl_msg_t *msg);
 
 /* Cancels the request id if it lives on this worker (its loop's thread only); else nothing. */
 void sl_request_cancel(sl_worker_io_t *io, uint64_t id);

@@ -4,8 +4,6 @@
  */
 #include "req.h"
 
-/* ---- reading the upstream's answer ---------------------------------------------------------- */
-
 /* The conversation stays with the upstream that served it (sticky; sealed when its history is bound). */
 void
 sl__remember_conversation(request_t *r)
@@ -39,18 +37,6 @@ sl__remember_response(request_t *r)
     pthread_mutex_unlock(&r->gw->affinity_lock);
 }
 
-static sl_row_skip_t
-row_skip_of(sl_skip_t s)
-{
-    switch (s) {
-    case SL_SKIP_DISABLED:
-        return SL_ROW_SKIP_DISABLED;
-    case SL_SKIP_NONE:
-        return SL_ROW_SKIP_NONE;
-    default:
-        return SL_ROW_SKIP_NOT_OFFERED;
-    }
-}
 
 /* The conversation's name: a session header, else the client and its first user message (behaviour.md §1.5).
  */
@@ -100,13 +86,13 @@ sl__choose_candidates(request_t *r)
     const sl_config_t *c = r->config;
     r->cands = h2o_mem_alloc_pool(&r->req->pool, sizeof(*r->cands) * (c->n_providers + 1));
     r->skips = h2o_mem_alloc_pool(&r->req->pool, sizeof(*r->skips) * (c->n_providers + 1));
-    r->in_round = h2o_mem_alloc_pool(&r->req->pool, sizeof(*r->in_round) * (c->n_providers + 1));
-    r->failed_temporary =
-        h2o_mem_alloc_pool(&r->req->pool, sizeof(*r->failed_temporary) * (c->n_providers + 1));
-    r->recovery_ms = h2o_mem_alloc_pool(&r->req->pool, sizeof(*r->recovery_ms) * (c->n_providers + 1));
+    r->retry.in_round = h2o_mem_alloc_pool(&r->req->pool, sizeof(*r->retry.in_round) * (c->n_providers + 1));
+    r->retry.failed_temporary =
+        h2o_mem_alloc_pool(&r->req->pool, sizeof(*r->retry.failed_temporary) * (c->n_providers + 1));
+    r->wait.recovery_ms = h2o_mem_alloc_pool(&r->req->pool, sizeof(*r->wait.recovery_ms) * (c->n_providers + 1));
     for (size_t i = 0; i <= c->n_providers; i++) {
-        r->in_round[i] = true;
-        r->failed_temporary[i] = false;
+        r->retry.in_round[i] = true;
+        r->retry.failed_temporary[i] = false;
     }
     size_t route;
     uint64_t counter = atomic_fetch_add(&r->gw->balance_counter, 1);
@@ -118,9 +104,9 @@ sl__choose_candidates(request_t *r)
     size_t offered = 0;
     int64_t now = sl_now_ms();
     for (size_t i = 0; i < r->n_cands; i++) {
-        r->skips[i] = row_skip_of(r->cands[i].skip);
+        r->skips[i] = r->cands[i].skip;
         cooling[i] = false;
-        if (r->skips[i] != SL_ROW_SKIP_NONE)
+        if (r->skips[i] != SL_SKIP_NONE)
             continue;
         offered++;
         sl_upstream_t *up = r->snapshot->upstreams[r->cands[i].provider];
@@ -132,7 +118,7 @@ sl__choose_candidates(request_t *r)
     bool off_cooling[offered + 1], off_skip[offered + 1];
     size_t k = 0;
     for (size_t i = 0; i < r->n_cands; i++) {
-        if (r->skips[i] == SL_ROW_SKIP_NONE)
+        if (r->skips[i] == SL_SKIP_NONE)
             off_cooling[k++] = cooling[i];
     }
     size_t skipped = sl_breaker_filter(off_cooling, offered, off_skip);
@@ -140,11 +126,11 @@ sl__choose_candidates(request_t *r)
     r->n_offered = offered;
     k = 0;
     for (size_t i = 0; i < r->n_cands; i++) {
-        if (r->skips[i] == SL_ROW_SKIP_NONE && off_skip[k++])
-            r->skips[i] = SL_ROW_SKIP_COOLING;
+        if (r->skips[i] == SL_SKIP_NONE && off_skip[k++])
+            r->skips[i] = SL_SKIP_COOLING;
     }
     for (size_t i = 0; i < r->n_cands; i++) {
-        if (r->skips[i] != SL_ROW_SKIP_NONE) {
+        if (r->skips[i] != SL_SKIP_NONE) {
             attempt_t *a = sl__new_attempt(r, i);
             if (a != NULL) {
                 a->skipped = r->skips[i];

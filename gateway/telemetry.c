@@ -1,6 +1,8 @@
 /*
- * What a request tells the world: its events on the bus (RequestStarted … RequestFinished,
- * AttemptView, HealthChanged, ThrottleChanged) and its row in the request DB (behaviour.md §10).
+ * What a request tells the world: its attempts (one per hop or skipped
+ * candidate), the messages of its failures, its events on the bus
+ * (RequestStarted … RequestFinished, AttemptView, HealthChanged,
+ * ThrottleChanged) and its row in the request DB (behaviour.md §10).
  */
 #include "req.h"
 
@@ -84,18 +86,119 @@ sl__emit_routed(request_t *r, size_t route, sl_affinity_effect_t effect)
                                       has_affinity ? &affinity : NULL));
 }
 
-/*
- * A hop's error as a message (AttemptView.error, the attempt's row): its one
- * detail fills the template's one placeholder besides {provider} ({status},
- * {secs}, {reason}, ...). name is room for that placeholder's name, which
- * must outlive the message (sl_msg_make keeps names by pointer).
- */
-static sl_msg_t
-hop_msg(sl_code_t code, const char *provider, const char *detail, char name[32])
+/* ---- attempts ------------------------------------------------------------------------------ */
+
+sl_msg_t
+sl__failure_msg(const request_t *r, sl_code_t code, const char *provider, int status, const char *detail)
 {
-    if (!sl_msg_template_other(sl_code_template(code), "provider", name, 32))
-        snprintf(name, 32, "detail");
-    return sl_msg_make(code, "provider", provider, name, detail, NULL);
+    const sl_failover_t *fo = &r->config->failover;
+    char status_text[16], secs[16];
+    snprintf(status_text, sizeof(status_text), "%d", status);
+    snprintf(secs, sizeof(secs), "%u",
+             code == SL_CODE_GW_UPSTREAM_TOTAL_TIMEOUT ? fo->total_timeout_secs : fo->idle_timeout_secs);
+    const char *d = detail != NULL ? detail : "";
+    /* Each code's template takes what it shows; the failure's own detail is its reason, code or max. */
+    return sl_msg_make_for(code, "provider", provider, "status", status_text, "secs", secs, "model", r->in.model,
+                           "dialect", sl_dialect_slug(r->in.endpoint.dialect), "reason", d, "code", d, "max", d,
+                           NULL);
+}
+
+attempt_t *
+sl__new_attempt(request_t *r, size_t cand)
+{
+    if (r->n_attempts == MAX_ATTEMPTS)
+        return NULL;
+    if (r->n_attempts == r->cap_attempts) {
+        r->cap_attempts = r->cap_attempts == 0 ? 2 : r->cap_attempts * 2;
+        r->attempts = sl_xrealloc(r->attempts, r->cap_attempts * sizeof(*r->attempts));
+    }
+    attempt_t *a = &r->attempts[r->n_attempts++];
+    *a = (attempt_t){.provider = r->cands[cand].provider,
+                     .model = r->cands[cand].model,
+                     .started_ms = sl_now_ms(),
+                     .skipped = SL_SKIP_NONE,
+                     .retry = r->retry.round,
+                     .backoff_ms = -1,
+                     .pause_ms = -1};
+    return a;
+}
+
+/* The hop's attempt still open, or NULL (none, a skip, or closed). */
+static attempt_t *
+open_attempt(request_t *r)
+{
+    attempt_t *a = r->n_attempts > 0 ? &r->attempts[r->n_attempts - 1] : NULL;
+    return a != NULL && a->skipped == SL_SKIP_NONE && !a->closed ? a : NULL;
+}
+
+static void
+close_attempt(request_t *r, attempt_t *a, sl_hop_outcome_t outcome, sl_code_t code, const char *detail)
+{
+    a->closed = true;
+    a->outcome = outcome;
+    a->status = r->rd.up_status;
+    a->ms = sl_now_ms() - a->started_ms;
+    if (outcome != SL_HOP_SERVED && outcome != SL_HOP_ESTIMATED) {
+        a->has_error = true;
+        a->error_code = code;
+        snprintf(a->error_detail, sizeof(a->error_detail), "%s", detail != NULL ? detail : "");
+    }
+    sl__emit_attempt(r, a);
+}
+
+void
+sl__close_attempt(request_t *r, sl_hop_outcome_t outcome, sl_code_t code, const char *detail)
+{
+    attempt_t *a = open_attempt(r);
+    if (a != NULL)
+        close_attempt(r, a, outcome, code, detail);
+}
+
+void
+sl__close_failed_attempt(request_t *r, sl_hop_outcome_t outcome, sl_code_t code, const char *detail,
+                         sl_step_reason_t reason)
+{
+    attempt_t *a = open_attempt(r);
+    if (a == NULL)
+        return;
+    a->has_reason = true;
+    a->reason = reason;
+    close_attempt(r, a, outcome, code, detail);
+}
+
+/*
+ * A waiter that looks again and must still wait for the same reason is the
+ * skip it already recorded in this round, not a new attempt: a request
+ * woken many times in a long line keeps one row per upstream and reason.
+ */
+static bool
+repeats_a_skip(const request_t *r, const attempt_t *a, sl_skip_t skip)
+{
+    for (const attempt_t *e = a - 1; e >= r->attempts && e->retry == a->retry && e->skipped != SL_SKIP_NONE;
+         e--) {
+        if (e->provider == a->provider && e->skipped == skip)
+            return true;
+    }
+    return false;
+}
+
+void
+sl__skip_attempt(request_t *r, attempt_t *a, sl_skip_t skip)
+{
+    r->skips[r->cur] = skip;
+    if (repeats_a_skip(r, a, skip)) {
+        r->n_attempts--;
+    } else {
+        a->skipped = skip;
+        sl__emit_attempt(r, a);
+    }
+    /* A full max_concurrent is the final answer's reason when nothing else fails. */
+    if (skip == SL_SKIP_BUSY && !r->retry.last.any) {
+        char max[16];
+        snprintf(max, sizeof(max), "%u", sl__provider_of(r, r->cur)->max_concurrent);
+        r->rd.up_status = 0;
+        sl__remember_failure(r, SL_CODE_GW_UPSTREAM_BUSY, max);
+    }
 }
 
 void
@@ -103,23 +206,24 @@ sl__emit_attempt(request_t *r, const attempt_t *a)
 {
     if (!sl__events_on(r))
         return;
+    const char *provider = r->config->providers[a->provider].name;
     sl_msg_t msg = {0};
-    char name[32];
     if (a->has_error)
-        msg = hop_msg(a->error_code, r->config->providers[a->provider].name, a->error_detail, name);
-    bool skipped = a->skipped != SL_ROW_SKIP_NONE;
+        msg = sl__failure_msg(r, a->error_code, provider, a->status, a->error_detail);
+    bool skipped = a->skipped != SL_SKIP_NONE;
     sl_bus_attempt_t view = {
-        .provider = r->config->providers[a->provider].name,
+        .provider = provider,
         .model = a->model,
-        /* The row enums list the protocol's values in the same order (ServeSkip without "none"). */
-        .outcome = skipped ? SL_PROTO_OUTCOME_SKIPPED : (sl_proto_outcome_t)a->outcome,
+        .outcome = skipped ? SL_HOP_SKIPPED : a->outcome,
         .status = a->status,
         .error = a->has_error ? &msg : NULL,
         .ms = a->ms,
         .pause_ms = a->pause_ms >= 0 ? a->pause_ms : SL_BUS_ABSENT,
         .retry = a->retry > 0 ? (int64_t)a->retry : SL_BUS_ABSENT,
         .backoff_ms = a->backoff_ms >= 0 ? a->backoff_ms : SL_BUS_ABSENT,
-        .skip = skipped ? (sl_proto_serve_skip_t)(a->skipped - 1) : SL_PROTO_SERVE_SKIP_DISABLED,
+        .skip = a->skipped,
+        .has_reason = a->has_reason,
+        .reason = a->reason,
     };
     sl_proto_event_t ev;
     sl__emit(r, sl_bus_attempt(&ev, sl_wall_ms(), r->id, &view));
@@ -127,22 +231,74 @@ sl__emit_attempt(request_t *r, const attempt_t *a)
         sl_msg_free(&msg);
 }
 
+/* RequestQueued: it waits on the gates' upstreams, until its deadline at the latest. */
+void
+sl__emit_queued(request_t *r, const sl_bus_gate_t *gates, size_t n_gates)
+{
+    if (!sl__events_on(r))
+        return;
+    int64_t wall = sl_wall_ms();
+    sl_proto_event_t ev;
+    sl__emit(r, sl_bus_request_queued(&ev, wall, r->id, gates, n_gates,
+                                      wall + (r->retry.deadline_ms - sl_now_ms())));
+}
+
+/* RequestDequeued: it goes on, to provider (NULL: to look again, after a backoff or its key's wait). */
+void
+sl__emit_dequeued(request_t *r, const char *provider)
+{
+    if (!sl__events_on(r))
+        return;
+    sl_proto_event_t ev;
+    sl__emit(r, sl_bus_request_dequeued(&ev, sl_wall_ms(), r->id, provider));
+}
+
+/* RequestRetrying: a backoff of pause_ms starts before a retry round over the candidates set in next. */
+void
+sl__emit_retrying(request_t *r, const bool *next, int64_t pause_ms, bool by_hint)
+{
+    if (!sl__events_on(r))
+        return;
+    const char *names[r->n_cands + 1];
+    size_t k = 0;
+    for (size_t i = 0; i < r->n_cands; i++) {
+        if (next[i])
+            names[k++] = sl__provider_of(r, i)->name;
+    }
+    sl_msg_t last = sl__last_failure_msg(r);
+    int64_t wall = sl_wall_ms();
+    sl_proto_event_t ev;
+    sl__emit(r, sl_bus_request_retrying(&ev, wall, r->id, names, k, r->retry.round, wall + pause_ms,
+                                        wall + (r->retry.deadline_ms - sl_now_ms()), by_hint, &last));
+    sl_msg_free(&last);
+}
+
+/* RequestHeaders: the answer's head went out. */
+void
+sl__emit_headers(request_t *r)
+{
+    if (!sl__events_on(r))
+        return;
+    sl_proto_event_t ev;
+    sl__emit(r, sl_bus_request_headers(&ev, sl_wall_ms(), r->id, r->rd.up_status, r->out.ttfb_ms));
+}
+
 /* The first content reached the client (or, for a whole answer, its head did). */
 void
 sl__first_token(request_t *r)
 {
-    if (r->first_token_seen)
+    if (r->out.first_token_seen)
         return;
-    r->first_token_seen = true;
-    r->ttft_ms = sl_now_ms() - r->started_ms;
+    r->out.first_token_seen = true;
+    r->out.ttft_ms = sl_now_ms() - r->started_ms;
     if (sl__events_on(r)) {
         sl_proto_event_t ev;
-        sl__emit(r, sl_bus_request_first_token(&ev, sl_wall_ms(), r->id, r->ttft_ms));
+        sl__emit(r, sl_bus_request_first_token(&ev, sl_wall_ms(), r->id, r->out.ttft_ms));
     }
 }
 
 void
-sl__emit_end(request_t *r, sl_row_outcome_t outcome, int status, sl_code_t code, const char *text)
+sl__emit_end(request_t *r, sl_row_outcome_t outcome, int status, const sl_msg_t *msg)
 {
     if (!sl__events_on(r))
         return;
@@ -150,22 +306,16 @@ sl__emit_end(request_t *r, sl_row_outcome_t outcome, int status, sl_code_t code,
     int64_t duration = sl_now_ms() - r->started_ms;
     if (outcome == SL_ROW_CANCELLED) {
         sl__emit(r, sl_bus_request_cancelled(&ev, sl_wall_ms(), r->id, duration));
-    } else if (r->gateway_error) {
-        sl_msg_t msg = sl_msg_make(code, NULL);
-        if (text != NULL) {
-            free(msg.text);
-            msg.text = sl_xstrdup(text);
-        }
-        sl__emit(
-            r, sl_bus_request_failed(&ev, sl_wall_ms(), r->id, sl_bus_failure_source(code), &msg, duration));
-        sl_msg_free(&msg);
+    } else if (r->out.answer == ANSWER_GATEWAY && msg != NULL) {
+        sl__emit(r, sl_bus_request_failed(&ev, sl_wall_ms(), r->id, sl_bus_failure_source(msg->code), msg,
+                                          duration));
     } else {
-        const sl_usage_t *u = &r->stream.usage;
+        const sl_usage_t *u = &r->rd.stream.usage;
         sl_proto_usage_t usage = {(uint64_t)u->input, (uint64_t)u->output, (uint64_t)u->cache_read,
                                   (uint64_t)u->cache_write, outcome == SL_ROW_ANSWERED_LOCALLY};
         bool has_usage = u->input || u->output || u->cache_read || u->cache_write;
         /* What is still in rx goes out with the final send that follows. */
-        sl__emit(r, sl_bus_request_finished(&ev, sl_wall_ms(), r->id, status, r->bytes_out + r->rx->size,
+        sl__emit(r, sl_bus_request_finished(&ev, sl_wall_ms(), r->id, status, r->out.bytes_out + r->out.rx->size,
                                             duration, has_usage ? &usage : NULL, SL_BUS_ABSENT));
     }
 }
@@ -197,18 +347,8 @@ sl__emit_health(request_t *r, const char *provider, sl_breaker_t b)
 
 /* ---- the request DB row ----------------------------------------------------------------- */
 
-static void
-fill_row_msg(sl_row_msg_t *m, sl_code_t code, const char *provider, const char *detail)
-{
-    char name[32];
-    sl_msg_t msg = hop_msg(code, provider, detail, name);
-    *m = sl_row_msg_from(&msg);
-    sl_msg_free(&msg);
-}
-
 void
-sl__record(request_t *r, sl_row_outcome_t outcome, int status, bool has_error, sl_code_t code,
-           const char *detail)
+sl__record(request_t *r, sl_row_outcome_t outcome, int status, const sl_msg_t *msg)
 {
     if (r->recorded)
         return;
@@ -229,12 +369,12 @@ sl__record(request_t *r, sl_row_outcome_t outcome, int status, bool has_error, s
     row->path = sl_xstrndup(r->path.base, r->path.len);
     row->status = (uint32_t)status;
     row->outcome = outcome;
-    if (has_error)
-        fill_row_msg(&row->error, code, row->provider != NULL ? row->provider : "", detail);
+    if (msg != NULL)
+        row->error = sl_row_msg_from(msg);
     row->duration_ms = sl_now_ms() - r->started_ms;
-    row->ttfb_ms = r->ttfb_ms;
-    row->ttft_ms = r->ttft_ms;
-    const sl_usage_t *u = &r->stream.usage;
+    row->ttfb_ms = r->out.ttfb_ms;
+    row->ttft_ms = r->out.ttft_ms;
+    const sl_usage_t *u = &r->rd.stream.usage;
     if (u->input || u->output || u->cache_read || u->cache_write) {
         row->has_usage = true;
         row->usage = (sl_row_usage_t){(uint64_t)u->input, (uint64_t)u->output, (uint64_t)u->cache_read,
@@ -252,10 +392,15 @@ sl__record(request_t *r, sl_row_outcome_t outcome, int status, bool has_error, s
         sl_attempt_row_t *ar = &row->attempts[i];
         ar->provider = sl_xstrdup(r->config->providers[a->provider].name);
         ar->model = sl_xstrdup(a->model != NULL ? a->model : "");
-        ar->outcome = a->skipped != SL_ROW_SKIP_NONE ? SL_ROW_HOP_SKIPPED : a->outcome;
+        ar->outcome = a->skipped != SL_SKIP_NONE ? SL_HOP_SKIPPED : a->outcome;
         ar->status = (uint32_t)a->status;
-        if (a->has_error)
-            fill_row_msg(&ar->error, a->error_code, ar->provider, a->error_detail);
+        if (a->has_error) {
+            sl_msg_t m = sl__failure_msg(r, a->error_code, ar->provider, a->status, a->error_detail);
+            ar->error = sl_row_msg_from(&m);
+            sl_msg_free(&m);
+        }
+        ar->has_reason = a->has_reason;
+        ar->reason = a->reason;
         ar->ms = a->ms;
         ar->pause_ms = a->pause_ms >= 0 ? a->pause_ms : SL_ROW_ABSENT;
         ar->retry = a->retry;

@@ -5,79 +5,69 @@
  */
 #include "req.h"
 
+/* The hop failed before anything of it reached the client: failover.c takes it from here. */
+static void
+hop_failed_before_content(request_t *r, sl_failure_source_t source, const sl_stream_verdict_t *v,
+                          const char *detail, const sl_connection_facts_t *conn)
+{
+    sl_failure_t f = {.source = source, .dialect = r->in.endpoint.dialect, .status = r->rd.up_status};
+    int64_t hint = -1;
+    if (v != NULL) {
+        f.status = v->status;
+        f.code = v->code;
+        hint = sl__failure_hint(NULL, v->message, strlen(v->message));
+    }
+    sl__hop_failed(r, &f, detail, hint, conn);
+}
+
+/* A non-2xx answer's body (its first 64 KiB) is in: what it says decides what happens. */
 static void
 judge_error_answer(request_t *r)
 {
     /* An upstream without a count-tokens endpoint: the gateway estimates. */
-    if (r->in.endpoint.op == SL_OP_COUNT_TOKENS && (r->up_status == 404 || r->up_status == 405)) {
-        sl__close_attempt(r, SL_ROW_HOP_STATUS, SL_CODE_GW_UPSTREAM_STATUS, "no count-tokens endpoint");
+    if (r->in.endpoint.op == SL_OP_COUNT_TOKENS && (r->rd.up_status == 404 || r->rd.up_status == 405)) {
+        sl__close_attempt(r, SL_HOP_STATUS, SL_CODE_GW_UPSTREAM_STATUS, "no count-tokens endpoint");
         sl__release_upstream(r);
-        attempt_t *a = sl__new_attempt(r, r->cur);
-        if (a != NULL)
-            a->outcome = SL_ROW_HOP_ESTIMATED;
+        sl__new_attempt(r, r->cur);
         sl__answer_token_estimate(r);
         return;
     }
     sl_failure_t f = {.source = SL_FAILURE_STATUS,
                       .dialect = r->in.endpoint.dialect,
-                      .status = r->up_status,
-                      .body = r->rx->bytes,
-                      .body_len = r->rx->size};
-    ssize_t i = h2o_find_header_by_str(&r->up_headers, H2O_STRLIT("x-amzn-errortype"), -1);
+                      .status = r->rd.up_status,
+                      .body = r->out.rx->bytes,
+                      .body_len = r->out.rx->size};
+    ssize_t i = h2o_find_header_by_str(&r->rd.up_headers, H2O_STRLIT("x-amzn-errortype"), -1);
     char type[64] = "";
     if (i >= 0) {
-        snprintf(type, sizeof(type), "%.*s", (int)r->up_headers.entries[i].value.len,
-                 r->up_headers.entries[i].value.base);
+        snprintf(type, sizeof(type), "%.*s", (int)r->rd.up_headers.entries[i].value.len,
+                 r->rd.up_headers.entries[i].value.base);
         f.code = type;
     }
     char detail[32];
-    snprintf(detail, sizeof(detail), "%d", r->up_status);
-    sl_headers_t up_headers = {.at = sl__header_at, .ctx = &r->up_headers};
-    if (sl__fail_over(r, &f, detail, sl__failure_hint(r, &up_headers, r->rx->bytes, r->rx->size)))
-        return;
-    sl__release_upstream(r);
-    sl__pass_through(r);
+    snprintf(detail, sizeof(detail), "%d", r->rd.up_status);
+    sl_headers_t up_headers = {.at = sl__header_at, .ctx = &r->rd.up_headers};
+    sl__hop_failed(r, &f, detail, sl__failure_hint(&up_headers, r->out.rx->bytes, r->out.rx->size), NULL);
 }
 
-/* The hop ended or broke before content: fail over, or with none left hand over what the upstream sent. */
+/*
+ * The answer going out could not be finished: never a clean end (behaviour.md
+ * §9). A stream gets the gateway's error in its own format, named for what
+ * happened — cut after content, or (the last candidate, not held) ended or
+ * broken before any; a whole answer is aborted.
+ */
 static void
-hop_failed_before_content(request_t *r, sl_failure_source_t source, const sl_stream_verdict_t *v,
-                          const char *detail)
+broken_while_streaming(request_t *r, sl_hop_end_t how, const char *detail)
 {
-    sl_failure_t f = {.source = source, .dialect = r->in.endpoint.dialect, .status = r->up_status};
-    int64_t hint = -1;
-    if (v != NULL) {
-        f.status = v->status;
-        f.code = v->code;
-        hint = sl__failure_hint(r, NULL, v->message, strlen(v->message));
-    }
-    if (sl__fail_over(r, &f, detail, hint))
-        return;
-    attempt_t *a = sl__current_attempt(r);
-    if (r->up_status == 0 || a == NULL) {
-        sl__end_hop(r);
-        sl__answer_with_failure(r);
-        return;
-    }
-    /* No retry can happen: the upstream's held bytes go out as they are (behaviour.md §4), and a
-     * stream that ended without its end marker is closed with the gateway's error. */
-    sl__release_upstream(r);
-    r->handing_over = true;
-    r->state = REQ_STREAMING;
-    sl__add_should_retry(r);
-    sl__start_response(r);
-    if (r->hop == NULL) {
-        if (r->events && !sl_stream_complete(&r->stream)) {
-            sl_msg_t msg = sl_msg_make(r->last.code, "provider", sl__provider_of(r, r->cur)->name, NULL);
-            sl__append_stream_error(r, r->last.code, msg.text);
-            sl_msg_free(&msg);
-        }
-        sl__finish(r, SL_ROW_FAILED, r->up_status, true, r->last.code, r->last.detail);
-        sl__queue_final(r, H2O_SEND_STATE_FINAL);
-    } else {
-        r->parsed = r->rx->size;
-        sl__flush_to_client(r);
-    }
+    bool before_content = r->rd.events && r->rd.stream.phase == SL_STREAM_HELD;
+    sl_code_t code = !before_content                  ? SL_CODE_GW_UPSTREAM_BROKEN_AFTER_CONTENT
+                     : how == SL_HOP_END_EOS          ? SL_CODE_GW_UPSTREAM_STREAM_ENDED_EARLY
+                     : how == SL_HOP_END_IDLE_TIMEOUT ? SL_CODE_GW_UPSTREAM_IDLE_TIMEOUT
+                                                      : SL_CODE_GW_UPSTREAM_BROKEN_BEFORE_CONTENT;
+    sl__close_attempt(r, SL_HOP_ERROR, code, detail);
+    sl_msg_t msg = sl__failure_msg(r, code, sl__provider_of(r, r->cur)->name, r->rd.up_status, detail);
+    sl__end_with_error(r, END_BROKEN, r->rd.up_status, &msg);
+    sl_msg_free(&msg);
 }
 
 /*
@@ -100,7 +90,6 @@ capture_response_id(request_t *r, const char *data, size_t len)
         snprintf(r->response_id, sizeof(r->response_id), "%.*s", (int)(end - at), at);
 }
 
-/* Classifies the whole events in rx; returns false when the hop was abandoned meanwhile. */
 /*
  * Gemini may send an error after earlier chunks as bare JSON, which SSE
  * cannot frame: it is rewritten in place as the `data:` event it stands
@@ -110,8 +99,8 @@ capture_response_id(request_t *r, const char *data, size_t len)
 static bool
 frame_bare_gemini_error(request_t *r)
 {
-    const char *at = r->rx->bytes + r->parsed;
-    size_t n = r->rx->size - r->parsed, i = 0;
+    const char *at = r->out.rx->bytes + r->out.parsed;
+    size_t n = r->out.rx->size - r->out.parsed, i = 0;
     while (i < n && (at[i] == ' ' || at[i] == '\t' || at[i] == '\r' || at[i] == '\n'))
         i++;
     if (i == n || at[i] != '{')
@@ -128,14 +117,14 @@ frame_bare_gemini_error(request_t *r)
     }
     static const char prefix[] = "data: ", suffix[] = "\n\n";
     size_t grow = sizeof(prefix) - 1 + sizeof(suffix) - 1;
-    h2o_buffer_reserve(&r->rx, grow);
-    char *base = r->rx->bytes + r->parsed;
-    size_t rest = r->rx->size - r->parsed - taken;
+    h2o_buffer_reserve(&r->out.rx, grow);
+    char *base = r->out.rx->bytes + r->out.parsed;
+    size_t rest = r->out.rx->size - r->out.parsed - taken;
     memmove(base + taken + grow, base + taken, rest);
     memmove(base + i + sizeof(prefix) - 1, base + i, taken - i);
     memcpy(base + i, prefix, sizeof(prefix) - 1);
     memcpy(base + taken + sizeof(prefix) - 1, suffix, sizeof(suffix) - 1);
-    r->rx->size += grow;
+    r->out.rx->size += grow;
     return true;
 }
 
@@ -154,7 +143,7 @@ next_sse_event(request_t *r, size_t *len, sl_stream_verdict_t *v, const char **d
     if (r->in.endpoint.dialect == SL_DIALECT_GEMINI && !frame_bare_gemini_error(r))
         return NEXT_MORE;
     sl_sse_event_t ev;
-    sl_sse_status_t st = sl_sse_next(&r->scanner, r->rx->bytes + r->parsed, r->rx->size - r->parsed, &ev);
+    sl_sse_status_t st = sl_sse_next(&r->rd.scanner, r->out.rx->bytes + r->out.parsed, r->out.rx->size - r->out.parsed, &ev);
     if (st == SL_SSE_MORE)
         return NEXT_MORE;
     if (st == SL_SSE_TOO_LARGE) {
@@ -163,12 +152,12 @@ next_sse_event(request_t *r, size_t *len, sl_stream_verdict_t *v, const char **d
     }
     if (ev.data != NULL && sl_sse_event_is(&ev, "response.created"))
         capture_response_id(r, ev.data, ev.data_len);
-    sl_stream_feed(&r->stream, &ev, v);
+    sl_stream_feed(&r->rd.stream, &ev, v);
     if (r->strip_usage_chunk && ev.data != NULL && sl_openai_chat_usage_only(ev.data, ev.data_len)) {
         /* Asked for by sluice, not by the client: its usage is read, the chunk goes no further. */
-        char *at = r->rx->bytes + r->parsed;
-        memmove(at, at + ev.len, r->rx->size - r->parsed - ev.len);
-        r->rx->size -= ev.len;
+        char *at = r->out.rx->bytes + r->out.parsed;
+        memmove(at, at + ev.len, r->out.rx->size - r->out.parsed - ev.len);
+        r->out.rx->size -= ev.len;
         return NEXT_DROPPED;
     }
     *len = ev.len;
@@ -181,7 +170,7 @@ next_frame(request_t *r, size_t *len, sl_stream_verdict_t *v, const char **detai
 {
     sl_es_message_t frame;
     sl_es_status_t st =
-        sl_es_next(r->rx->bytes + r->parsed, r->rx->size - r->parsed, SL_ES_MAX_MESSAGE_DEFAULT, &frame);
+        sl_es_next(r->out.rx->bytes + r->out.parsed, r->out.rx->size - r->out.parsed, SL_ES_MAX_MESSAGE_DEFAULT, &frame);
     if (st == SL_ES_NEED_MORE)
         return NEXT_MORE;
     if (st != SL_ES_MESSAGE) {
@@ -190,7 +179,7 @@ next_frame(request_t *r, size_t *len, sl_stream_verdict_t *v, const char **detai
     }
     sl_bedrock_message_t m;
     sl_bedrock_message_from(&frame, &m);
-    sl_bedrock_stream_feed(&r->stream, &m, v);
+    sl_bedrock_stream_feed(&r->rd.stream, &m, v);
     *len = frame.len;
     return NEXT_EVENT;
 }
@@ -209,37 +198,36 @@ scan_events(request_t *r)
         sl_stream_verdict_t v;
         const char *broken = NULL;
         next_event_t next =
-            r->frames ? next_frame(r, &len, &v, &broken) : next_sse_event(r, &len, &v, &broken);
+            r->rd.frames ? next_frame(r, &len, &v, &broken) : next_sse_event(r, &len, &v, &broken);
         if (next == NEXT_MORE)
             return true;
         if (next == NEXT_DROPPED)
             continue;
         if (next == NEXT_BROKEN) {
-            if (r->state == REQ_HELD)
-                hop_failed_before_content(r, SL_FAILURE_BROKEN_BEFORE_CONTENT, NULL, broken);
+            if (r->phase == PHASE_HELD)
+                hop_failed_before_content(r, SL_FAILURE_BROKEN_BEFORE_CONTENT, NULL, broken, NULL);
             else
-                sl__fail_streaming(r, SL_HOP_END_BROKEN, broken);
+                broken_while_streaming(r, SL_HOP_END_BROKEN, broken);
             return false;
         }
-        if (v.kind == SL_STREAM_ERROR && r->state == REQ_STREAMING)
-            r->told_error = true;
-        if (r->state == REQ_HELD && v.kind == SL_STREAM_ERROR) {
+        if (v.kind == SL_STREAM_ERROR && r->phase == PHASE_STREAMING)
+            r->rd.told_error = true;
+        if (r->phase == PHASE_HELD && v.kind == SL_STREAM_ERROR) {
             char detail[128];
             snprintf(detail, sizeof(detail), "%s", v.code[0] ? v.code : "in-stream error");
             /* The error event itself belongs to what the client may get. */
-            r->parsed += len;
-            hop_failed_before_content(r, SL_FAILURE_STREAM_ERROR, &v, detail);
+            r->out.parsed += len;
+            hop_failed_before_content(r, SL_FAILURE_STREAM_ERROR, &v, detail, NULL);
             return false;
         }
-        r->parsed += len;
-        if (r->state == REQ_HELD && r->stream.phase == SL_STREAM_FLOWING) {
+        r->out.parsed += len;
+        if (r->phase == PHASE_HELD && r->rd.stream.phase == SL_STREAM_FLOWING) {
             sl__release_hold(r);
             /* The first content goes out now; what came in the same read follows when this send is done. */
             sl__flush_to_client(r);
-        } else if (r->stream.phase == SL_STREAM_FLOWING && !r->first_token_seen && r->answer_started) {
-            sl__throttle_answered(r);
-            sl__breaker_account(r, NULL);
-            sl__remember_conversation(r);
+        } else if (r->rd.stream.phase == SL_STREAM_FLOWING && !r->out.first_token_seen &&
+                   r->out.state == OUT_ANSWER) {
+            sl__upstream_served(r);
             sl__first_token(r);
             sl__flush_to_client(r);
         }
@@ -253,74 +241,74 @@ scan_events(request_t *r)
 static void
 pass_whole_answer_bytes(request_t *r)
 {
-    const char *fresh = r->rx->bytes + r->parsed;
-    size_t n = r->rx->size - r->parsed;
-    r->parsed = r->rx->size;
-    if (r->up_status >= 300 || r->handing_over || n == 0)
+    const char *fresh = r->out.rx->bytes + r->out.parsed;
+    size_t n = r->out.rx->size - r->out.parsed;
+    r->out.parsed = r->out.rx->size;
+    if (r->rd.up_status >= 300 || r->out.answer == ANSWER_HANDED_OVER || n == 0)
         return;
     /* Sized to what came, up to the cap: most answers are far smaller, and a 16 KiB malloc per request
      * made glibc consolidate its free lists each time. */
-    size_t want = r->answer_tail_len + n < ANSWER_TAIL_CAP ? r->answer_tail_len + n : ANSWER_TAIL_CAP;
-    if (want > r->answer_tail_cap) {
-        size_t cap = r->answer_tail_cap * 2 > want ? r->answer_tail_cap * 2 : want;
-        r->answer_tail_cap = cap < ANSWER_TAIL_CAP ? cap : ANSWER_TAIL_CAP;
-        r->answer_tail = sl_xrealloc(r->answer_tail, r->answer_tail_cap);
+    size_t want = r->rd.answer_tail_len + n < ANSWER_TAIL_CAP ? r->rd.answer_tail_len + n : ANSWER_TAIL_CAP;
+    if (want > r->rd.answer_tail_cap) {
+        size_t cap = r->rd.answer_tail_cap * 2 > want ? r->rd.answer_tail_cap * 2 : want;
+        r->rd.answer_tail_cap = cap < ANSWER_TAIL_CAP ? cap : ANSWER_TAIL_CAP;
+        r->rd.answer_tail = sl_xrealloc(r->rd.answer_tail, r->rd.answer_tail_cap);
     }
     if (n >= ANSWER_TAIL_CAP) {
-        memcpy(r->answer_tail, fresh + n - ANSWER_TAIL_CAP, ANSWER_TAIL_CAP);
-        r->answer_tail_len = ANSWER_TAIL_CAP;
+        memcpy(r->rd.answer_tail, fresh + n - ANSWER_TAIL_CAP, ANSWER_TAIL_CAP);
+        r->rd.answer_tail_len = ANSWER_TAIL_CAP;
         return;
     }
-    size_t keep = r->answer_tail_len + n <= ANSWER_TAIL_CAP ? r->answer_tail_len : ANSWER_TAIL_CAP - n;
-    memmove(r->answer_tail, r->answer_tail + r->answer_tail_len - keep, keep);
-    memcpy(r->answer_tail + keep, fresh, n);
-    r->answer_tail_len = keep + n;
+    size_t keep = r->rd.answer_tail_len + n <= ANSWER_TAIL_CAP ? r->rd.answer_tail_len : ANSWER_TAIL_CAP - n;
+    memmove(r->rd.answer_tail, r->rd.answer_tail + r->rd.answer_tail_len - keep, keep);
+    memcpy(r->rd.answer_tail + keep, fresh, n);
+    r->rd.answer_tail_len = keep + n;
 }
 
 /* A whole answer has ended: its usage, when its tail tells it, is what the hop used. */
 static void
 read_answer_usage(request_t *r)
 {
-    if (r->answer_tail == NULL)
+    if (r->rd.answer_tail == NULL)
         return;
     sl_usage_t u;
-    if (sl_answer_usage(r->in.endpoint.dialect, r->answer_tail, r->answer_tail_len, &u))
-        r->stream.usage = u;
+    if (sl_answer_usage(r->in.endpoint.dialect, r->rd.answer_tail, r->rd.answer_tail_len, &u))
+        r->rd.stream.usage = u;
 }
 
 static void
 process(request_t *r)
 {
     /* A whole Responses answer names its own id first: it is in the first bytes. */
-    if (!r->events && (r->state == REQ_HELD || r->state == REQ_STREAMING) && r->up_status < 300)
-        capture_response_id(r, r->rx->bytes, r->rx->size);
-    switch (r->state) {
-    case REQ_HELD:
-        if (r->events) {
+    if (!r->rd.events && (r->phase == PHASE_HELD || r->phase == PHASE_STREAMING) && r->rd.up_status < 300)
+        capture_response_id(r, r->out.rx->bytes, r->out.rx->size);
+    switch (r->phase) {
+    case PHASE_HELD:
+        if (r->rd.events) {
             if (!scan_events(r))
                 return;
         }
-        if (r->state == REQ_HELD && r->rx->size > HOLD_CAP)
+        if (r->phase == PHASE_HELD && r->out.rx->size > HOLD_CAP)
             sl__release_hold(r);
-        if (r->state == REQ_STREAMING) {
-            if (!r->events)
+        if (r->phase == PHASE_STREAMING) {
+            if (!r->rd.events)
                 pass_whole_answer_bytes(r);
             sl__flush_to_client(r);
         }
         break;
-    case REQ_STREAMING:
-        if (r->events) {
+    case PHASE_STREAMING:
+        if (r->rd.events) {
             if (!scan_events(r))
                 return;
         } else {
             pass_whole_answer_bytes(r);
         }
         sl__flush_to_client(r);
-        if (r->hop != NULL && !r->reads_paused && r->rx->size >= CLIENT_BUFFER_CAP)
+        if (r->hop != NULL && !r->out.reads_paused && r->out.rx->size >= CLIENT_BUFFER_CAP)
             sl__pause_upstream_reads(r);
         break;
-    case REQ_READING_ERROR:
-        if (r->rx->size >= ERROR_BODY_CAP)
+    case PHASE_READING_ERROR:
+        if (r->out.rx->size >= ERROR_BODY_CAP)
             judge_error_answer(r);
         break;
     default:
@@ -332,16 +320,16 @@ static void
 on_hop_head(void *data, int status, const h2o_header_t *headers, size_t n)
 {
     request_t *r = data;
-    r->up_status = status;
-    r->ttfb_ms = sl_now_ms() - r->started_ms;
-    r->up_content_length = -1;
-    memset(&r->up_headers, 0, sizeof(r->up_headers));
+    r->rd.up_status = status;
+    r->out.ttfb_ms = sl_now_ms() - r->started_ms;
+    r->rd.up_content_length = -1;
+    memset(&r->rd.up_headers, 0, sizeof(r->rd.up_headers));
     bool event_stream = false, frames = false;
     h2o_mem_pool_t *pool = r->req != NULL ? &r->req->pool : NULL;
     for (size_t i = 0; i < n && pool != NULL; i++) {
         const h2o_iovec_t *name = headers[i].name;
         if (h2o_memis(name->base, name->len, H2O_STRLIT("content-length")))
-            r->up_content_length = (int64_t)h2o_strtosize(headers[i].value.base, headers[i].value.len);
+            r->rd.up_content_length = (int64_t)h2o_strtosize(headers[i].value.base, headers[i].value.len);
         if (h2o_memis(name->base, name->len, H2O_STRLIT("content-type"))) {
             event_stream |= h2o_strstr(headers[i].value.base, headers[i].value.len,
                                        H2O_STRLIT("text/event-stream")) != SIZE_MAX;
@@ -352,35 +340,32 @@ on_hop_head(void *data, int status, const h2o_header_t *headers, size_t n)
             continue;
         h2o_iovec_t v = h2o_strdup(pool, headers[i].value.base, headers[i].value.len);
         h2o_iovec_t nm = h2o_strdup(pool, name->base, name->len);
-        h2o_add_header_by_str(pool, &r->up_headers, nm.base, nm.len, 0, NULL, v.base, v.len);
+        h2o_add_header_by_str(pool, &r->rd.up_headers, nm.base, nm.len, 0, NULL, v.base, v.len);
     }
     const sl_stream_class_vtable_t *vt = sl_stream_class_for(r->in.endpoint.dialect);
-    r->frames = frames && r->in.endpoint.dialect == SL_DIALECT_BEDROCK;
-    r->events = (event_stream && vt != NULL) || r->frames;
-    if (r->frames) {
-        sl_bedrock_stream_init(&r->stream);
-    } else if (r->events) {
-        sl_stream_init(&r->stream, vt);
-        sl_sse_init(&r->scanner, SL_SSE_MAX_EVENT_DEFAULT, r->scratch, sizeof(r->scratch));
+    r->rd.frames = frames && r->in.endpoint.dialect == SL_DIALECT_BEDROCK;
+    r->rd.events = (event_stream && vt != NULL) || r->rd.frames;
+    if (r->rd.frames) {
+        sl_bedrock_stream_init(&r->rd.stream);
+    } else if (r->rd.events) {
+        sl_stream_init(&r->rd.stream, vt);
+        sl_sse_init(&r->rd.scanner, SL_SSE_MAX_EVENT_DEFAULT, r->rd.scratch, sizeof(r->rd.scratch));
     }
     if (status < 200 || status > 299) {
-        r->state = REQ_READING_ERROR;
+        sl__set_phase(r, PHASE_READING_ERROR);
         return;
     }
     /*
      * Held until its first content, so an early failure can fail over or be retried invisibly: a hop to a
      * non-last candidate always; the last one when the client streams and the request may still wait.
      */
-    if (sl__has_next_candidate(r) || (r->events && r->in.stream && sl__may_wait(r))) {
-        r->state = REQ_HELD;
+    if (sl__has_next_candidate(r) || (r->rd.events && r->in.stream && sl__may_wait(r))) {
+        sl__set_phase(r, PHASE_HELD);
     } else {
-        r->state = REQ_STREAMING;
+        sl__set_phase(r, PHASE_STREAMING);
         /* A whole answer is the upstream's success now; a stream's is its first content. */
-        if (!r->events) {
-            sl__throttle_answered(r);
-            sl__breaker_account(r, NULL);
-            sl__remember_conversation(r);
-        }
+        if (!r->rd.events)
+            sl__upstream_served(r);
         sl__start_response(r);
     }
 }
@@ -389,11 +374,11 @@ static void
 on_hop_body(void *data, h2o_buffer_t **input, bool end_follows)
 {
     request_t *r = data;
-    r->end_follows = end_follows;
+    r->out.end_follows = end_follows;
     size_t n = (*input)->size;
-    h2o_iovec_t dst = h2o_buffer_reserve(&r->rx, n);
+    h2o_iovec_t dst = h2o_buffer_reserve(&r->out.rx, n);
     memcpy(dst.base, (*input)->bytes, n);
-    r->rx->size += n;
+    r->out.rx->size += n;
     h2o_buffer_consume(input, n);
     process(r);
 }
@@ -418,70 +403,75 @@ source_of_end(sl_hop_end_t how, bool had_head)
     }
 }
 
+/* The upstream's answer is whole and went out (or goes out with what is left): the request was served. */
+static void
+served(request_t *r)
+{
+    sl__remember_response(r);
+    sl__end_request(r, &(req_end_t){.how = END_SERVED, .status = r->rd.up_status});
+}
+
 static void
 on_hop_end(void *data, sl_hop_end_t how, const char *detail)
 {
     request_t *r = data;
+    sl_connection_facts_t conn;
+    sl_hop_connection_facts(r->hop, &conn);
     r->hop = NULL;
-    r->end_follows = false;
-    switch (r->state) {
-    case REQ_WAITING_HEAD:
-        /* A kept-alive connection the upstream had closed fails this way: resending is safe, nothing has
-         * gone anywhere (stack-notes.md). Once per request, so a truly broken upstream still fails. */
-        if (how == SL_HOP_END_BROKEN_BEFORE_HEAD && !r->resent_on_fresh_connection) {
-            r->resent_on_fresh_connection = true;
-            r->hop_uncounted = true;
-            r->n_attempts--;
-            sl__release_upstream(r);
-            free(r->head);
-            r->head = NULL;
-            sl__start_hop(r, r->cur);
-            break;
-        }
-        hop_failed_before_content(r, source_of_end(how, false), NULL, detail);
+    r->out.end_follows = false;
+    switch (r->phase) {
+    case PHASE_WAITING_HEAD:
+        hop_failed_before_content(r, source_of_end(how, false), NULL, detail, &conn);
         break;
-    case REQ_HELD:
-        if (how == SL_HOP_END_EOS && !r->events) {
+    case PHASE_HELD:
+        if (how == SL_HOP_END_EOS && !r->rd.events) {
             sl__release_hold(r);
             pass_whole_answer_bytes(r);
             read_answer_usage(r);
-            sl__remember_response(r);
-            sl__close_attempt(r, SL_ROW_HOP_SERVED, SL_CODE_GW_UPSTREAM_STATUS, NULL);
-            sl__finish(r, SL_ROW_SERVED, r->up_status, false, SL_CODE_GW_UPSTREAM_STATUS, NULL);
-            sl__queue_final(r, H2O_SEND_STATE_FINAL);
+            served(r);
             break;
         }
         hop_failed_before_content(r, source_of_end(how, true), NULL,
-                                  how == SL_HOP_END_EOS ? "the stream ended before any content" : detail);
+                                  how == SL_HOP_END_EOS ? "the stream ended before any content" : detail, NULL);
         break;
-    case REQ_READING_ERROR:
+    case PHASE_READING_ERROR:
         judge_error_answer(r);
         break;
-    case REQ_STREAMING: {
-        /* An answer handed over after a failure is forwarded as the upstream ends it. */
-        /* A stream that told its own error after content needs no second one from the gateway. */
+    case PHASE_STREAMING: {
+        bool handed_over = r->out.answer == ANSWER_HANDED_OVER;
+        /* An answer handed over after a failure is forwarded as the upstream ends it; a stream that told
+         * its own error after content needs no second one from the gateway. */
         bool whole = how == SL_HOP_END_EOS &&
-                     (!r->events || r->handing_over || r->told_error || sl_stream_complete(&r->stream));
-        if (whole && !r->events)
-            read_answer_usage(r);
-        sl__release_upstream(r);
-        if (whole) {
-            bool served = r->up_status < 300 && !r->handing_over;
-            if (served) {
-                sl__remember_response(r);
-                sl__close_attempt(r, SL_ROW_HOP_SERVED, SL_CODE_GW_UPSTREAM_STATUS, NULL);
-            }
-            sl__finish(r, served ? SL_ROW_SERVED : SL_ROW_FAILED, r->up_status, !served, r->last.code,
-                       r->last.detail);
-            sl__queue_final(r, H2O_SEND_STATE_FINAL);
+                     (!r->rd.events || handed_over || r->rd.told_error || sl_stream_complete(&r->rd.stream));
+        if (!whole) {
+            broken_while_streaming(r, how, detail);
             break;
         }
-        sl__fail_streaming(r, how, detail);
+        if (!r->rd.events)
+            read_answer_usage(r);
+        sl__release_upstream(r);
+        if (r->rd.up_status < 300 && !handed_over) {
+            served(r);
+            break;
+        }
+        sl_msg_t msg = sl__last_failure_msg(r);
+        sl__end_request(r, &(req_end_t){.how = END_HANDED_OVER, .status = r->rd.up_status, .msg = &msg});
+        sl_msg_free(&msg);
         break;
     }
     default:
         break;
     }
+}
+
+void
+sl__reset_answer(request_t *r)
+{
+    r->rd.up_status = 0;
+    r->rd.told_error = false;
+    h2o_buffer_consume(&r->out.rx, r->out.rx->size);
+    r->out.parsed = 0;
+    memset(&r->rd.stream, 0, sizeof(r->rd.stream));
 }
 
 /* Queues release one request at a time: the next may go once this one's bytes are on their way, so

@@ -1,10 +1,10 @@
 /*
- * What a hop sends upstream: the body with the candidate's model name and, when a limit needs
- * it, a Chat stream's usage request; Bedrock's SigV4 signature.
+ * What a hop sends upstream (behaviour.md §3, the per-hop pipeline): the
+ * candidate's request head (the dialect's path, the provider's credential
+ * and headers), the body with the candidate's model name and, when a limit
+ * needs it, a Chat stream's usage request; Bedrock's SigV4 signature.
  */
 #include "req.h"
-
-/* ---- hops ---------------------------------------------------------------------------------- */
 
 /*
  * The body for this hop: the client's, or a copy with the upstream's model
@@ -12,8 +12,8 @@
  * `stream_options.include_usage` (then the extra usage chunk is dropped on
  * the way back unless the client asked for it).
  */
-h2o_iovec_t
-sl__body_for_hop(request_t *r, const char *model, bool needs_usage)
+static h2o_iovec_t
+body_for_hop(request_t *r, const char *model, bool needs_usage)
 {
     sl_body_edit_t edits[2];
     size_t n = 0;
@@ -44,6 +44,22 @@ sl__body_for_hop(request_t *r, const char *model, bool needs_usage)
     free(r->body_copy);
     r->body_copy = body;
     return body != NULL ? h2o_iovec_init(body, len) : h2o_iovec_init(r->in.body, r->in.body_len);
+}
+
+sl_head_status_t
+sl__build_hop_request(request_t *r, size_t cand, sl_strbuf_t *head, sl_upstream_head_t *info)
+{
+    sl_headers_t headers = sl_request_headers(r->req);
+    r->body = body_for_hop(r, r->cands[cand].model, r->acct.hop_needs_usage);
+    sl_upstream_request_t ureq = {
+        .method = "POST",
+        .target = r->req->path.base,
+        .target_len = r->req->path.len,
+        .model = r->cands[cand].model,
+        .headers = &headers,
+        .body_len = r->body.len,
+    };
+    return sl_dialect_upstream_head(sl__provider_of(r, cand), &ureq, head, info);
 }
 
 /*

@@ -303,9 +303,9 @@ sl_wsturns_upgrade(h2o_req_t *req, const char *client_key, sl_worker_io_t *io, c
     sl_intake_t accepted;
     sl_intake_refusal_t refusal;
     if (!sl_intake(config, &in, &accepted, &refusal)) {
-        sl_msg_t msg = sl_msg_make(refusal.code, "where", refusal.detail, "detail", refusal.detail, NULL);
-        sl_request_send_error(req, SL_DIALECT_OPENAI_RESPONSES, refusal.status, refusal.code, msg.text);
-        sl_msg_free(&msg);
+        sl_request_send_error(req, SL_DIALECT_OPENAI_RESPONSES, refusal.status, refusal.msg.code,
+                              refusal.msg.text);
+        sl_msg_free(&refusal.msg);
         return 0;
     }
     session_t *s = sl_xcalloc(1, sizeof(*s));

@@ -67,23 +67,42 @@ render(const sl_msg_t *msg, const char *tmpl)
     return sl_strbuf_finish(&out);
 }
 
-sl_msg_t
-sl_msg_make(sl_code_t code, ...)
+/* Builds a message from the pairs in ap; with only_named, the pairs whose name the template lacks are left out. */
+static sl_msg_t
+make(sl_code_t code, bool only_named, va_list ap)
 {
     sl_msg_t msg = {.code = code};
-    va_list ap;
-    va_start(ap, code);
+    const char *tmpl = sl_code_template(code);
     const char *name;
     while ((name = va_arg(ap, const char *)) != NULL) {
         const char *value = va_arg(ap, const char *);
-        if (msg.nargs < SL_MSG_MAX_ARGS) {
+        if (msg.nargs < SL_MSG_MAX_ARGS && (!only_named || sl_msg_template_names(tmpl, name))) {
             msg.args[msg.nargs].name = name;
             msg.args[msg.nargs].value = sl_xstrdup(value != NULL ? value : "");
             msg.nargs++;
         }
     }
+    msg.text = render(&msg, tmpl);
+    return msg;
+}
+
+sl_msg_t
+sl_msg_make(sl_code_t code, ...)
+{
+    va_list ap;
+    va_start(ap, code);
+    sl_msg_t msg = make(code, false, ap);
     va_end(ap);
-    msg.text = render(&msg, sl_code_template(code));
+    return msg;
+}
+
+sl_msg_t
+sl_msg_make_for(sl_code_t code, ...)
+{
+    va_list ap;
+    va_start(ap, code);
+    sl_msg_t msg = make(code, true, ap);
+    va_end(ap);
     return msg;
 }
 

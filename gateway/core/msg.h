@@ -37,6 +37,13 @@ typedef struct {
  * argument stays as written. Aborts only on out-of-memory.
  */
 sl_msg_t sl_msg_make(sl_code_t code, ...);
+/*
+ * As sl_msg_make, but keeps only the arguments the code's template names:
+ * for a caller that knows many facts (a provider, a status, the timeout's
+ * seconds) and lets each code's template take the ones it shows.
+ */
+sl_msg_t sl_msg_make_for(sl_code_t code, ...);
+
 /* Whether a code's template has the placeholder {name}. */
 bool sl_msg_template_names(const char *tmpl, const char *name);
 /*

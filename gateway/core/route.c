@@ -165,18 +165,6 @@ sl_endpoint_parse(const char *method, size_t method_len, const char *path, size_
 
 /* ---- candidates ----------------------------------------------------------- */
 
-static const char *const skip_slugs[SL_SKIP_COUNT] = {
-    [SL_SKIP_NONE] = "",
-    [SL_SKIP_DISABLED] = "disabled",
-    [SL_SKIP_NOT_OFFERED] = "not_offered",
-    [SL_SKIP_PINNED_ELSEWHERE] = "pinned_elsewhere",
-};
-
-const char *
-sl_skip_slug(sl_skip_t skip)
-{
-    return (unsigned)skip < SL_SKIP_COUNT ? skip_slugs[skip] : "";
-}
 
 /* The model_map target for model, or NULL when the provider does not rename it. */
 static const char *

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "config.h"
+#include "core/outcome.h"
 
 /* ---- globs ---------------------------------------------------------------- */
 
@@ -64,17 +65,7 @@ bool sl_endpoint_parse(const char *method, size_t method_len, const char *path, 
 
 /* ---- candidates ----------------------------------------------------------- */
 
-/* Why a candidate is not tried (the static part of ServeSkip; the filter adds cooling, throttled, …). */
-typedef enum {
-    SL_SKIP_NONE,
-    SL_SKIP_DISABLED,         /* the provider is disabled in the config */
-    SL_SKIP_NOT_OFFERED,      /* not the client's dialect, or not among the provider's models */
-    SL_SKIP_PINNED_ELSEWHERE, /* sealed history belongs to another upstream (affinity.h) */
-    SL_SKIP_COUNT
-} sl_skip_t;
 
-/* "disabled", "not_offered", "pinned_elsewhere"; "" for SL_SKIP_NONE. Never NULL. */
-const char *sl_skip_slug(sl_skip_t skip);
 
 typedef struct {
     size_t provider; /* index into config->providers */

@@ -258,21 +258,27 @@ sl_throttle_reason_slug(const sl_throttle_t *t)
 /* ---- send now, else wait, else the final 429 ------------------------------------------------- */
 
 /* Which skips a request may wait out. */
-static const bool waitable[SL_WAIT_SKIP_COUNT] = {
-    [SL_WAIT_SKIP_THROTTLED] = true,
-    [SL_WAIT_SKIP_BUSY] = true,
-    [SL_WAIT_SKIP_WINDOW_FULL] = true,
+static const bool waitable[SL_SKIP_COUNT] = {
+    [SL_SKIP_THROTTLED] = true,
+    [SL_SKIP_BUSY] = true,
+    [SL_SKIP_WINDOW_FULL] = true,
 };
 
 /* The code when every counted candidate has this skip; MIXED for any blend. */
-static const sl_wait_code_t pure_code[SL_WAIT_SKIP_COUNT] = {
-    [SL_WAIT_SKIP_NONE] = SL_WAIT_CODE_MIXED,
-    [SL_WAIT_SKIP_THROTTLED] = SL_WAIT_CODE_RATE_LIMITED,
-    [SL_WAIT_SKIP_BUSY] = SL_WAIT_CODE_MIXED,
-    [SL_WAIT_SKIP_WINDOW_FULL] = SL_WAIT_CODE_WINDOW_FULL,
-    [SL_WAIT_SKIP_PERIOD_USED_UP] = SL_WAIT_CODE_USED_UP,
-    [SL_WAIT_SKIP_OTHER] = SL_WAIT_CODE_MIXED,
+static const sl_wait_code_t pure_code[SL_SKIP_COUNT] = {
+    [SL_SKIP_NONE] = SL_WAIT_CODE_MIXED,
+    [SL_SKIP_THROTTLED] = SL_WAIT_CODE_RATE_LIMITED,
+    [SL_SKIP_BUSY] = SL_WAIT_CODE_MIXED,
+    [SL_SKIP_WINDOW_FULL] = SL_WAIT_CODE_WINDOW_FULL,
+    [SL_SKIP_PERIOD_USED_UP] = SL_WAIT_CODE_USED_UP,
 };
+
+/* What waiting is about at all: the rest is neither waited for nor counted in the final answer. */
+static bool
+concerns_waiting(const sl_wait_gate_t *g)
+{
+    return !g->out_of_round && (g->skip == SL_SKIP_NONE || g->skip == SL_SKIP_PERIOD_USED_UP || waitable[g->skip]);
+}
 
 /* The candidates a pass of the decision looks at: all of them, or only one. */
 typedef struct {
@@ -282,14 +288,14 @@ typedef struct {
 static bool
 can_wait_for(const sl_wait_gate_t *g, const sl_wait_request_t *req)
 {
-    return waitable[g->skip] && req->now_ms < req->deadline_ms && g->recovery_ms <= req->deadline_ms;
+    return concerns_waiting(g) && waitable[g->skip] && req->now_ms < req->deadline_ms && g->recovery_ms <= req->deadline_ms;
 }
 
 static sl_wait_decision_t
 send_now(span_t s, const sl_wait_gate_t *gates, bool *found)
 {
     for (size_t i = s.first; i < s.end; i++) {
-        if (gates[i].skip == SL_WAIT_SKIP_NONE) {
+        if (gates[i].skip == SL_SKIP_NONE && !gates[i].out_of_round) {
             *found = true;
             return (sl_wait_decision_t){.action = SL_WAIT_SEND_NOW, .send = i};
         }
@@ -318,17 +324,17 @@ static sl_wait_decision_t
 final_answer(span_t s, const sl_wait_gate_t *gates, const sl_wait_request_t *req)
 {
     size_t counted = 0;
-    sl_wait_skip_t only = SL_WAIT_SKIP_NONE;
+    sl_skip_t only = SL_SKIP_NONE;
     bool blend = false, any_recovers = false;
     int64_t earliest = SL_THROTTLE_NEVER;
     for (size_t i = s.first; i < s.end; i++) {
         const sl_wait_gate_t *g = &gates[i];
-        if (g->skip == SL_WAIT_SKIP_OTHER)
+        if (!concerns_waiting(g))
             continue;
         blend |= counted > 0 && g->skip != only;
         only = g->skip;
         counted++;
-        any_recovers |= g->skip != SL_WAIT_SKIP_PERIOD_USED_UP && g->recovery_ms != SL_THROTTLE_NEVER;
+        any_recovers |= g->skip != SL_SKIP_PERIOD_USED_UP && g->recovery_ms != SL_THROTTLE_NEVER;
         if (g->recovery_ms < earliest)
             earliest = g->recovery_ms;
     }
@@ -377,7 +383,7 @@ sl_wait_decide(const sl_wait_gate_t *gates, size_t n, const sl_wait_request_t *r
         return decide_over(own, gates, req, wait_on);
     /* Sticky: its own upstream keeps the conversation while it can serve before the deadline. */
     const sl_wait_gate_t *g = &gates[req->own];
-    if (g->skip == SL_WAIT_SKIP_NONE || can_wait_for(g, req))
+    if ((g->skip == SL_SKIP_NONE && !g->out_of_round) || can_wait_for(g, req))
         return decide_over(own, gates, req, wait_on);
     return decide_over(all, gates, req, wait_on);
 }

@@ -31,6 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/outcome.h"
 #include "core/retry.h"
 
 /* "Never" as a time: an indefinite manual pause, a candidate that cannot recover by waiting. */
@@ -183,19 +184,17 @@ const char *sl_throttle_reason_slug(const sl_throttle_t *t);
 
 /* ---- 2. send now, else wait, else the final 429 ---------------------------------------------------- */
 
-/* Why a candidate cannot take the request now (ServeSkip, as far as waiting is concerned). */
-typedef enum {
-    SL_WAIT_SKIP_NONE = 0,       /* it can be sent now */
-    SL_WAIT_SKIP_THROTTLED,      /* paused after a 429, probing, or paused by an operator */
-    SL_WAIT_SKIP_BUSY,           /* max_concurrent slots full */
-    SL_WAIT_SKIP_WINDOW_FULL,    /* a minute/hour usage window is full */
-    SL_WAIT_SKIP_PERIOD_USED_UP, /* a day/week/month period is used up: never waited for */
-    SL_WAIT_SKIP_OTHER,          /* disabled, not_offered, cooling: neither waited for nor counted */
-    SL_WAIT_SKIP_COUNT
-} sl_wait_skip_t;
 
+
+/*
+ * Why a candidate cannot take the request now, as far as waiting is
+ * concerned: throttled, busy and window_full can be waited out;
+ * period_used_up is counted for the final answer but never waited for;
+ * every other skip (and a candidate outside the retry round) concerns
+ * waiting not at all.
+ */
 typedef struct {
-    sl_wait_skip_t skip;
+    sl_skip_t skip; /* SL_SKIP_NONE: it can be sent now */
     /*
      * The earliest time it could take the request: sl_throttle_recovery_ms,
      * the time a window has room, a period's reset; SL_THROTTLE_NEVER when
@@ -205,6 +204,7 @@ typedef struct {
      * deadline and wakes its waiters by an event, not a timer.
      */
     int64_t recovery_ms;
+    bool out_of_round; /* not in the round being tried: neither waited for nor counted */
 } sl_wait_gate_t;
 
 /* sl_wait_request_t.own for a request whose conversation is not held to an upstream. */

@@ -84,7 +84,8 @@ describe("web control app (chromium, sluice --demo)", () => {
     const demo = await startDemo("overload");
     try {
       const page = await openApp(demo);
-      assert.match(await page.textContent('[data-testid="banner"]'), /protocol v?1/i);
+      const proto = await protocol();
+      assert.match(await page.textContent('[data-testid="banner"]'), new RegExp(`protocol v?${proto.PROTOCOL_VERSION}`, "i"));
       // Wait for a request that backed off (live or recent), then open its timeline.
       const row = page.locator('[data-testid="request-row"][data-state="backoff"], [data-testid="recent-row"]')
         .filter({ has: page.locator("text=/retr|backoff/i") }).first();
@@ -177,10 +178,11 @@ describe("web control app (chromium, sluice --demo)", () => {
       let connections = 0;
       const proto = await protocol();
       // A server of the next protocol version: it refuses the client's hello as sluice would.
+      const next = String(proto.PROTOCOL_VERSION + 1);
       const refused = Buffer.from(proto.encodeMessage({
         kind: "refused",
-        message: { code: "control.protocol.mismatch", args: { ours: "2", theirs: String(proto.PROTOCOL_VERSION) },
-                   text: `protocol version mismatch: sluice speaks 2, the client ${proto.PROTOCOL_VERSION}` },
+        message: { code: "control.protocol.mismatch", args: { ours: next, theirs: String(proto.PROTOCOL_VERSION) },
+                   text: `protocol version mismatch: sluice speaks ${next}, the client ${proto.PROTOCOL_VERSION}` },
       }));
       await page.routeWebSocket(/\/control$/, (ws) => {
         connections++;
@@ -190,8 +192,8 @@ describe("web control app (chromium, sluice --demo)", () => {
       const banner = page.locator('[data-testid="banner"][data-state="mismatch"]');
       await banner.waitFor({ timeout: 10_000 });
       const text = await banner.textContent();
-      assert.match(text, /2/);
-      assert.match(text, /1/);
+      assert.match(text, new RegExp(next));
+      assert.match(text, new RegExp(String(proto.PROTOCOL_VERSION)));
       await page.waitForTimeout(3000);
       assert.equal(connections, 1, "no reconnect loop after a mismatch");
       await shot(page, "version-mismatch");

@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_CONNS    256
+#define MAX_CONNS    2048 /* every connection of a test, counted from the start */
 #define MAX_REQUESTS 1024
 #define MAX_QUEUE    256
 

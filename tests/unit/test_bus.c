@@ -527,7 +527,7 @@ Test(bus_events, every_builder_round_trips_through_the_codec)
     sl_bus_attempt(&all[n++], 1700000000002, 1,
                    &(sl_bus_attempt_t){.provider = "up1",
                                        .model = "gpt-5",
-                                       .outcome = SL_PROTO_OUTCOME_ERROR,
+                                       .outcome = SL_HOP_ERROR,
                                        .status = 0,
                                        .error = &err,
                                        .ms = 12,
@@ -536,8 +536,8 @@ Test(bus_events, every_builder_round_trips_through_the_codec)
                                        .backoff_ms = 250});
     sl_bus_attempt(&all[n++], 1700000000002, 1,
                    &(sl_bus_attempt_t){.provider = "up2",
-                                       .outcome = SL_PROTO_OUTCOME_SKIPPED,
-                                       .skip = SL_PROTO_SERVE_SKIP_COOLING,
+                                       .outcome = SL_HOP_SKIPPED,
+                                       .skip = SL_SKIP_COOLING,
                                        .pause_ms = SL_BUS_ABSENT,
                                        .retry = SL_BUS_ABSENT,
                                        .backoff_ms = SL_BUS_ABSENT});
@@ -651,13 +651,13 @@ Test(bus_events, attempt_optionals_follow_their_sentinels)
     sl_proto_event_t ev;
     sl_bus_attempt(&ev, 1, 9,
                    &(sl_bus_attempt_t){.provider = "p",
-                                       .outcome = SL_PROTO_OUTCOME_STATUS,
+                                       .outcome = SL_HOP_STATUS,
                                        .status = 503,
                                        .ms = 4,
                                        .pause_ms = SL_BUS_ABSENT,
                                        .retry = SL_BUS_ABSENT,
                                        .backoff_ms = SL_BUS_ABSENT,
-                                       .skip = SL_PROTO_SERVE_SKIP_BUSY});
+                                       .skip = SL_SKIP_BUSY});
     const sl_proto_attempt_view_t *v = &ev.attempt.view;
     cr_assert(v->has_status);
     cr_assert_eq(v->status, 503);
@@ -669,7 +669,7 @@ Test(bus_events, attempt_optionals_follow_their_sentinels)
 
     sl_bus_attempt(&ev, 1, 9,
                    &(sl_bus_attempt_t){.provider = "p",
-                                       .outcome = SL_PROTO_OUTCOME_ERROR,
+                                       .outcome = SL_HOP_ERROR,
                                        .status = 0,
                                        .pause_ms = 0,
                                        .retry = 2,

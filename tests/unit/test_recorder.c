@@ -82,7 +82,7 @@ make_row(uint64_t id, int64_t at_ms, size_t n_attempts)
     r->duration_ms = 1234;
     for (size_t i = 0; i < n_attempts; i++) {
         r->attempts[i].provider = sl_xstrdup(i + 1 < n_attempts ? "anthropic-backup" : "anthropic-main");
-        r->attempts[i].outcome = i + 1 < n_attempts ? SL_ROW_HOP_STATUS : SL_ROW_HOP_SERVED;
+        r->attempts[i].outcome = i + 1 < n_attempts ? SL_HOP_STATUS : SL_HOP_SERVED;
         r->attempts[i].status = i + 1 < n_attempts ? 529 : 200;
         r->attempts[i].ms = 100 + (int64_t)i;
     }
@@ -203,13 +203,13 @@ Test(recorder, history_rows_carry_every_field_and_their_attempts_in_order)
     r->cost_micros = 5678;
     sl_attempt_row_t *a = r->attempts;
     a[0] = (sl_attempt_row_t){.provider = sl_xstrdup("openai-1"),
-                              .outcome = SL_ROW_HOP_SKIPPED,
+                              .outcome = SL_HOP_SKIPPED,
                               .pause_ms = SL_ROW_ABSENT,
                               .backoff_ms = SL_ROW_ABSENT,
-                              .skipped = SL_ROW_SKIP_PERIOD_USED_UP};
+                              .skipped = SL_SKIP_PERIOD_USED_UP};
     a[1] = (sl_attempt_row_t){.provider = sl_xstrdup("openai-3"),
                               .model = sl_xstrdup("gpt-4o-2024"),
-                              .outcome = SL_ROW_HOP_ERROR,
+                              .outcome = SL_HOP_ERROR,
                               .status = 200,
                               .ms = 800,
                               .pause_ms = 120,
@@ -220,7 +220,7 @@ Test(recorder, history_rows_carry_every_field_and_their_attempts_in_order)
     sl_msg_free(&m);
     a[2] = (sl_attempt_row_t){.provider = sl_xstrdup("openai-2"),
                               .model = sl_xstrdup("gpt-4o"),
-                              .outcome = SL_ROW_HOP_SERVED,
+                              .outcome = SL_HOP_SERVED,
                               .status = 200,
                               .ms = 900,
                               .pause_ms = SL_ROW_ABSENT,
@@ -311,40 +311,38 @@ Test(recorder, history_reads_back_every_outcome_and_every_skip_reason)
 {
     /* The stored names are written from the recorder's tables and read back by the protocol's parsers. */
     sl_recorder_t *rec = open_with(NULL);
-    sl_request_row_t *r = make_row(1, 1000, SL_ROW_HOP_COUNT + SL_ROW_SKIP_COUNT - 1);
-    for (size_t i = 0; i < SL_ROW_HOP_COUNT; i++)
-        r->attempts[i].outcome = (sl_row_hop_outcome_t)i;
-    for (size_t k = 1; k < SL_ROW_SKIP_COUNT; k++) {
-        sl_attempt_row_t *a = &r->attempts[SL_ROW_HOP_COUNT + k - 1];
-        a->outcome = SL_ROW_HOP_SKIPPED;
-        a->skipped = (sl_row_skip_t)k;
+    sl_request_row_t *r = make_row(1, 1000, SL_HOP_OUTCOME_COUNT + SL_SKIP_COUNT - 1);
+    for (size_t i = 0; i < SL_HOP_OUTCOME_COUNT; i++)
+        r->attempts[i].outcome = (sl_hop_outcome_t)i;
+    for (size_t k = 1; k < SL_SKIP_COUNT; k++) {
+        sl_attempt_row_t *a = &r->attempts[SL_HOP_OUTCOME_COUNT + k - 1];
+        a->outcome = SL_HOP_SKIPPED;
+        a->skipped = (sl_skip_t)k;
     }
     cr_assert(sl_recorder_submit(rec, r));
     sl_recorder_close(rec);
 
-    static const sl_proto_outcome_t outcomes[SL_ROW_HOP_COUNT] = {
-        SL_PROTO_OUTCOME_SERVED,  SL_PROTO_OUTCOME_STATUS,    SL_PROTO_OUTCOME_ERROR,
-        SL_PROTO_OUTCOME_SKIPPED, SL_PROTO_OUTCOME_ESTIMATED, SL_PROTO_OUTCOME_CANCELLED};
-    static const sl_proto_serve_skip_t skips[SL_ROW_SKIP_COUNT] = {
-        [SL_ROW_SKIP_DISABLED] = SL_PROTO_SERVE_SKIP_DISABLED,
-        [SL_ROW_SKIP_NOT_OFFERED] = SL_PROTO_SERVE_SKIP_NOT_OFFERED,
-        [SL_ROW_SKIP_COOLING] = SL_PROTO_SERVE_SKIP_COOLING,
-        [SL_ROW_SKIP_THROTTLED] = SL_PROTO_SERVE_SKIP_THROTTLED,
-        [SL_ROW_SKIP_BUSY] = SL_PROTO_SERVE_SKIP_BUSY,
-        [SL_ROW_SKIP_WINDOW_FULL] = SL_PROTO_SERVE_SKIP_WINDOW_FULL,
-        [SL_ROW_SKIP_PERIOD_USED_UP] = SL_PROTO_SERVE_SKIP_PERIOD_USED_UP,
-        [SL_ROW_SKIP_KEY_WINDOW] = SL_PROTO_SERVE_SKIP_KEY_WINDOW,
+    /* Value by value, by name: the protocol's value of each of outcome.h's. */
+    static const sl_proto_outcome_t outcomes[SL_HOP_OUTCOME_COUNT] = {
+#define PROTO_OF(name, slug) [SL_HOP_##name] = SL_PROTO_OUTCOME_##name,
+        SL_HOP_OUTCOMES(PROTO_OF)
+#undef PROTO_OF
+    };
+    static const sl_proto_serve_skip_t skips[SL_SKIP_COUNT] = {
+#define PROTO_OF(name, slug) [SL_SKIP_##name] = SL_PROTO_SERVE_SKIP_##name,
+        SL_SKIP_REASONS(PROTO_OF)
+#undef PROTO_OF
     };
     page_t p = history_ok(&(sl_recorder_history_query_t){0});
     cr_assert_eq(p.n, 1);
     const sl_proto_attempt_view_t *a = p.rows[0].attempts;
-    cr_assert_eq(p.rows[0].attempts_len, SL_ROW_HOP_COUNT + SL_ROW_SKIP_COUNT - 1);
-    for (size_t i = 0; i < SL_ROW_HOP_COUNT; i++) {
+    cr_assert_eq(p.rows[0].attempts_len, SL_HOP_OUTCOME_COUNT + SL_SKIP_COUNT - 1);
+    for (size_t i = 0; i < SL_HOP_OUTCOME_COUNT; i++) {
         cr_assert_eq(a[i].outcome, outcomes[i], "attempt %zu: outcome %d", i, a[i].outcome);
         cr_assert_not(a[i].has_skipped, "attempt %zu", i);
     }
-    for (size_t k = 1; k < SL_ROW_SKIP_COUNT; k++) {
-        const sl_proto_attempt_view_t *s = &a[SL_ROW_HOP_COUNT + k - 1];
+    for (size_t k = 1; k < SL_SKIP_COUNT; k++) {
+        const sl_proto_attempt_view_t *s = &a[SL_HOP_OUTCOME_COUNT + k - 1];
         cr_assert_eq(s->outcome, SL_PROTO_OUTCOME_SKIPPED);
         cr_assert(s->has_skipped, "skip %zu", k);
         cr_assert_eq(s->skipped, skips[k], "skip %zu read back as %d", k, s->skipped);
@@ -707,8 +705,8 @@ Test(recorder, history_skips_names_it_does_not_know)
     sl_recorder_t *rec = open_with(NULL);
     for (uint64_t id = 1; id <= 3; id++) {
         sl_request_row_t *r = make_row(id, (int64_t)id * 1000, 3);
-        r->attempts[0].outcome = SL_ROW_HOP_SKIPPED;
-        r->attempts[0].skipped = SL_ROW_SKIP_BUSY;
+        r->attempts[0].outcome = SL_HOP_SKIPPED;
+        r->attempts[0].skipped = SL_SKIP_BUSY;
         r->attempts[1].error.code = sl_xstrdup("gw.hop.error");
         r->attempts[1].error.text = sl_xstrdup("broke");
         r->attempts[1].error.nargs = 1;
@@ -787,7 +785,7 @@ Test(recorder, row_with_an_enum_out_of_range_is_a_counted_drop)
     sl_request_row_t *bad_outcome = make_row(1, 1000, 1);
     bad_outcome->outcome = SL_ROW_OUTCOME_COUNT;
     sl_request_row_t *bad_skip = make_row(2, 1000, 1);
-    bad_skip->attempts[0].skipped = SL_ROW_SKIP_COUNT;
+    bad_skip->attempts[0].skipped = SL_SKIP_COUNT;
     cr_assert_not(sl_recorder_submit(rec, bad_outcome));
     cr_assert_not(sl_recorder_submit(rec, bad_skip));
     cr_assert(sl_recorder_submit(rec, make_row(3, 1000, 1)));
@@ -853,19 +851,52 @@ Test(recorder, fresh_db_gets_the_schema_version_and_reopens)
     cr_assert_eq(query_int("SELECT count(*) FROM requests"), 2);
 }
 
+Test(recorder, a_version_1_db_is_migrated_and_keeps_its_rows)
+{
+    sl_recorder_t *rec = open_with(NULL);
+    cr_assert(sl_recorder_submit(rec, make_row(1, 1000, 1)));
+    sl_recorder_close(rec);
+    /* Version 1 had no attempts.reason. */
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open(db_path, &db), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(db, "ALTER TABLE attempts DROP COLUMN reason; PRAGMA user_version = 1", NULL, NULL,
+                              NULL),
+                 SQLITE_OK);
+    sqlite3_close(db);
+
+    rec = open_with(NULL);
+    sl_request_row_t *r = make_row(2, 2000, 1);
+    r->attempts[0].has_reason = true;
+    r->attempts[0].reason = SL_STEP_REASON_RETRY_ROUND;
+    cr_assert(sl_recorder_submit(rec, r));
+    sl_recorder_close(rec);
+    cr_assert_eq(query_int("PRAGMA user_version"), SL_RECORDER_SCHEMA_VERSION);
+    cr_assert_eq(query_int("SELECT count(*) FROM requests"), 2, "the old row stays");
+    assert_cell("SELECT reason FROM attempts WHERE request_row = 2", "retry_round");
+    page_t p = history_ok(&(sl_recorder_history_query_t){0});
+    cr_assert_eq(p.n, 2);
+    cr_assert(p.rows[0].attempts[0].has_reason);
+    cr_assert_eq(p.rows[0].attempts[0].reason, SL_PROTO_STEP_REASON_RETRY_ROUND);
+    cr_assert_not(p.rows[1].attempts[0].has_reason, "a version-1 attempt has none");
+    page_free(&p);
+}
+
 Test(recorder, newer_schema_is_refused_untouched)
 {
     sqlite3 *db;
     cr_assert_eq(sqlite3_open(db_path, &db), SQLITE_OK);
-    cr_assert_eq(sqlite3_exec(db, "CREATE TABLE future (x); PRAGMA user_version = 2", NULL, NULL, NULL),
-                 SQLITE_OK);
+    char sql[96];
+    snprintf(sql, sizeof sql, "CREATE TABLE future (x); PRAGMA user_version = %d", SL_RECORDER_SCHEMA_VERSION + 1);
+    cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(db);
 
     err[0] = '\0';
     cr_assert_null(sl_recorder_open(db_path, NULL, err, sizeof err));
-    cr_assert_not_null(strstr(err, "schema version 2"), "%s", err);
+    char want[48];
+    snprintf(want, sizeof want, "schema version %d", SL_RECORDER_SCHEMA_VERSION + 1);
+    cr_assert_not_null(strstr(err, want), "%s", err);
     cr_assert_not_null(strstr(err, "newer"), "%s", err);
-    cr_assert_eq(query_int("PRAGMA user_version"), 2);
+    cr_assert_eq(query_int("PRAGMA user_version"), SL_RECORDER_SCHEMA_VERSION + 1);
     cr_assert_eq(query_int("SELECT count(*) FROM sqlite_master WHERE name = 'requests'"), 0);
     cr_assert_eq(query_int("SELECT count(*) FROM pragma_journal_mode WHERE journal_mode = 'wal'"), 0,
                  "the journal mode was changed");
@@ -877,7 +908,7 @@ Test(recorder, newer_schema_is_refused_untouched)
     cr_assert_eq(
         sl_recorder_history(db_path, &(sl_recorder_history_query_t){0}, &rows, &n, &cursor, err, sizeof err),
         -1);
-    cr_assert_not_null(strstr(err, "schema version 2"), "%s", err);
+    cr_assert_not_null(strstr(err, want), "%s", err);
     cr_assert_null(rows);
 }
 

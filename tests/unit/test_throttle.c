@@ -394,29 +394,17 @@ Test(throttle, a_hand_made_probing_state_uses_the_default_grace)
 #define DEADLINE (T0 + 120 * SEC)
 
 #define FREE_()                                                                                              \
-    {                                                                                                        \
-        SL_WAIT_SKIP_NONE, NOW                                                                               \
-    }
+    {.skip = SL_SKIP_NONE, .recovery_ms = NOW}
 #define THR(at)                                                                                              \
-    {                                                                                                        \
-        SL_WAIT_SKIP_THROTTLED, (at)                                                                         \
-    }
+    {.skip = SL_SKIP_THROTTLED, .recovery_ms = (at)}
 #define BUSY_()                                                                                              \
-    {                                                                                                        \
-        SL_WAIT_SKIP_BUSY, NOW                                                                               \
-    }
+    {.skip = SL_SKIP_BUSY, .recovery_ms = NOW}
 #define WIN(at)                                                                                              \
-    {                                                                                                        \
-        SL_WAIT_SKIP_WINDOW_FULL, (at)                                                                       \
-    }
+    {.skip = SL_SKIP_WINDOW_FULL, .recovery_ms = (at)}
 #define USED(at)                                                                                             \
-    {                                                                                                        \
-        SL_WAIT_SKIP_PERIOD_USED_UP, (at)                                                                    \
-    }
+    {.skip = SL_SKIP_PERIOD_USED_UP, .recovery_ms = (at)}
 #define OTHER_()                                                                                             \
-    {                                                                                                        \
-        SL_WAIT_SKIP_OTHER, NOW                                                                              \
-    }
+    {.skip = SL_SKIP_COOLING, .recovery_ms = NOW}
 #define MAXC 4
 
 static const sl_wait_request_t plain = {.now_ms = NOW, .deadline_ms = DEADLINE, .own = SL_WAIT_NO_OWN};
@@ -707,8 +695,8 @@ Test(wait, the_throttles_recovery_feeds_the_decision)
     sl_throttle_on_429(&b, T0, 1500, CAP, &real);
     sl_wait_request_t req = {.now_ms = T0 + 100, .deadline_ms = T0 + 120 * SEC, .own = SL_WAIT_NO_OWN};
     sl_wait_gate_t g[] = {
-        {SL_WAIT_SKIP_THROTTLED, sl_throttle_recovery_ms(&a, req.now_ms)},
-        {SL_WAIT_SKIP_THROTTLED, sl_throttle_recovery_ms(&b, req.now_ms)},
+        {.skip = SL_SKIP_THROTTLED, .recovery_ms = sl_throttle_recovery_ms(&a, req.now_ms)},
+        {.skip = SL_SKIP_THROTTLED, .recovery_ms = sl_throttle_recovery_ms(&b, req.now_ms)},
     };
     bool wait_on[MAXC];
     sl_wait_decision_t d = decide(g, 2, &req, wait_on);

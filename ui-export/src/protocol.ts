@@ -5,8 +5,8 @@ import { ProtocolError } from "./runtime.js";
 export { ProtocolError } from "./runtime.js";
 export type { ErrorKind } from "./runtime.js";
 
-export const PROTOCOL_VERSION = 1;
-export const PROTOCOL_FINGERPRINT = "d67e70f51efce276";
+export const PROTOCOL_VERSION = 2;
+export const PROTOCOL_FINGERPRINT = "43ced761865156c7";
 
 /** What a subscription streams. */
 export type Topic = "events" | "providers";
@@ -27,16 +27,22 @@ const decAffinity = rt.slugOf(AFFINITY_VALUES);
 const encAffinity = rt.encSlugOf(AFFINITY_VALUES);
 
 /** How one hop ended. */
-export type Outcome = "served" | "status" | "error" | "skipped" | "estimated" | "cancelled";
-export const OUTCOME_VALUES: readonly Outcome[] = ["served", "status", "error", "skipped", "estimated", "cancelled"];
+export type Outcome = "served" | "status" | "error" | "skipped" | "estimated" | "cancelled" | "client_left" | "stale_connection";
+export const OUTCOME_VALUES: readonly Outcome[] = ["served", "status", "error", "skipped", "estimated", "cancelled", "client_left", "stale_connection"];
 const decOutcome = rt.slugOf(OUTCOME_VALUES);
 const encOutcome = rt.encSlugOf(OUTCOME_VALUES);
 
 /** Why a candidate was not sent to (behaviour.md §2). */
-export type ServeSkip = "disabled" | "not_offered" | "cooling" | "throttled" | "busy" | "window_full" | "period_used_up" | "key_window";
-export const SERVE_SKIP_VALUES: readonly ServeSkip[] = ["disabled", "not_offered", "cooling", "throttled", "busy", "window_full", "period_used_up", "key_window"];
+export type ServeSkip = "disabled" | "not_offered" | "pinned_elsewhere" | "cooling" | "throttled" | "busy" | "window_full" | "period_used_up" | "key_window";
+export const SERVE_SKIP_VALUES: readonly ServeSkip[] = ["disabled", "not_offered", "pinned_elsewhere", "cooling", "throttled", "busy", "window_full", "period_used_up", "key_window"];
 const decServeSkip = rt.slugOf(SERVE_SKIP_VALUES);
 const encServeSkip = rt.encSlugOf(SERVE_SKIP_VALUES);
+
+/** Why a request went where it went after a hop failed (behaviour.md §3, §5, §6): the failed attempt carries it. */
+export type StepReason = "stale_connection" | "rate_limited" | "next_candidate" | "pinned_retry" | "retry_round" | "request_error" | "not_retried" | "no_waiting" | "deadline";
+export const STEP_REASON_VALUES: readonly StepReason[] = ["stale_connection", "rate_limited", "next_candidate", "pinned_retry", "retry_round", "request_error", "not_retried", "no_waiting", "deadline"];
+const decStepReason = rt.slugOf(STEP_REASON_VALUES);
+const encStepReason = rt.encSlugOf(STEP_REASON_VALUES);
 
 /** Why an upstream is held back. */
 export type ThrottleKind = "paused" | "probing" | "window_full" | "period_used_up" | "manual";
@@ -120,6 +126,8 @@ export interface AttemptView {
   backoff_ms?: number;
   /** for outcome `skipped` */
   skipped?: ServeSkip;
+  /** for a failed hop: why the request went on as it did (failed over, retried, resent, handed back) */
+  reason?: StepReason;
 }
 
 /** What holds a queued request back on one upstream. */
@@ -928,6 +936,7 @@ function decAttemptView(x: unknown): AttemptView {
   const f_retry = rt.optField(o, "retry", rt.decU32);
   const f_backoff_ms = rt.optField(o, "backoff_ms", rt.decU64);
   const f_skipped = rt.optField(o, "skipped", decServeSkip);
+  const f_reason = rt.optField(o, "reason", decStepReason);
   const v: AttemptView = { provider: f_provider, outcome: f_outcome, ms: f_ms };
   if (f_model !== undefined) v.model = f_model;
   if (f_status !== undefined) v.status = f_status;
@@ -936,6 +945,7 @@ function decAttemptView(x: unknown): AttemptView {
   if (f_retry !== undefined) v.retry = f_retry;
   if (f_backoff_ms !== undefined) v.backoff_ms = f_backoff_ms;
   if (f_skipped !== undefined) v.skipped = f_skipped;
+  if (f_reason !== undefined) v.reason = f_reason;
   return v;
 }
 
@@ -951,6 +961,7 @@ function encAttemptView(v: AttemptView): rt.Obj {
   if (v.retry !== undefined) rt.put(o, "retry", v.retry, rt.encU32);
   if (v.backoff_ms !== undefined) rt.put(o, "backoff_ms", v.backoff_ms, rt.encU64);
   if (v.skipped !== undefined) rt.put(o, "skipped", v.skipped, encServeSkip);
+  if (v.reason !== undefined) rt.put(o, "reason", v.reason, encStepReason);
   return o;
 }
 

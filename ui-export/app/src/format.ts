@@ -1,6 +1,6 @@
 // Pure text helpers for the views and the timeline: durations, countdowns, statuses, limits.
 // No clock reads: every "now" is a parameter.
-import type { Limit, LimitView, ServeSkip, ThrottleKind } from "../../src/protocol.js";
+import type { Limit, LimitView, ServeSkip, StepReason, ThrottleKind } from "../../src/protocol.js";
 
 /** A duration for humans: "120 ms", "3.2 s", "2 m 05 s", "1 h 02 m". Negative counts as 0. */
 export function fmtDuration(ms: number): string {
@@ -81,6 +81,7 @@ export function gateText(skip: ServeSkip, throttle?: ThrottleKind): string {
 const SKIP_TEXT: Record<ServeSkip, string> = {
   disabled: "disabled",
   not_offered: "not offered",
+  pinned_elsewhere: "pinned to another upstream",
   cooling: "cooling (breaker open)",
   throttled: "throttled",
   busy: "busy",
@@ -91,6 +92,23 @@ const SKIP_TEXT: Record<ServeSkip, string> = {
 
 export function skipText(skip: ServeSkip): string {
   return SKIP_TEXT[skip];
+}
+
+const STEP_TEXT: Record<StepReason, string> = {
+  stale_connection: "a stale keep-alive connection: sent again on a fresh one",
+  rate_limited: "429: the upstream pauses",
+  next_candidate: "on to the next candidate",
+  pinned_retry: "the conversation stays: retried after a pause",
+  retry_round: "retried after a pause",
+  request_error: "the client's own error: handed back",
+  not_retried: "not retried",
+  no_waiting: "this request may not wait",
+  deadline: "no time left before the deadline",
+};
+
+/** Why the request went on as it did after a failed attempt. */
+export function stepText(reason: StepReason): string {
+  return STEP_TEXT[reason];
 }
 
 export const THROTTLE_TEXT: Record<ThrottleKind, string> = {

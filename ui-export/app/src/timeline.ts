@@ -2,7 +2,7 @@
 // or from a request DB row (HistoryRow.attempts). Pure: `nowMs` closes the phases still going on.
 import type { AttemptView, HistoryRow } from "../../src/protocol.js";
 
-import { fmtDuration, fmtStatus, skipText } from "./format.js";
+import { fmtDuration, fmtStatus, skipText, stepText } from "./format.js";
 import { gateLabel, type Req, type Segment } from "./state.js";
 
 export type PhaseKind = "queue" | "attempt" | "backoff" | "skip" | "first-token" | "end";
@@ -50,6 +50,10 @@ function attemptOutcome(v: AttemptView): { text: string; tone: Tone } {
       return { text: "estimated locally", tone: "info" };
     case "cancelled":
       return { text: "cancelled", tone: "warn" };
+    case "client_left":
+      return { text: "the client left", tone: "warn" };
+    case "stale_connection":
+      return { text: "stale keep-alive connection", tone: "info" };
     case "skipped":
       return { text: `skipped: ${v.skipped ? skipText(v.skipped) : "?"}`, tone: "info" };
   }
@@ -61,6 +65,7 @@ function attemptPhase(n: number, start: number, end: number, v: AttemptView): Ph
   if (v.retry !== undefined) parts.push(`(retry ${v.retry})`);
   const details: string[] = [];
   if (v.error) details.push(`${v.error.code}: ${v.error.text}`);
+  if (v.reason) details.push(`then: ${stepText(v.reason)}`);
   if (v.model) details.push(`model ${v.model}`);
   if (v.pause_ms !== undefined) details.push(`queued ${fmtDuration(v.pause_ms)} before it`);
   if (v.backoff_ms !== undefined) details.push(`backoff ${fmtDuration(v.backoff_ms)} before it`);

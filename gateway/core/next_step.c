@@ -1,0 +1,91 @@
+/* The step after a failed hop (see next_step.h). */
+#include "next_step.h"
+
+#include <string.h>
+
+static const char *const reason_slugs[SL_STEP_REASON_COUNT] = {
+#define SL_STEP_REASON_SLUG(name, slug, text) [SL_STEP_REASON_##name] = slug,
+    SL_STEP_REASONS(SL_STEP_REASON_SLUG)
+#undef SL_STEP_REASON_SLUG
+};
+
+const char *
+sl_step_reason_slug(sl_step_reason_t reason)
+{
+    return (unsigned)reason < SL_STEP_REASON_COUNT ? reason_slugs[reason] : "";
+}
+
+bool
+sl_step_reason_from_slug(const char *slug, sl_step_reason_t *out)
+{
+    for (size_t i = 0; i < SL_STEP_REASON_COUNT; i++) {
+        if (strcmp(reason_slugs[i], slug) == 0) {
+            *out = (sl_step_reason_t)i;
+            return true;
+        }
+    }
+    return false;
+}
+
+bool
+sl_connection_was_stale(const sl_connection_facts_t *c)
+{
+    return c->reused && !c->any_byte && c->ms_after_write >= 0 && c->ms_after_write < SL_STALE_CLOSE_MS;
+}
+
+/* Handing over needs an answer; without one the gateway says what happened. */
+static sl_step_t
+give_up(const sl_step_facts_t *f, sl_step_reason_t reason)
+{
+    return (sl_step_t){.kind = f->has_answer ? SL_STEP_HAND_OVER : SL_STEP_GATEWAY_ERROR, .reason = reason};
+}
+
+/* A retry round when it fits: its pause, lengthened by the round's hint, must end by the deadline. */
+static bool
+retry_round(const sl_step_facts_t *f, bool *next_round, sl_step_t *out, sl_step_reason_t *why_not)
+{
+    if (!f->may_wait) {
+        *why_not = SL_STEP_REASON_NO_WAITING;
+        return false;
+    }
+    bool chosen[f->n + 1];
+    if (sl_retry_select(f->temporary, f->cooling, f->n, f->pinned, chosen) == 0) {
+        *why_not = SL_STEP_REASON_NOT_RETRIED;
+        return false;
+    }
+    bool by_hint = false;
+    int64_t pause = sl_retry_hint_floor(sl_retry_pause_ms(f->next_round, f->jitter_unit, f->params), f->hint_ms,
+                                        f->params, &by_hint);
+    if (!sl_retry_fits(f->now_ms, pause, f->deadline_ms)) {
+        *why_not = SL_STEP_REASON_DEADLINE;
+        return false;
+    }
+    memcpy(next_round, chosen, f->n * sizeof(*chosen));
+    *out = (sl_step_t){.kind = SL_STEP_RETRY_ROUND, .pause_ms = pause, .by_hint = by_hint};
+    return true;
+}
+
+sl_step_t
+sl_next_step(const sl_step_facts_t *f, bool *next_round)
+{
+    if (f->stale)
+        return (sl_step_t){.kind = SL_STEP_RESEND_FRESH, .reason = SL_STEP_REASON_STALE_CONNECTION};
+    if (f->cls == SL_FAILURE_RATE_LIMITED)
+        return (sl_step_t){.kind = SL_STEP_FAILOVER, .reason = SL_STEP_REASON_RATE_LIMITED};
+    const sl_failure_class_info_t *info = sl_failure_class_info(f->cls);
+    if (!info->fails_over)
+        return give_up(f, SL_STEP_REASON_REQUEST_ERROR);
+    sl_step_t step;
+    sl_step_reason_t why_not;
+    if (info->retried && f->pinned_here && retry_round(f, next_round, &step, &why_not)) {
+        step.reason = SL_STEP_REASON_PINNED_RETRY;
+        return step;
+    }
+    if (f->has_next)
+        return (sl_step_t){.kind = SL_STEP_FAILOVER, .reason = SL_STEP_REASON_NEXT_CANDIDATE};
+    if (retry_round(f, next_round, &step, &why_not)) {
+        step.reason = SL_STEP_REASON_RETRY_ROUND;
+        return step;
+    }
+    return give_up(f, why_not);
+}

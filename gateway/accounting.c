@@ -125,7 +125,8 @@ sl__release_upstream(request_t *r)
     sl_upstream_t *up = r->up;
     /* A 429 (or a request the upstream never read) is not counted against its limits; anything else is. */
     bool served = r->phase == PHASE_STREAMING && r->out.answer == ANSWER_UPSTREAM;
-    sl_amounts_t used = r->acct.hop_uncounted ? (sl_amounts_t){0} : sl__usage_real(r, &r->acct.up_charge, served);
+    sl_amounts_t used =
+        r->acct.hop_uncounted ? (sl_amounts_t){0} : sl__usage_real(r, &r->acct.up_charge, served);
     sl__settle(r, &r->acct.up_charge, &used, NULL);
     pthread_mutex_lock(&up->lock);
     up->in_flight--;

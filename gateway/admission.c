@@ -166,8 +166,8 @@ start_waiting(request_t *r, int64_t now, const sl_bus_gate_t *gates, size_t n_ga
         r->wait.queued_since_ms = now;
         sl__emit_queued(r, gates, n_gates);
     }
-    sl_timer_arm(&r->io->timers, &r->wait.wait_timer, timer_ms < r->retry.deadline_ms ? timer_ms : r->retry.deadline_ms,
-                 on_wait_timer);
+    sl_timer_arm(&r->io->timers, &r->wait.wait_timer,
+                 timer_ms < r->retry.deadline_ms ? timer_ms : r->retry.deadline_ms, on_wait_timer);
 }
 
 /* The gate a skipped candidate puts on waiting (§2, §6, §7). */
@@ -270,7 +270,8 @@ sl__wait_or_give_up(request_t *r)
         for (size_t i = 0; i < n; i++) {
             if (!wait_on[i] && d.action == SL_WAIT_WAIT)
                 continue;
-            if (gates[i].out_of_round || !sl_skip_may_pass(gates[i].skip) || gates[i].skip == SL_SKIP_PERIOD_USED_UP)
+            if (gates[i].out_of_round || !sl_skip_may_pass(gates[i].skip) ||
+                gates[i].skip == SL_SKIP_PERIOD_USED_UP)
                 continue;
             bool paused = behind_pause_until[i] >= 0;
             bool timed = gates[i].skip != SL_SKIP_BUSY;
@@ -354,9 +355,11 @@ sl__admit_key(request_t *r)
     sl_limit_t which = set->states[c.which].limit;
     sl_wait_gate_t gate = {.skip = SL_SKIP_BUSY, .recovery_ms = now}; /* room, but others are first */
     if (c.verdict == SL_LIMIT_WINDOW_FULL)
-        gate = (sl_wait_gate_t){.skip = SL_SKIP_WINDOW_FULL, .recovery_ms = sl__mono_of(now, wall, c.recovery_ms)};
+        gate = (sl_wait_gate_t){.skip = SL_SKIP_WINDOW_FULL,
+                                .recovery_ms = sl__mono_of(now, wall, c.recovery_ms)};
     else if (c.verdict == SL_LIMIT_PERIOD_USED_UP)
-        gate = (sl_wait_gate_t){.skip = SL_SKIP_PERIOD_USED_UP, .recovery_ms = sl__mono_of(now, wall, c.recovery_ms)};
+        gate = (sl_wait_gate_t){.skip = SL_SKIP_PERIOD_USED_UP,
+                                .recovery_ms = sl__mono_of(now, wall, c.recovery_ms)};
     else if (c.verdict == SL_LIMIT_NEVER)
         gate = (sl_wait_gate_t){.skip = SL_SKIP_WINDOW_FULL, .recovery_ms = SL_THROTTLE_NEVER};
     sl_wait_request_t wr = {
@@ -384,7 +387,8 @@ sl__admit_key(request_t *r)
         } else if (c.verdict == SL_LIMIT_PERIOD_USED_UP) {
             char until[64];
             sl_text_local_time(c.recovery_ms, until, sizeof(until));
-            sl__answer_final_429(r, &d, sl_msg_make(SL_CODE_GW_KEY_USED_UP, "limit", limit, "until", until, NULL));
+            sl__answer_final_429(r, &d,
+                                 sl_msg_make(SL_CODE_GW_KEY_USED_UP, "limit", limit, "until", until, NULL));
         } else {
             sl__answer_final_429(r, &d, sl_msg_make(SL_CODE_GW_KEY_WINDOW_FULL, "limit", limit, NULL));
         }
@@ -447,11 +451,10 @@ sl__claim_upstream(request_t *r, size_t cand)
             limits_changed = true;
         }
         if (limits.verdict != SL_LIMIT_OK) {
-            skip = limits.verdict == SL_LIMIT_PERIOD_USED_UP ? SL_SKIP_PERIOD_USED_UP
-                                                             : SL_SKIP_WINDOW_FULL;
+            skip = limits.verdict == SL_LIMIT_PERIOD_USED_UP ? SL_SKIP_PERIOD_USED_UP : SL_SKIP_WINDOW_FULL;
             r->wait.recovery_ms[cand] = limits.verdict == SL_LIMIT_NEVER
-                                       ? SL_THROTTLE_NEVER
-                                       : sl__mono_of(now, wall, limits.recovery_ms);
+                                            ? SL_THROTTLE_NEVER
+                                            : sl__mono_of(now, wall, limits.recovery_ms);
         }
     }
     if (admitted && skip == SL_SKIP_NONE) {
@@ -502,4 +505,3 @@ sl__claim_upstream(request_t *r, size_t cand)
         sl__emit_health(r, up->name, breaker);
     return skip;
 }
-

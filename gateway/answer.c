@@ -150,7 +150,8 @@ sl__hand_over(request_t *r, bool cut)
         return;
     }
     sl_msg_t msg = sl__last_failure_msg(r);
-    sl__end_request(r, &(req_end_t){.how = END_HANDED_OVER, .status = r->rd.up_status, .msg = &msg, .cut = cut});
+    sl__end_request(r,
+                    &(req_end_t){.how = END_HANDED_OVER, .status = r->rd.up_status, .msg = &msg, .cut = cut});
     sl_msg_free(&msg);
 }
 
@@ -203,7 +204,8 @@ sl__answer_too_large(request_t *r, const sl_wait_decision_t *d, const char *subj
 {
     char limit[SL_LIMIT_TEXT_MAX];
     snprintf(limit, sizeof(limit), "%s", r->wait.too_large_limit[0] ? r->wait.too_large_limit : "?");
-    sl__answer_final_429(r, d, sl_msg_make(SL_CODE_GW_LIMIT_TOO_LARGE, "subject", subject, "limit", limit, NULL));
+    sl__answer_final_429(r, d,
+                         sl_msg_make(SL_CODE_GW_LIMIT_TOO_LARGE, "subject", subject, "limit", limit, NULL));
 }
 
 /* GET /v1/models: the models routes can serve, in Anthropic's shape when asked in it, else OpenAI's. */
@@ -231,7 +233,8 @@ sl__answer_models(request_t *r)
         }
     }
     sl_strbuf_appendf(&body, anthropic ? "],\"has_more\":false}" : "]}");
-    sl__end_request(r, &(req_end_t){.how = END_LOCAL, .status = 200, .body = &body, .type = "application/json"});
+    sl__end_request(r,
+                    &(req_end_t){.how = END_LOCAL, .status = 200, .body = &body, .type = "application/json"});
 }
 
 /*
@@ -253,5 +256,6 @@ sl__answer_token_estimate(request_t *r)
     if (r->out.state == OUT_NONE)
         h2o_add_header_by_str(&r->req->pool, &r->req->res.headers, H2O_STRLIT("x-sluice-estimated"), 0, NULL,
                               H2O_STRLIT("true"));
-    sl__end_request(r, &(req_end_t){.how = END_LOCAL, .status = 200, .body = &body, .type = "application/json"});
+    sl__end_request(r,
+                    &(req_end_t){.how = END_LOCAL, .status = 200, .body = &body, .type = "application/json"});
 }

@@ -454,9 +454,12 @@ static const sl_proto_step_reason_t proto_reasons[] = {
     SL_STEP_REASONS(SL_PROTO_OF)
 #undef SL_PROTO_OF
 };
-_Static_assert(SL_HOP_OUTCOME_COUNT == SL_PROTO_OUTCOME_COUNT, "outcome.h and the schema list the same outcomes");
-_Static_assert(SL_SKIP_COUNT == SL_PROTO_SERVE_SKIP_COUNT + 1, "outcome.h and the schema list the same skips");
-_Static_assert(SL_STEP_REASON_COUNT == SL_PROTO_STEP_REASON_COUNT, "next_step.h and the schema list the same reasons");
+_Static_assert(SL_HOP_OUTCOME_COUNT == SL_PROTO_OUTCOME_COUNT,
+               "outcome.h and the schema list the same outcomes");
+_Static_assert(SL_SKIP_COUNT == SL_PROTO_SERVE_SKIP_COUNT + 1,
+               "outcome.h and the schema list the same skips");
+_Static_assert(SL_STEP_REASON_COUNT == SL_PROTO_STEP_REASON_COUNT,
+               "next_step.h and the schema list the same reasons");
 
 sl_proto_outcome_t
 sl_bus_outcome(sl_hop_outcome_t outcome)

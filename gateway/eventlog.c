@@ -39,11 +39,12 @@ sl_eventlog_write(const sl_proto_event_t *ev)
         break;
     case SL_PROTO_EVENT_ATTEMPT: {
         const sl_proto_attempt_view_t *v = &ev->attempt.view;
-        sl_log_debug("event %s id=%llu provider=%s outcome=%s status=%u retry=%u backoff_ms=%lld%s%s", kind,
-                     (unsigned long long)ev->attempt.id, v->provider, sl_proto_outcome_slug(v->outcome),
+        sl_log_debug("event %s id=%llu provider=%s outcome=%s status=%u retry=%u backoff_ms=%lld%s%s%s%s",
+                     kind, (unsigned long long)ev->attempt.id, v->provider, sl_proto_outcome_slug(v->outcome),
                      v->has_status ? v->status : 0, v->has_retry ? v->retry : 0,
                      v->has_backoff_ms ? (long long)v->backoff_ms : -1LL, v->error != NULL ? " error=" : "",
-                     v->error != NULL ? v->error->code : "");
+                     v->error != NULL ? v->error->code : "", v->has_reason ? " reason=" : "",
+                     v->has_reason ? sl_proto_step_reason_slug(v->reason) : "");
         break;
     }
     case SL_PROTO_EVENT_REQUEST_RETRYING:

@@ -22,9 +22,11 @@ sl__has_next_candidate(const request_t *r)
 void
 sl__remember_failure(request_t *r, sl_code_t code, const char *detail)
 {
-    r->retry.last = (last_failure_t){.any = true, .code = code, .status = r->rd.up_status,
-                                     .provider = r->n_attempts > 0 ? r->attempts[r->n_attempts - 1].provider
-                                                                   : SIZE_MAX};
+    r->retry.last =
+        (last_failure_t){.any = true,
+                         .code = code,
+                         .status = r->rd.up_status,
+                         .provider = r->n_attempts > 0 ? r->attempts[r->n_attempts - 1].provider : SIZE_MAX};
     snprintf(r->retry.last.detail, sizeof(r->retry.last.detail), "%s", detail != NULL ? detail : "");
 }
 
@@ -167,9 +169,9 @@ sl__hop_failed(request_t *r, const sl_failure_t *f, const char *detail, int64_t 
     sl_step_facts_t facts;
     gather_facts(r, cls, stale, temporary, cooling, &facts);
     sl_step_t step = sl_next_step(&facts, next);
-    sl_hop_outcome_t outcome = stale                             ? SL_HOP_STALE_CONNECTION
+    sl_hop_outcome_t outcome = stale                            ? SL_HOP_STALE_CONNECTION
                                : f->source == SL_FAILURE_STATUS ? SL_HOP_STATUS
-                                                                 : SL_HOP_ERROR;
+                                                                : SL_HOP_ERROR;
     sl__close_failed_attempt(r, outcome, code, detail, step.reason);
     sl_log_debug("request %llu: %s failed (%s: %s): %s", (unsigned long long)r->id,
                  sl__provider_of(r, r->cur)->name, info->name, detail != NULL ? detail : "",

@@ -94,7 +94,8 @@ sl__is_hop_by_hop(const h2o_iovec_t *name)
     return name->len >= 6 && strncasecmp(name->base, "proxy-", 6) == 0;
 }
 
-/* Starts the client's answer with the upstream's status and headers (unless keep-alives already sent a head). */
+/* Starts the client's answer with the upstream's status and headers (unless keep-alives already sent a head).
+ */
 void
 sl__start_response(request_t *r)
 {
@@ -110,7 +111,8 @@ sl__start_response(request_t *r)
             h2o_add_header_by_str(&req->pool, &req->res.headers, h->name->base, h->name->len, 1, NULL,
                                   h->value.base, h->value.len);
         }
-        /* A whole answer keeps its length; a stream (or one the gateway may extend with an error) is chunked. */
+        /* A whole answer keeps its length; a stream (or one the gateway may extend with an error) is chunked.
+         */
         if (!r->rd.events && r->rd.up_content_length >= 0)
             req->res.content_length = (size_t)r->rd.up_content_length;
         start_h2o_response(r, r->rd.up_status);

@@ -84,7 +84,8 @@ sl_intake(const sl_config_t *config, const sl_intake_input_t *in, sl_intake_t *o
     if (!sl_endpoint_parse(in->method, in->method_len, in->path, in->path_len, &out->endpoint)) {
         out->endpoint.dialect = SL_DIALECT_COUNT;
         char method[32], path[256];
-        snprintf(method, sizeof(method), "%.*s", (int)(in->method_len < 31 ? in->method_len : 31), in->method);
+        snprintf(method, sizeof(method), "%.*s", (int)(in->method_len < 31 ? in->method_len : 31),
+                 in->method);
         const char *q = memchr(in->path, '?', in->path_len);
         size_t path_len = q != NULL ? (size_t)(q - in->path) : in->path_len;
         snprintf(path, sizeof(path), "%.*s", (int)(path_len < 255 ? path_len : 255), in->path);

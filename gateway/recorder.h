@@ -50,8 +50,6 @@
 /* Optional numbers in rows: absent is -1 for durations, 0 for status and retry. */
 #define SL_ROW_ABSENT (-1)
 
-
-
 /* Whose usage a bucket counts: the protocol's LimitTarget. */
 typedef enum { SL_BUCKET_PROVIDER, SL_BUCKET_CLIENT, SL_BUCKET_KIND_COUNT } sl_bucket_kind_t;
 

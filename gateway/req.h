@@ -103,11 +103,11 @@ typedef enum {
 
 typedef struct {
     req_end_how_t how;
-    int status;         /* the row's (and a whole answer's) status */
+    int status;          /* the row's (and a whole answer's) status */
     const sl_msg_t *msg; /* the error the client gets (and the row keeps); NULL for none */
-    sl_strbuf_t *body;  /* END_LOCAL: the answer's body (taken) */
-    const char *type;   /* END_LOCAL: its content type */
-    bool cut;           /* END_HANDED_OVER: a stream that ended without its end marker gets the gateway's error */
+    sl_strbuf_t *body;   /* END_LOCAL: the answer's body (taken) */
+    const char *type;    /* END_LOCAL: its content type */
+    bool cut; /* END_HANDED_OVER: a stream that ended without its end marker gets the gateway's error */
 } req_end_t;
 
 /* One hop, or one candidate skipped, as its row and AttemptView tell it. */
@@ -163,8 +163,8 @@ typedef struct {
     sl_candidate_t *cands;
     sl_skip_t *skips;
     size_t n_cands, next;
-    size_t n_offered;     /* candidates not skipped for config reasons */
-    bool cooling_ignored; /* every candidate was cooling: all are tried (fail open) */
+    size_t n_offered;      /* candidates not skipped for config reasons */
+    bool cooling_ignored;  /* every candidate was cooling: all are tried (fail open) */
     uint64_t conversation; /* the affinity key; 0 = none */
     bool sealed_history;   /* the body carries history bound to one upstream account */
     sl_affinity_effect_t affinity_effect;
@@ -173,12 +173,12 @@ typedef struct {
     /* The hop in flight (request.c, upstream_write.c). */
     size_t cur; /* its candidate */
     sl_hop_t *hop;
-    sl_upstream_t *up; /* its upstream; in_flight counted while set */
-    bool is_probe;     /* it is its upstream's half-open breaker probe */
-    bool fresh;        /* it goes out on a connection opened for it (a stale keep-alive's resend) */
-    char *head;        /* the upstream request head (malloc) */
-    char *body_copy;   /* the client's body with the upstream's model name (malloc), for this hop only */
-    h2o_iovec_t body;  /* the body sent upstream: the client's, or body_copy (never outlives it) */
+    sl_upstream_t *up;      /* its upstream; in_flight counted while set */
+    bool is_probe;          /* it is its upstream's half-open breaker probe */
+    bool fresh;             /* it goes out on a connection opened for it (a stale keep-alive's resend) */
+    char *head;             /* the upstream request head (malloc) */
+    char *body_copy;        /* the client's body with the upstream's model name (malloc), for this hop only */
+    h2o_iovec_t body;       /* the body sent upstream: the client's, or body_copy (never outlives it) */
     bool strip_usage_chunk; /* sluice asked a Chat stream for usage the client did not ask for */
 
     /* The upstream's answer being read (upstream_read.c). */
@@ -238,12 +238,13 @@ typedef struct {
         sl_waiter_t *waiter; /* while it is in queues */
         bool queued;         /* RequestQueued went out, RequestDequeued not yet */
         int64_t queued_since_ms;
-        bool counts_waiting;        /* its body counts against limits.max_waiting_bytes */
-        sl_upstream_t *dispatching; /* it left this upstream's queue for a hop: the next goes once it is sent */
-        bool throttle_probe;        /* the hop in flight is its upstream's probe after a 429 pause */
-        bool key_waiting;           /* it waits in the key's queue (gate key_window) */
-        int64_t key_pause_ms;       /* time it waited for its key: part of the first hop's pause_ms */
-        int64_t *recovery_ms;       /* per candidate: when its full window has room, its period resets */
+        bool counts_waiting; /* its body counts against limits.max_waiting_bytes */
+        sl_upstream_t
+            *dispatching;     /* it left this upstream's queue for a hop: the next goes once it is sent */
+        bool throttle_probe;  /* the hop in flight is its upstream's probe after a 429 pause */
+        bool key_waiting;     /* it waits in the key's queue (gate key_window) */
+        int64_t key_pause_ms; /* time it waited for its key: part of the first hop's pause_ms */
+        int64_t *recovery_ms; /* per candidate: when its full window has room, its period resets */
         char too_large_limit[SL_LIMIT_TEXT_MAX]; /* the limit a request too large for it met */
     } wait;
 
@@ -269,7 +270,8 @@ typedef struct {
 /* Whether a request's phase may move from from to to (the table in request.c). */
 bool sl__phase_may_move(req_phase_t from, req_phase_t to);
 const char *sl__phase_name(req_phase_t phase);
-/* The only way a phase moves: checked against the table (an illegal move is logged, and aborts under assert). */
+/* The only way a phase moves: checked against the table (an illegal move is logged, and aborts under assert).
+ */
 void sl__set_phase(request_t *r, req_phase_t to);
 /*
  * The one exit: closes the open attempt, lets the hop go, leaves timers and
@@ -320,13 +322,15 @@ void sl__end_dispatch(request_t *r);
 void sl__note_queued_time(request_t *r, attempt_t *a, const char *provider);
 /* The hop's upstream answered (anything but a 429): its 429 streak resets, a probe passes. */
 void sl__throttle_answered(request_t *r);
-/* The hop's upstream answered 429: it pauses (for hint_ms, else its backoff); the hop's charge is taken back. */
+/* The hop's upstream answered 429: it pauses (for hint_ms, else its backoff); the hop's charge is taken back.
+ */
 void sl__throttle_pause(request_t *r, int64_t hint_ms);
 
 /* ---- upstream_write.c: what a hop sends ---- */
 
 /* The head (into *head) and body (r->body, r->body_copy) of a hop to candidate cand. */
-sl_head_status_t sl__build_hop_request(request_t *r, size_t cand, sl_strbuf_t *head, sl_upstream_head_t *info);
+sl_head_status_t sl__build_hop_request(request_t *r, size_t cand, sl_strbuf_t *head,
+                                       sl_upstream_head_t *info);
 /* Signs r->head with SigV4 (Bedrock without a key); false without credentials or a region. */
 bool sl__sign_for_aws(request_t *r, const sl_provider_t *p, const sl_upstream_head_t *info);
 
@@ -351,7 +355,8 @@ void sl__remember_failure(request_t *r, sl_code_t code, const char *detail);
 /* The last failure as its message (the caller frees it). */
 sl_msg_t sl__last_failure_msg(const request_t *r);
 bool sl__has_next_candidate(const request_t *r);
-/* Whether the request may still wait or retry at all (wait_secs > 0, not counting tokens, before the deadline). */
+/* Whether the request may still wait or retry at all (wait_secs > 0, not counting tokens, before the
+ * deadline). */
 bool sl__may_wait(const request_t *r);
 /* The candidate a conversation stays on, or SL_RETRY_UNPINNED. */
 size_t sl__pinned_candidate(const request_t *r);
@@ -396,7 +401,8 @@ void sl__send_whole_local(request_t *r, const char *type, sl_strbuf_t *body);
 void sl__send_close(request_t *r);
 /* Ends with the gateway's error made of the last failure. */
 void sl__answer_with_failure(request_t *r);
-/* The upstream's failure goes to the client as it sent it (cut: a stream that ended without its end marker). */
+/* The upstream's failure goes to the client as it sent it (cut: a stream that ended without its end marker).
+ */
 void sl__hand_over(request_t *r, bool cut);
 /* Ends with the final 429 of d; msg is taken. */
 void sl__answer_final_429(request_t *r, const sl_wait_decision_t *d, sl_msg_t msg);
@@ -447,7 +453,8 @@ bool sl__session_header(const request_t *r, const h2o_iovec_t **value);
  * of provider, status, the timeout's seconds, the request's model and
  * dialect, and the failure's own detail (its {reason}, {code} or {max}).
  */
-sl_msg_t sl__failure_msg(const request_t *r, sl_code_t code, const char *provider, int status, const char *detail);
+sl_msg_t sl__failure_msg(const request_t *r, sl_code_t code, const char *provider, int status,
+                         const char *detail);
 /* A new attempt at candidate cand (NULL past MAX_ATTEMPTS). */
 attempt_t *sl__new_attempt(request_t *r, size_t cand);
 /* Closes the open attempt (if any) with outcome; the error is code and detail unless it served. */

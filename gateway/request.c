@@ -18,16 +18,16 @@ static const unsigned phase_moves[PHASE_COUNT] = {
     [PHASE_ROUTING] = TO(PHASE_ROUTING) | TO(PHASE_WAITING_HEAD) | TO(PHASE_QUEUED) | TO(PHASE_DONE),
     [PHASE_BACKOFF] = TO(PHASE_ROUTING) | TO(PHASE_DONE),
     [PHASE_QUEUED] = TO(PHASE_ROUTING) | TO(PHASE_QUEUED) | TO(PHASE_DONE),
-    [PHASE_WAITING_HEAD] = TO(PHASE_HELD) | TO(PHASE_READING_ERROR) | TO(PHASE_STREAMING) | TO(PHASE_ROUTING) |
-                           TO(PHASE_BACKOFF) | TO(PHASE_DONE),
+    [PHASE_WAITING_HEAD] = TO(PHASE_HELD) | TO(PHASE_READING_ERROR) | TO(PHASE_STREAMING) |
+                           TO(PHASE_ROUTING) | TO(PHASE_BACKOFF) | TO(PHASE_DONE),
     [PHASE_HELD] = TO(PHASE_STREAMING) | TO(PHASE_ROUTING) | TO(PHASE_BACKOFF) | TO(PHASE_DONE),
     [PHASE_READING_ERROR] = TO(PHASE_STREAMING) | TO(PHASE_ROUTING) | TO(PHASE_BACKOFF) | TO(PHASE_DONE),
     [PHASE_STREAMING] = TO(PHASE_DONE),
     [PHASE_DONE] = 0,
 };
 
-static const char *const phase_names[PHASE_COUNT] = {
-    "routing", "backoff", "queued", "waiting_head", "held", "reading_error", "streaming", "done"};
+static const char *const phase_names[PHASE_COUNT] = {"routing", "backoff",       "queued",    "waiting_head",
+                                                     "held",    "reading_error", "streaming", "done"};
 
 bool
 sl__phase_may_move(req_phase_t from, req_phase_t to)
@@ -45,8 +45,8 @@ void
 sl__set_phase(request_t *r, req_phase_t to)
 {
     if (!sl__phase_may_move(r->phase, to)) {
-        sl_log_error("request %llu: phase %s -> %s is not a move of the request path", (unsigned long long)r->id,
-                     sl__phase_name(r->phase), sl__phase_name(to));
+        sl_log_error("request %llu: phase %s -> %s is not a move of the request path",
+                     (unsigned long long)r->id, sl__phase_name(r->phase), sl__phase_name(to));
         assert(!"illegal phase move");
     }
     r->phase = to;
@@ -231,9 +231,9 @@ sl_request_cancel(sl_worker_io_t *io, uint64_t id)
         if (r->id == id && r->phase != PHASE_DONE) {
             sl_log_info("request %llu: cancelled by an operator", (unsigned long long)r->id);
             sl_msg_t msg = sl_msg_make(SL_CODE_GW_CANCELLED, NULL);
-            int status = r->out.state == OUT_NONE   ? sl_code_status(SL_CODE_GW_CANCELLED)
-                         : r->rd.up_status > 0      ? r->rd.up_status
-                                                    : 200;
+            int status = r->out.state == OUT_NONE ? sl_code_status(SL_CODE_GW_CANCELLED)
+                         : r->rd.up_status > 0    ? r->rd.up_status
+                                                  : 200;
             sl__end_with_error(r, END_CANCELLED, status, &msg);
             sl_msg_free(&msg);
             return;
@@ -427,7 +427,8 @@ request_new(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapshot_t 
     r->retry.hint_ms = -1;
     r->retry.round_backoff_ms = -1;
     r->out.last_sent_ms = r->started_ms;
-    r->retry.deadline_ms = sl_retry_deadline_ms(r->started_ms, r->config->failover.wait_secs, &gw->retry_params);
+    r->retry.deadline_ms =
+        sl_retry_deadline_ms(r->started_ms, r->config->failover.wait_secs, &gw->retry_params);
     h2o_buffer_init(&r->out.rx, &h2o_socket_buffer_prototype);
     h2o_buffer_init(&r->out.tx, &h2o_socket_buffer_prototype);
     return r;
@@ -458,7 +459,8 @@ sl_request_serve(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapsh
         if (!sl_endpoint_parse(req->method.base, req->method.len, req->path.base, req->path.len,
                                &r->in.endpoint))
             r->in.endpoint.dialect = SL_DIALECT_COUNT;
-        sl_msg_t msg = sl_msg_make(snapshot->safe_mode ? SL_CODE_GW_SAFE_MODE : SL_CODE_GW_SHUTTING_DOWN, NULL);
+        sl_msg_t msg =
+            sl_msg_make(snapshot->safe_mode ? SL_CODE_GW_SAFE_MODE : SL_CODE_GW_SHUTTING_DOWN, NULL);
         sl__emit_started(r);
         sl__end_with_error(r, END_GATEWAY_ERROR, sl_code_status(msg.code), &msg);
         sl_msg_free(&msg);

@@ -37,7 +37,6 @@ sl__remember_response(request_t *r)
     pthread_mutex_unlock(&r->gw->affinity_lock);
 }
 
-
 /* The conversation's name: a session header, else the client and its first user message (behaviour.md §1.5).
  */
 static uint64_t
@@ -89,7 +88,8 @@ sl__choose_candidates(request_t *r)
     r->retry.in_round = h2o_mem_alloc_pool(&r->req->pool, sizeof(*r->retry.in_round) * (c->n_providers + 1));
     r->retry.failed_temporary =
         h2o_mem_alloc_pool(&r->req->pool, sizeof(*r->retry.failed_temporary) * (c->n_providers + 1));
-    r->wait.recovery_ms = h2o_mem_alloc_pool(&r->req->pool, sizeof(*r->wait.recovery_ms) * (c->n_providers + 1));
+    r->wait.recovery_ms =
+        h2o_mem_alloc_pool(&r->req->pool, sizeof(*r->wait.recovery_ms) * (c->n_providers + 1));
     for (size_t i = 0; i <= c->n_providers; i++) {
         r->retry.in_round[i] = true;
         r->retry.failed_temporary[i] = false;

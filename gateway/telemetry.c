@@ -98,9 +98,9 @@ sl__failure_msg(const request_t *r, sl_code_t code, const char *provider, int st
              code == SL_CODE_GW_UPSTREAM_TOTAL_TIMEOUT ? fo->total_timeout_secs : fo->idle_timeout_secs);
     const char *d = detail != NULL ? detail : "";
     /* Each code's template takes what it shows; the failure's own detail is its reason, code or max. */
-    return sl_msg_make_for(code, "provider", provider, "status", status_text, "secs", secs, "model", r->in.model,
-                           "dialect", sl_dialect_slug(r->in.endpoint.dialect), "reason", d, "code", d, "max", d,
-                           NULL);
+    return sl_msg_make_for(code, "provider", provider, "status", status_text, "secs", secs, "model",
+                           r->in.model, "dialect", sl_dialect_slug(r->in.endpoint.dialect), "reason", d,
+                           "code", d, "max", d, NULL);
 }
 
 attempt_t *
@@ -315,8 +315,9 @@ sl__emit_end(request_t *r, sl_row_outcome_t outcome, int status, const sl_msg_t 
                                   (uint64_t)u->cache_write, outcome == SL_ROW_ANSWERED_LOCALLY};
         bool has_usage = u->input || u->output || u->cache_read || u->cache_write;
         /* What is still in rx goes out with the final send that follows. */
-        sl__emit(r, sl_bus_request_finished(&ev, sl_wall_ms(), r->id, status, r->out.bytes_out + r->out.rx->size,
-                                            duration, has_usage ? &usage : NULL, SL_BUS_ABSENT));
+        sl__emit(r,
+                 sl_bus_request_finished(&ev, sl_wall_ms(), r->id, status, r->out.bytes_out + r->out.rx->size,
+                                         duration, has_usage ? &usage : NULL, SL_BUS_ABSENT));
     }
 }
 

@@ -143,7 +143,8 @@ next_sse_event(request_t *r, size_t *len, sl_stream_verdict_t *v, const char **d
     if (r->in.endpoint.dialect == SL_DIALECT_GEMINI && !frame_bare_gemini_error(r))
         return NEXT_MORE;
     sl_sse_event_t ev;
-    sl_sse_status_t st = sl_sse_next(&r->rd.scanner, r->out.rx->bytes + r->out.parsed, r->out.rx->size - r->out.parsed, &ev);
+    sl_sse_status_t st =
+        sl_sse_next(&r->rd.scanner, r->out.rx->bytes + r->out.parsed, r->out.rx->size - r->out.parsed, &ev);
     if (st == SL_SSE_MORE)
         return NEXT_MORE;
     if (st == SL_SSE_TOO_LARGE) {
@@ -169,8 +170,8 @@ static next_event_t
 next_frame(request_t *r, size_t *len, sl_stream_verdict_t *v, const char **detail)
 {
     sl_es_message_t frame;
-    sl_es_status_t st =
-        sl_es_next(r->out.rx->bytes + r->out.parsed, r->out.rx->size - r->out.parsed, SL_ES_MAX_MESSAGE_DEFAULT, &frame);
+    sl_es_status_t st = sl_es_next(r->out.rx->bytes + r->out.parsed, r->out.rx->size - r->out.parsed,
+                                   SL_ES_MAX_MESSAGE_DEFAULT, &frame);
     if (st == SL_ES_NEED_MORE)
         return NEXT_MORE;
     if (st != SL_ES_MESSAGE) {
@@ -432,7 +433,8 @@ on_hop_end(void *data, sl_hop_end_t how, const char *detail)
             break;
         }
         hop_failed_before_content(r, source_of_end(how, true), NULL,
-                                  how == SL_HOP_END_EOS ? "the stream ended before any content" : detail, NULL);
+                                  how == SL_HOP_END_EOS ? "the stream ended before any content" : detail,
+                                  NULL);
         break;
     case PHASE_READING_ERROR:
         judge_error_answer(r);

@@ -67,7 +67,8 @@ render(const sl_msg_t *msg, const char *tmpl)
     return sl_strbuf_finish(&out);
 }
 
-/* Builds a message from the pairs in ap; with only_named, the pairs whose name the template lacks are left out. */
+/* Builds a message from the pairs in ap; with only_named, the pairs whose name the template lacks are left
+ * out. */
 static sl_msg_t
 make(sl_code_t code, bool only_named, va_list ap)
 {

@@ -54,8 +54,8 @@ retry_round(const sl_step_facts_t *f, bool *next_round, sl_step_t *out, sl_step_
         return false;
     }
     bool by_hint = false;
-    int64_t pause = sl_retry_hint_floor(sl_retry_pause_ms(f->next_round, f->jitter_unit, f->params), f->hint_ms,
-                                        f->params, &by_hint);
+    int64_t pause = sl_retry_hint_floor(sl_retry_pause_ms(f->next_round, f->jitter_unit, f->params),
+                                        f->hint_ms, f->params, &by_hint);
     if (!sl_retry_fits(f->now_ms, pause, f->deadline_ms)) {
         *why_not = SL_STEP_REASON_DEADLINE;
         return false;

@@ -17,10 +17,10 @@
 #include "retry.h"
 
 typedef enum {
-    SL_STEP_FAILOVER,      /* on to the next candidate: one that can take it now, else wait (§6) or give up */
-    SL_STEP_RETRY_ROUND,   /* a pause (pause_ms), then a round over the candidates of next_round (§5) */
-    SL_STEP_RESEND_FRESH,  /* the same hop again, on a connection opened for it (§3) */
-    SL_STEP_HAND_OVER,     /* the upstream's own answer goes to the client as it is */
+    SL_STEP_FAILOVER,     /* on to the next candidate: one that can take it now, else wait (§6) or give up */
+    SL_STEP_RETRY_ROUND,  /* a pause (pause_ms), then a round over the candidates of next_round (§5) */
+    SL_STEP_RESEND_FRESH, /* the same hop again, on a connection opened for it (§3) */
+    SL_STEP_HAND_OVER,    /* the upstream's own answer goes to the client as it is */
     SL_STEP_GATEWAY_ERROR, /* no upstream answer to hand over: the gateway's error, from the failure */
 } sl_step_kind_t;
 
@@ -31,10 +31,11 @@ typedef enum {
     X(RATE_LIMITED, "rate_limited", "the upstream answered 429: it pauses, another candidate or its queue")  \
     X(NEXT_CANDIDATE, "next_candidate", "the next candidate is tried")                                       \
     X(PINNED_RETRY, "pinned_retry", "the conversation stays on this upstream: it is retried after a pause")  \
-    X(RETRY_ROUND, "retry_round", "every candidate failed, some temporarily: those are retried after a pause") \
-    X(REQUEST_ERROR, "request_error", "the client's own error: handed back at once")                          \
-    X(NOT_RETRIED, "not_retried", "no candidate of the round failed temporarily")                             \
-    X(NO_WAITING, "no_waiting", "this request may not wait or retry (wait_secs 0, or counting tokens)")       \
+    X(RETRY_ROUND, "retry_round",                                                                            \
+      "every candidate failed, some temporarily: those are retried after a pause")                           \
+    X(REQUEST_ERROR, "request_error", "the client's own error: handed back at once")                         \
+    X(NOT_RETRIED, "not_retried", "no candidate of the round failed temporarily")                            \
+    X(NO_WAITING, "no_waiting", "this request may not wait or retry (wait_secs 0, or counting tokens)")      \
     X(DEADLINE, "deadline", "the next pause would end after the request's deadline")
 
 typedef enum {
@@ -51,8 +52,8 @@ bool sl_step_reason_from_slug(const char *slug, sl_step_reason_t *out);
 
 /* How the connection of a hop that broke before its response head had been used (hop.h gathers it). */
 typedef struct {
-    bool reused;           /* it came from the upstream's keep-alive pool, not opened for this hop */
-    bool any_byte;         /* something of an answer came back before it broke */
+    bool reused;            /* it came from the upstream's keep-alive pool, not opened for this hop */
+    bool any_byte;          /* something of an answer came back before it broke */
     int64_t ms_after_write; /* from the request's bytes going out to the break */
 } sl_connection_facts_t;
 
@@ -74,7 +75,7 @@ typedef struct {
     bool has_answer;        /* the upstream answered with a head: that answer can be handed over */
     bool has_next;          /* a later candidate of this round can still be tried */
     bool pinned_here;       /* the request's conversation stays on this candidate (§1.5) */
-    bool may_wait;          /* it may still wait or retry: wait_secs > 0, not counting tokens, deadline ahead */
+    bool may_wait; /* it may still wait or retry: wait_secs > 0, not counting tokens, deadline ahead */
     /*
      * The round's candidates, for the retry round: temporary[i], candidate i
      * failed temporarily in this round (this failure included); cooling[i],
@@ -84,9 +85,9 @@ typedef struct {
     const bool *temporary, *cooling;
     size_t n;
     size_t pinned;
-    uint32_t next_round;    /* the 1-based number of the round a retry would start */
-    int64_t hint_ms;        /* the longest retry hint of the round (unscaled; <= 0 = none) */
-    double jitter_unit;     /* the caller's draw from [0, 1) */
+    uint32_t next_round; /* the 1-based number of the round a retry would start */
+    int64_t hint_ms;     /* the longest retry hint of the round (unscaled; <= 0 = none) */
+    double jitter_unit;  /* the caller's draw from [0, 1) */
     const sl_retry_params_t *params;
     int64_t now_ms, deadline_ms;
 } sl_step_facts_t;

@@ -11,8 +11,10 @@ static const char *const skip_slugs[] = {"", SL_SKIP_REASONS(SL_SLUG_ROW)};
 
 #undef SL_SLUG_ROW
 
-_Static_assert(sizeof(row_outcome_slugs) / sizeof(row_outcome_slugs[0]) == SL_ROW_OUTCOME_COUNT, "one slug each");
-_Static_assert(sizeof(hop_outcome_slugs) / sizeof(hop_outcome_slugs[0]) == SL_HOP_OUTCOME_COUNT, "one slug each");
+_Static_assert(sizeof(row_outcome_slugs) / sizeof(row_outcome_slugs[0]) == SL_ROW_OUTCOME_COUNT,
+               "one slug each");
+_Static_assert(sizeof(hop_outcome_slugs) / sizeof(hop_outcome_slugs[0]) == SL_HOP_OUTCOME_COUNT,
+               "one slug each");
 _Static_assert(sizeof(skip_slugs) / sizeof(skip_slugs[0]) == SL_SKIP_COUNT, "one slug each");
 
 static const char *

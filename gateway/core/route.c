@@ -165,7 +165,6 @@ sl_endpoint_parse(const char *method, size_t method_len, const char *path, size_
 
 /* ---- candidates ----------------------------------------------------------- */
 
-
 /* The model_map target for model, or NULL when the provider does not rename it. */
 static const char *
 mapped_name(const sl_provider_t *p, const char *model)

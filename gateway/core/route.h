@@ -65,8 +65,6 @@ bool sl_endpoint_parse(const char *method, size_t method_len, const char *path, 
 
 /* ---- candidates ----------------------------------------------------------- */
 
-
-
 typedef struct {
     size_t provider; /* index into config->providers */
     /*

@@ -277,7 +277,8 @@ static const sl_wait_code_t pure_code[SL_SKIP_COUNT] = {
 static bool
 concerns_waiting(const sl_wait_gate_t *g)
 {
-    return !g->out_of_round && (g->skip == SL_SKIP_NONE || g->skip == SL_SKIP_PERIOD_USED_UP || waitable[g->skip]);
+    return !g->out_of_round &&
+           (g->skip == SL_SKIP_NONE || g->skip == SL_SKIP_PERIOD_USED_UP || waitable[g->skip]);
 }
 
 /* The candidates a pass of the decision looks at: all of them, or only one. */
@@ -288,7 +289,8 @@ typedef struct {
 static bool
 can_wait_for(const sl_wait_gate_t *g, const sl_wait_request_t *req)
 {
-    return concerns_waiting(g) && waitable[g->skip] && req->now_ms < req->deadline_ms && g->recovery_ms <= req->deadline_ms;
+    return concerns_waiting(g) && waitable[g->skip] && req->now_ms < req->deadline_ms &&
+           g->recovery_ms <= req->deadline_ms;
 }
 
 static sl_wait_decision_t

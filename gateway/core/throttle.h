@@ -184,8 +184,6 @@ const char *sl_throttle_reason_slug(const sl_throttle_t *t);
 
 /* ---- 2. send now, else wait, else the final 429 ---------------------------------------------------- */
 
-
-
 /*
  * Why a candidate cannot take the request now, as far as waiting is
  * concerned: throttled, busy and window_full can be waited out;

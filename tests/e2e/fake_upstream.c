@@ -241,6 +241,7 @@ answer(fake_upstream_t *f, conn_t *c, const fake_reply_t *r)
 {
     switch (r->action) {
     case FAKE_CLOSE_BEFORE_HEAD:
+        pause_ms(f, r->delay_ms);
         return false;
     case FAKE_HANG:
         pause_ms(f, 60000);

@@ -13,7 +13,7 @@
 
 typedef enum {
     FAKE_RESPOND,           /* send the reply */
-    FAKE_CLOSE_BEFORE_HEAD, /* read the request, then close without answering */
+    FAKE_CLOSE_BEFORE_HEAD, /* read the request, then (after delay_ms) close without answering */
     FAKE_HANG,              /* read the request, then say nothing until the fake stops */
     /* The faults of the fault matrix (test_faults.c). */
     FAKE_RESET_BEFORE_HEAD, /* read the request, then reset the connection (SO_LINGER 0) */

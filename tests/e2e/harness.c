@@ -318,6 +318,26 @@ db_int(const char *path, const char *sql)
     return n;
 }
 
+bool
+db_text(const char *path, const char *sql, char *out, size_t size)
+{
+    sqlite3 *db;
+    sqlite3_stmt *st = NULL;
+    bool ok = false;
+    out[0] = '\0';
+    if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+        sqlite3_prepare_v2(db, sql, -1, &st, NULL) == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
+        const unsigned char *t = sqlite3_column_text(st, 0);
+        snprintf(out, size, "%s", t != NULL ? (const char *)t : "");
+        ok = true;
+    } else {
+        fprintf(stderr, "db_text: %s: %s\n", sql, sqlite3_errmsg(db));
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    return ok;
+}
+
 const char *
 after_keepalives(const char *body)
 {

@@ -63,6 +63,8 @@ void remove_temp_files(void);
 
 /* The first column of the first row of sql over the SQLite file at path (read-only); -1 on any error. */
 int db_int(const char *path, const char *sql);
+/* The same as text into out (NUL-terminated, "" for NULL); false on any error. */
+bool db_text(const char *path, const char *sql, char *out, size_t size);
 
 /*
  * Posts body to path on 127.0.0.1:port over a raw socket (headers: extra lines, each ending in \r\n) and

@@ -705,8 +705,70 @@ Test(faults, an_upstream_that_refuses_the_connection)
 Test(faults, an_upstream_that_resets_before_the_head)
 {
     before_head((fake_reply_t){.action = FAKE_RESET_BEFORE_HEAD}, "gw.upstream.broken_before_head");
-    /* Tried on a fresh connection once (a stale keep-alive fails the same way), then given up. */
-    cr_assert_geq(fake_count(up1), 2);
+    /* One hop per request: a connection opened for the hop that breaks is not resent (behaviour.md §3). */
+    cr_assert_eq(fake_count(up1), 2);
+}
+
+/* Request 1 leaves a kept-alive connection in sluice's pool; the upstream then answers the next request on it
+ * with close (after close_after_ms): the stale keep-alive race, or an upstream that held the request. */
+static void
+second_on_a_kept_alive_connection(int close_after_ms, answer_t *second)
+{
+    start(NULL, NULL, NULL, NULL);
+    fake_push(up1, ok_stream());
+    fake_push(up1, (fake_reply_t){.action = FAKE_CLOSE_BEFORE_HEAD, .delay_ms = close_after_ms});
+    fake_set_default(up1, ok_stream());
+    answer_t a = {0};
+    int64_t t0 = now_ms();
+    int fd = send_request("claude-last", true, "Connection: close\r\n");
+    read_answer(fd, &a, t0);
+    assert_served(&a);
+    answer_free(&a);
+    call("claude-last", true, second);
+}
+
+/* The attempts of request id, in order: "outcome/reason" each ("served/" without a reason). */
+static const char *
+attempts_of(int id)
+{
+    static char out[256];
+    char sql[512];
+    snprintf(
+        sql, sizeof(sql),
+        "SELECT group_concat(a.outcome || '/' || coalesce(a.reason, ''), ' ') FROM attempts a JOIN requests r"
+        " ON a.request_row = r.row WHERE r.id = %d ORDER BY a.n",
+        id);
+    db_text(gw.db, sql, out, sizeof(out));
+    return out;
+}
+
+Test(faults, a_kept_alive_connection_the_upstream_had_closed_is_resent_fresh_as_an_attempt)
+{
+    answer_t a = {0};
+    second_on_a_kept_alive_connection(0, &a);
+    assert_served(&a);
+    answer_free(&a);
+    cr_assert_eq(fake_count(up1), 3, "the upstream got the request twice: both are in the row");
+    cr_assert_eq(finale(true), 2);
+    assert_row(2, "served");
+    cr_assert_str_eq(attempts_of(2), "stale_connection/stale_connection served/");
+    cr_assert(log_wait("provider=one outcome=stale_connection status=0 retry=0 backoff_ms=-1 error="
+                       "gw.upstream.broken_before_head reason=stale_connection",
+                       1000),
+              "an AttemptView says so\n%s", log_tail());
+}
+
+Test(faults, a_kept_alive_connection_the_upstream_held_for_a_second_is_not_resent)
+{
+    answer_t a = {0};
+    second_on_a_kept_alive_connection(1200, &a);
+    /* The stream was held past the (scaled) 15 s: the failure comes inside it. */
+    cr_assert(strstr(a.body, "\"code\":\"gw.upstream.broken_before_head\"") != NULL, "%d %s", a.status,
+              a.body);
+    answer_free(&a);
+    cr_assert_eq(fake_count(up1), 2, "held, then closed: not a stale keep-alive, never sent twice");
+    cr_assert_eq(finale(true), 2);
+    cr_assert_str_eq(attempts_of(2), "error/no_waiting");
 }
 
 Test(faults, an_upstream_that_resets_in_the_middle_of_the_head)
@@ -862,8 +924,8 @@ Test(faults, an_upstream_that_sends_an_endless_head_is_cut_off)
     answer_free(&a);
     cr_assert(log_wait("request 1: one failed (temporary: the response head is larger than 64 KiB)", 1000),
               "%s", log_tail());
-    /* Four hops (each resent once on a fresh connection): what the fake got rid of is what the kernel's
-     * buffers of four connections took, a few MiB each, not the endless head. */
+    /* Two hops (a connection opened for the hop is never resent): what the fake got rid of is what the
+     * kernel's buffers of the two connections took, a few MiB each, not the endless head. */
     cr_assert_lt(fake_bytes_sent(up1), (size_t)64 << 20, "sluice stopped reading: %zu bytes sent",
                  fake_bytes_sent(up1));
     cr_assert_eq(finale(true), 2);
@@ -1062,6 +1124,35 @@ Test(faults, a_client_that_leaves_while_streaming_after_content)
     cr_assert_eq(finale(true), 2);
     assert_row(1, "cancelled");
     assert_row(2, "served");
+}
+
+Test(faults, a_client_that_leaves_a_silent_stream_ends_it_at_once)
+{
+    /* The upstream says nothing for 4 s after its first content: h2o has nothing to write, so only the
+     * watch on the client's socket can tell that it left. */
+    start_single_slot();
+    fake_reply_t slow = ok_stream();
+    slow.delay_ms = 4000;
+    fake_push(up1, slow);
+    int fd = send_request("claude-last", true, "");
+    char buf[8192];
+    size_t got = 0;
+    ssize_t n;
+    while (got < sizeof(buf) - 1 && (n = read(fd, buf + got, sizeof(buf) - 1 - got)) > 0) {
+        got += (size_t)n;
+        buf[got] = '\0';
+        if (strstr(buf, "message_start") != NULL)
+            break;
+    }
+    cr_assert(strstr(buf, "message_start") != NULL, "the stream began: %s", buf);
+    int64_t left = now_ms();
+    close(fd);
+    cr_assert(log_wait("event request_cancelled id=1\n", 3000), "%s", log_tail());
+    cr_assert_lt(now_ms() - left, 1500, "it ended when the client left, not at the upstream's next bytes");
+    next_is_served(2000);
+    cr_assert_eq(finale(true), 2);
+    assert_row(1, "cancelled");
+    cr_assert_str_eq(attempts_of(1), "client_left/");
 }
 
 typedef struct {

@@ -859,8 +859,8 @@ Test(recorder, a_version_1_db_is_migrated_and_keeps_its_rows)
     /* Version 1 had no attempts.reason. */
     sqlite3 *db;
     cr_assert_eq(sqlite3_open(db_path, &db), SQLITE_OK);
-    cr_assert_eq(sqlite3_exec(db, "ALTER TABLE attempts DROP COLUMN reason; PRAGMA user_version = 1", NULL, NULL,
-                              NULL),
+    cr_assert_eq(sqlite3_exec(db, "ALTER TABLE attempts DROP COLUMN reason; PRAGMA user_version = 1", NULL,
+                              NULL, NULL),
                  SQLITE_OK);
     sqlite3_close(db);
 
@@ -886,7 +886,8 @@ Test(recorder, newer_schema_is_refused_untouched)
     sqlite3 *db;
     cr_assert_eq(sqlite3_open(db_path, &db), SQLITE_OK);
     char sql[96];
-    snprintf(sql, sizeof sql, "CREATE TABLE future (x); PRAGMA user_version = %d", SL_RECORDER_SCHEMA_VERSION + 1);
+    snprintf(sql, sizeof sql, "CREATE TABLE future (x); PRAGMA user_version = %d",
+             SL_RECORDER_SCHEMA_VERSION + 1);
     cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, NULL), SQLITE_OK);
     sqlite3_close(db);
 

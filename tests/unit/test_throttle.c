@@ -394,17 +394,29 @@ Test(throttle, a_hand_made_probing_state_uses_the_default_grace)
 #define DEADLINE (T0 + 120 * SEC)
 
 #define FREE_()                                                                                              \
-    {.skip = SL_SKIP_NONE, .recovery_ms = NOW}
+    {                                                                                                        \
+        .skip = SL_SKIP_NONE, .recovery_ms = NOW                                                             \
+    }
 #define THR(at)                                                                                              \
-    {.skip = SL_SKIP_THROTTLED, .recovery_ms = (at)}
+    {                                                                                                        \
+        .skip = SL_SKIP_THROTTLED, .recovery_ms = (at)                                                       \
+    }
 #define BUSY_()                                                                                              \
-    {.skip = SL_SKIP_BUSY, .recovery_ms = NOW}
+    {                                                                                                        \
+        .skip = SL_SKIP_BUSY, .recovery_ms = NOW                                                             \
+    }
 #define WIN(at)                                                                                              \
-    {.skip = SL_SKIP_WINDOW_FULL, .recovery_ms = (at)}
+    {                                                                                                        \
+        .skip = SL_SKIP_WINDOW_FULL, .recovery_ms = (at)                                                     \
+    }
 #define USED(at)                                                                                             \
-    {.skip = SL_SKIP_PERIOD_USED_UP, .recovery_ms = (at)}
+    {                                                                                                        \
+        .skip = SL_SKIP_PERIOD_USED_UP, .recovery_ms = (at)                                                  \
+    }
 #define OTHER_()                                                                                             \
-    {.skip = SL_SKIP_COOLING, .recovery_ms = NOW}
+    {                                                                                                        \
+        .skip = SL_SKIP_COOLING, .recovery_ms = NOW                                                          \
+    }
 #define MAXC 4
 
 static const sl_wait_request_t plain = {.now_ms = NOW, .deadline_ms = DEADLINE, .own = SL_WAIT_NO_OWN};

@@ -247,11 +247,7 @@ sl__answer_token_estimate(request_t *r)
     sl__end_hop(r);
     int64_t tokens = (int64_t)(r->in.body_len + 3) / 4;
     sl_strbuf_t body = {0};
-    if (r->in.endpoint.dialect == SL_DIALECT_OPENAI_RESPONSES)
-        sl_strbuf_appendf(&body, "{\"object\":\"response.input_tokens\",\"input_tokens\":%lld}",
-                          (long long)tokens);
-    else
-        sl_strbuf_appendf(&body, "{\"input_tokens\":%lld}", (long long)tokens);
+    sl_strbuf_appendf(&body, sl_dialect_def(r->in.endpoint.dialect)->estimate_format, (long long)tokens);
     r->rd.stream.usage.input = tokens;
     if (r->out.state == OUT_NONE)
         h2o_add_header_by_str(&r->req->pool, &r->req->res.headers, H2O_STRLIT("x-sluice-estimated"), 0, NULL,

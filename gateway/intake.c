@@ -3,14 +3,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static const char *const key_places[SL_DIALECT_COUNT] = {
-    [SL_DIALECT_ANTHROPIC] = "x-api-key or Authorization: Bearer",
-    [SL_DIALECT_OPENAI_CHAT] = "Authorization: Bearer",
-    [SL_DIALECT_OPENAI_RESPONSES] = "Authorization: Bearer",
-    [SL_DIALECT_GEMINI] = "x-goog-api-key or ?key=",
-    [SL_DIALECT_BEDROCK] = "Authorization: Bearer",
-};
-
 /* Refuses with status and the message (a NULL-terminated list of name, value pairs after code). */
 #define refuse(r, status_, ...) ((r)->status = (status_), (r)->msg = sl_msg_make(__VA_ARGS__, NULL), false)
 
@@ -62,7 +54,7 @@ authenticate(const sl_config_t *config, const sl_intake_input_t *in, sl_intake_t
                                    &key_len);
     }
     if (st != SL_KEY_FOUND)
-        return refuse(r, 401, SL_CODE_GW_AUTH_MISSING_KEY, "where", key_places[d]);
+        return refuse(r, 401, SL_CODE_GW_AUTH_MISSING_KEY, "where", sl_dialect_def(d)->key_hint);
     out->client = find_client(config, key, key_len);
     if (out->client == NULL)
         return refuse(r, 401, SL_CODE_GW_AUTH_UNKNOWN_KEY);

@@ -78,7 +78,7 @@ broken_while_streaming(request_t *r, sl_hop_end_t how, const char *detail)
 static void
 capture_response_id(request_t *r, const char *data, size_t len)
 {
-    if (r->in.endpoint.dialect != SL_DIALECT_OPENAI_RESPONSES || r->response_id[0] != '\0')
+    if (!sl_dialect_def(r->in.endpoint.dialect)->names_response_id || r->response_id[0] != '\0')
         return;
     static const char needle[] = "\"id\":\"";
     const char *at = memmem(data, len, needle, sizeof(needle) - 1);
@@ -140,7 +140,7 @@ typedef enum {
 static next_event_t
 next_sse_event(request_t *r, size_t *len, sl_stream_verdict_t *v, const char **detail)
 {
-    if (r->in.endpoint.dialect == SL_DIALECT_GEMINI && !frame_bare_gemini_error(r))
+    if (sl_dialect_def(r->in.endpoint.dialect)->bare_json_errors && !frame_bare_gemini_error(r))
         return NEXT_MORE;
     sl_sse_event_t ev;
     sl_sse_status_t st =
@@ -343,8 +343,8 @@ on_hop_head(void *data, int status, const h2o_header_t *headers, size_t n)
         h2o_iovec_t nm = h2o_strdup(pool, name->base, name->len);
         h2o_add_header_by_str(pool, &r->rd.up_headers, nm.base, nm.len, 0, NULL, v.base, v.len);
     }
-    const sl_stream_class_vtable_t *vt = sl_stream_class_for(r->in.endpoint.dialect);
-    r->rd.frames = frames && r->in.endpoint.dialect == SL_DIALECT_BEDROCK;
+    const sl_stream_class_vtable_t *vt = sl_dialect_def(r->in.endpoint.dialect)->stream;
+    r->rd.frames = frames && vt == NULL;
     r->rd.events = (event_stream && vt != NULL) || r->rd.frames;
     if (r->rd.frames) {
         sl_bedrock_stream_init(&r->rd.stream);

@@ -34,7 +34,8 @@ body_for_hop(request_t *r, const char *model, bool needs_usage)
         edits[n++] =
             (sl_body_edit_t){r->in.fields.model.off, r->in.fields.model.len, quoted.data, quoted.len};
     }
-    r->strip_usage_chunk = needs_usage && r->in.endpoint.dialect == SL_DIALECT_OPENAI_CHAT && r->in.stream &&
+    r->strip_usage_chunk = needs_usage && sl_dialect_def(r->in.endpoint.dialect)->asks_for_usage &&
+                           r->in.stream &&
                            sl_body_ask_for_usage(r->in.body, r->in.body_len, &r->in.fields, &edits[n]);
     if (r->strip_usage_chunk)
         n++;

@@ -781,7 +781,15 @@ sl_dialect_render_stream_error(sl_dialect_t d, int status, const char *code, con
 {
     error_build_t b;
     const sl_dialect_def_t *def = parts_make(d, status, code, message, &b);
-    sl_stream_error_t r = def->do_render_stream_error(&b.parts, out);
+    sl_stream_error_t r = {.form = SL_STREAM_ERROR_READY};
+    if (def->do_render_stream_error != NULL) {
+        r = def->do_render_stream_error(&b.parts, out);
+    } else {
+        sl_error_head_t head;
+        sl_strbuf_append(out, def->stream_error_prefix, strlen(def->stream_error_prefix));
+        def->do_render_error(&b.parts, out, &head);
+        sl_strbuf_append(out, "\n\n", 2);
+    }
     parts_free(&b);
     return r;
 }

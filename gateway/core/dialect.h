@@ -272,11 +272,18 @@ typedef struct {
     const char *message;
 } sl_error_parts_t;
 
-/* One dialect: data rows first, functions only where the shapes differ. */
+struct sl_stream_class_vtable;
+
+/*
+ * One dialect: data rows first, functions only where the shapes differ.
+ * Everything the gateway does differently per dialect is here: the request
+ * path asks the row, never the dialect's name.
+ */
 typedef struct {
     sl_dialect_t id;
     sl_key_place_t key_places[SL_DIALECT_MAX_KEY_PLACES];
     size_t n_key_places;
+    const char *key_hint; /* where a client sends its key, for the gateway's message ("x-api-key or …") */
     /* Upstream path: client_prefix is dropped from the client's path (the base URL carries it). */
     const char *client_prefix;
     /* The model segment follows model_marker and runs to model_end; NULL when the model is in the body. */
@@ -286,11 +293,21 @@ typedef struct {
     const char *credential_header;
     const char *credential_scheme;
     bool sigv4_without_key;
+    /* Its streams. */
+    const struct sl_stream_class_vtable
+        *stream;           /* classifies SSE events; NULL: eventstream frames (Bedrock) */
+    bool bare_json_errors; /* an error may come as bare JSON after earlier events (Gemini): framed as an event
+                            */
+    bool names_response_id; /* its answers carry an id later turns name (Responses' previous_response_id) */
+    bool asks_for_usage;    /* a stream reports usage only when asked (Chat's stream_options.include_usage) */
     /* Answers. */
     const char *const *error_types; /* SL_ERROR_KIND_COUNT names, by kind */
     const char *stream_content_type;
     const char *keep_alive;
+    const char *estimate_format; /* a count-tokens estimate's body, with one %lld for the tokens */
     void (*do_render_error)(const sl_error_parts_t *e, sl_strbuf_t *out, sl_error_head_t *head);
+    /* An error inside a stream: stream_error_prefix + the whole error + a blank line, unless this is set. */
+    const char *stream_error_prefix;
     sl_stream_error_t (*do_render_stream_error)(const sl_error_parts_t *e, sl_strbuf_t *out);
 } sl_dialect_def_t;
 

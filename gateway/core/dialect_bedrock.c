@@ -52,6 +52,7 @@ do_render_stream_error(const sl_error_parts_t *e, sl_strbuf_t *out)
 const sl_dialect_def_t sl__dialect_bedrock = {
     .id = SL_DIALECT_BEDROCK,
     .key_places = {{SL_KEY_PLACE_BEARER, "authorization"}},
+    .key_hint = "Authorization: Bearer",
     .n_key_places = 1,
     .model_marker = "/model/",
     .model_end = '/',
@@ -59,6 +60,7 @@ const sl_dialect_def_t sl__dialect_bedrock = {
     .credential_scheme = "Bearer ",
     .sigv4_without_key = true,
     .error_types = camel_types,
+    .estimate_format = "{\"inputTokens\":%lld}",
     .stream_content_type = "application/vnd.amazon.eventstream",
     .keep_alive = "",
     .do_render_error = do_render_error,

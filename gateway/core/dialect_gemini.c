@@ -4,6 +4,7 @@
  * Gemini CLI's bundled SDK stalls on SSE comments.
  */
 #include "core/dialect.h"
+#include "core/stream_class.h"
 
 static const char *const error_types[SL_ERROR_KIND_COUNT] = {
     [SL_ERROR_KIND_BAD_REQUEST] = "INVALID_ARGUMENT",
@@ -26,27 +27,21 @@ do_render_error(const sl_error_parts_t *e, sl_strbuf_t *out, sl_error_head_t *he
                       e->status, e->message, e->type, e->code);
 }
 
-static sl_stream_error_t
-do_render_stream_error(const sl_error_parts_t *e, sl_strbuf_t *out)
-{
-    sl_error_head_t head;
-    sl_strbuf_append(out, "data: ", 6);
-    do_render_error(e, out, &head);
-    sl_strbuf_append(out, "\n\n", 2);
-    return (sl_stream_error_t){.form = SL_STREAM_ERROR_READY};
-}
-
 const sl_dialect_def_t sl__dialect_gemini = {
     .id = SL_DIALECT_GEMINI,
     .key_places = {{SL_KEY_PLACE_HEADER, "x-goog-api-key"}, {SL_KEY_PLACE_QUERY, "key"}},
     .n_key_places = 2,
+    .key_hint = "x-goog-api-key or ?key=",
     .model_marker = "/models/",
     .model_end = ':',
     .credential_header = "x-goog-api-key",
     .credential_scheme = "",
+    .stream = &sl__stream_gemini,
+    .bare_json_errors = true,
     .error_types = error_types,
     .stream_content_type = "text/event-stream",
     .keep_alive = "\n",
+    .estimate_format = "{\"totalTokens\":%lld}",
     .do_render_error = do_render_error,
-    .do_render_stream_error = do_render_stream_error,
+    .stream_error_prefix = "data: ",
 };

@@ -4,6 +4,7 @@
  * client's "/v1" is dropped from the path.
  */
 #include "core/dialect.h"
+#include "core/stream_class.h"
 
 static const char *const error_types[SL_ERROR_KIND_COUNT] = {
     [SL_ERROR_KIND_BAD_REQUEST] = "invalid_request_error",
@@ -25,16 +26,6 @@ do_render_error(const sl_error_parts_t *e, sl_strbuf_t *out, sl_error_head_t *he
 }
 
 static sl_stream_error_t
-do_render_chat_stream_error(const sl_error_parts_t *e, sl_strbuf_t *out)
-{
-    sl_error_head_t head;
-    sl_strbuf_append(out, "data: ", 6);
-    do_render_error(e, out, &head);
-    sl_strbuf_append(out, "\n\n", 2);
-    return (sl_stream_error_t){.form = SL_STREAM_ERROR_READY};
-}
-
-static sl_stream_error_t
 do_render_responses_stream_error(const sl_error_parts_t *e, sl_strbuf_t *out)
 {
     sl_strbuf_appendf(out,
@@ -48,26 +39,34 @@ const sl_dialect_def_t sl__dialect_openai_chat = {
     .id = SL_DIALECT_OPENAI_CHAT,
     .key_places = {{SL_KEY_PLACE_BEARER, "authorization"}},
     .n_key_places = 1,
+    .key_hint = "Authorization: Bearer",
     .client_prefix = "/v1",
     .credential_header = "authorization",
     .credential_scheme = "Bearer ",
+    .stream = &sl__stream_openai_chat,
+    .asks_for_usage = true,
     .error_types = error_types,
     .stream_content_type = "text/event-stream",
     .keep_alive = ": keep-alive\n\n",
+    .estimate_format = "{\"input_tokens\":%lld}",
     .do_render_error = do_render_error,
-    .do_render_stream_error = do_render_chat_stream_error,
+    .stream_error_prefix = "data: ",
 };
 
 const sl_dialect_def_t sl__dialect_openai_responses = {
     .id = SL_DIALECT_OPENAI_RESPONSES,
     .key_places = {{SL_KEY_PLACE_BEARER, "authorization"}},
     .n_key_places = 1,
+    .key_hint = "Authorization: Bearer",
     .client_prefix = "/v1",
     .credential_header = "authorization",
     .credential_scheme = "Bearer ",
+    .stream = &sl__stream_openai_responses,
+    .names_response_id = true,
     .error_types = error_types,
     .stream_content_type = "text/event-stream",
     .keep_alive = ": keep-alive\n\n",
+    .estimate_format = "{\"object\":\"response.input_tokens\",\"input_tokens\":%lld}",
     .do_render_error = do_render_error,
     .do_render_stream_error = do_render_responses_stream_error,
 };

@@ -86,20 +86,6 @@ extern const sl_stream_class_vtable_t sl__stream_openai_chat;
 extern const sl_stream_class_vtable_t sl__stream_openai_responses;
 extern const sl_stream_class_vtable_t sl__stream_gemini;
 
-/* The classifier of an SSE dialect, or NULL for dialects that do not stream SSE events
- * (Bedrock: stream_bedrock.h). The vtables are static: never freed. */
-static inline const sl_stream_class_vtable_t *
-sl_stream_class_for(sl_dialect_t dialect)
-{
-    static const sl_stream_class_vtable_t *const by_dialect[SL_DIALECT_COUNT] = {
-        [SL_DIALECT_ANTHROPIC] = &sl__stream_anthropic,
-        [SL_DIALECT_OPENAI_CHAT] = &sl__stream_openai_chat,
-        [SL_DIALECT_OPENAI_RESPONSES] = &sl__stream_openai_responses,
-        [SL_DIALECT_GEMINI] = &sl__stream_gemini,
-    };
-    return (unsigned)dialect < SL_DIALECT_COUNT ? by_dialect[dialect] : NULL;
-}
-
 /* One upstream stream as seen so far. Zero-initialise except vt (sl_stream_init). */
 typedef struct {
     const sl_stream_class_vtable_t *vt;

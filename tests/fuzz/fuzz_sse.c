@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/dialect.h"
 #include "core/sse.h"
 #include "core/stream_class.h"
 
@@ -93,7 +94,7 @@ LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         sl_sse_scanner_t s;
         sl_sse_init(&s, 4096, scratch, sizeof scratch);
         sl_stream_t st;
-        sl_stream_init(&st, sl_stream_class_for(dialects[i]));
+        sl_stream_init(&st, sl_dialect_def(dialects[i])->stream);
         size_t off = 0;
         if (drain(dialects[i], &s, &st, bytes, &off, split))
             (void)drain(dialects[i], &s, &st, bytes, &off, len);

@@ -14,6 +14,7 @@
 
 #include "core/answer_usage.h"
 #include "core/stream_bedrock.h"
+#include "core/dialect.h"
 #include "core/stream_class.h"
 
 #define N(a) (sizeof(a) / sizeof((a)[0]))
@@ -407,7 +408,7 @@ streamed(sl_dialect_t d, const char *u)
     sl_sse_event_t ev;
     cr_assert_eq(sl_sse_next(&s, text, strlen(text), &ev), SL_SSE_EVENT, "%s", text);
     sl_stream_t st;
-    sl_stream_init(&st, sl_stream_class_for(d));
+    sl_stream_init(&st, sl_dialect_def(d)->stream);
     sl_stream_feed(&st, &ev, &v);
     return st.usage;
 }

@@ -430,7 +430,7 @@ feed_sse(sl_dialect_t d, const char *in, size_t len, seen_t *o)
     static char scratch[8192];
     sl_sse_scanner_t s;
     sl_sse_init(&s, SL_SSE_MAX_EVENT_DEFAULT, scratch, sizeof scratch);
-    sl_stream_init(&o->st, sl_stream_class_for(d));
+    sl_stream_init(&o->st, sl_dialect_def(d)->stream);
     size_t at = 0;
     sl_sse_event_t ev;
     while (sl_sse_next(&s, in + at, len - at, &ev) == SL_SSE_EVENT) {

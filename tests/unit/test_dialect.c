@@ -35,7 +35,14 @@ Test(dialect_table, every_dialect_fills_every_row)
         cr_assert_not_null(def->stream_content_type);
         cr_assert_not_null(def->keep_alive);
         cr_assert_not_null(def->do_render_error);
-        cr_assert_not_null(def->do_render_stream_error);
+        cr_assert((def->do_render_stream_error != NULL) != (def->stream_error_prefix != NULL),
+                  "%s: an in-stream error is either the whole error behind a prefix or its own shape",
+                  dialect_names[d]);
+        cr_assert_not_null(def->key_hint);
+        cr_assert_not_null(def->estimate_format);
+        cr_assert(strstr(def->estimate_format, "%lld") != NULL, "%s", dialect_names[d]);
+        /* SSE dialects classify events; Bedrock alone frames eventstream (its stream row is NULL). */
+        cr_assert_eq(def->stream == NULL, d == SL_DIALECT_BEDROCK, "%s", dialect_names[d]);
         for (int k = 0; k < SL_ERROR_KIND_COUNT; k++)
             cr_assert_not_null(def->error_types[k], "%s kind %d", dialect_names[d], k);
     }

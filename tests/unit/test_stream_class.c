@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/dialect.h"
 #include "core/stream_class.h"
 #include "test_fixture.h"
 
@@ -17,7 +18,7 @@
 static const sl_stream_class_vtable_t *
 vt_of(sl_dialect_t d)
 {
-    const sl_stream_class_vtable_t *vt = sl_stream_class_for(d);
+    const sl_stream_class_vtable_t *vt = sl_dialect_def(d)->stream;
     cr_assert_not_null(vt);
     return vt;
 }
@@ -677,14 +678,12 @@ Test(stream_class_for, the_four_sse_dialects_and_nothing_else)
     static const sl_dialect_t done[] = {SL_DIALECT_ANTHROPIC, SL_DIALECT_OPENAI_CHAT,
                                         SL_DIALECT_OPENAI_RESPONSES, SL_DIALECT_GEMINI};
     for (size_t i = 0; i < 4; i++) {
-        const sl_stream_class_vtable_t *vt = sl_stream_class_for(done[i]);
+        const sl_stream_class_vtable_t *vt = sl_dialect_def(done[i])->stream;
         cr_assert_not_null(vt);
         cr_assert_eq(vt->dialect, done[i]);
         cr_assert_not_null(vt->classify);
     }
-    cr_assert_null(sl_stream_class_for(SL_DIALECT_BEDROCK));
-    cr_assert_null(sl_stream_class_for(SL_DIALECT_COUNT));
-    cr_assert_null(sl_stream_class_for((sl_dialect_t)-1));
+    cr_assert_null(sl_dialect_def(SL_DIALECT_BEDROCK)->stream, "Bedrock streams eventstream frames, not SSE");
 }
 
 /* ---- the flowing phase's key scan ---- */

@@ -12,6 +12,7 @@
 
 #include "core/classify.h"
 #include "core/hints.h"
+#include "core/dialect.h"
 #include "core/stream_class.h"
 #include "test_fixture.h"
 
@@ -45,7 +46,7 @@ run_stream(const char *in, size_t len, size_t cut, outcome_t *o)
 {
     static char scratch[4096];
     memset(o, 0, sizeof *o);
-    sl_stream_init(&o->st, sl_stream_class_for(SL_DIALECT_GEMINI));
+    sl_stream_init(&o->st, sl_dialect_def(SL_DIALECT_GEMINI)->stream);
     sl_sse_scanner_t s;
     sl_sse_init(&s, SL_SSE_MAX_EVENT_DEFAULT, scratch, sizeof scratch);
     char *buf = malloc(len + 1);
@@ -392,7 +393,7 @@ classify_one(sl_stream_phase_t phase, const char *sse, sl_usage_t *usage, sl_str
     sl_sse_init(&s, 65536, scratch, sizeof scratch);
     sl_sse_event_t ev;
     cr_assert_eq(sl_sse_next(&s, sse, strlen(sse), &ev), SL_SSE_EVENT, "%s", sse);
-    sl_stream_init(st, sl_stream_class_for(SL_DIALECT_GEMINI));
+    sl_stream_init(st, sl_dialect_def(SL_DIALECT_GEMINI)->stream);
     st->phase = phase;
     st->usage = *usage;
     sl_stream_verdict_t v;
@@ -743,7 +744,7 @@ Test(gemini_walk, random_bytes_never_crash)
 
 Test(gemini_vtable, gemini_has_an_sse_classifier)
 {
-    const sl_stream_class_vtable_t *vt = sl_stream_class_for(SL_DIALECT_GEMINI);
+    const sl_stream_class_vtable_t *vt = sl_dialect_def(SL_DIALECT_GEMINI)->stream;
     cr_assert_eq(vt, &sl__stream_gemini);
     cr_assert_eq(vt->dialect, SL_DIALECT_GEMINI);
     cr_assert_not_null(vt->classify);

@@ -20,21 +20,12 @@
 #include "core/text.h"
 #include "core/xalloc.h"
 
-static const char *const dialect_slugs[SL_DIALECT_COUNT] = {"anthropic", "openai-chat", "openai-responses",
-                                                            "gemini", "bedrock"};
-
 /* The base URL each dialect's official SDK uses; bedrock's depends on the region. */
 static const char *const dialect_default_base_url[SL_DIALECT_COUNT] = {
     "https://api.anthropic.com", "https://api.openai.com/v1", "https://api.openai.com/v1",
     "https://generativelanguage.googleapis.com", NULL};
 
 static const char *const per_slugs[] = {"minute", "hour", "day", "week", "month"};
-
-const char *
-sl_dialect_slug(sl_dialect_t d)
-{
-    return d < SL_DIALECT_COUNT ? dialect_slugs[d] : "unknown";
-}
 
 /* ---- the walker ---------------------------------------------------------- */
 
@@ -807,7 +798,10 @@ set_clients(walker_t *w, yaml_node_t *value, void *target)
 static void
 set_provider_protocol(walker_t *w, yaml_node_t *value, void *target)
 {
-    int i = get_enum(w, value, dialect_slugs, SL_DIALECT_COUNT);
+    const char *slugs[SL_DIALECT_COUNT];
+    for (int d = 0; d < SL_DIALECT_COUNT; d++)
+        slugs[d] = sl_dialect_slug((sl_dialect_t)d);
+    int i = get_enum(w, value, slugs, SL_DIALECT_COUNT);
     if (i >= 0)
         ((sl_provider_t *)target)->protocol = (sl_dialect_t)i;
 }
@@ -1106,7 +1100,7 @@ warn_mixed_protocols(walker_t *w, yaml_node_t *node, const sl_route_t *r)
     sl_strbuf_t list = {0};
     for (int d = 0; d < SL_DIALECT_COUNT; d++) {
         if (present[d])
-            sl_strbuf_appendf(&list, "%s%s", list.len ? ", " : "", dialect_slugs[d]);
+            sl_strbuf_appendf(&list, "%s%s", list.len ? ", " : "", sl_dialect_slug((sl_dialect_t)d));
     }
     char *s = sl_strbuf_finish(&list);
     PROBLEM(w->warnings, w, node, SL_CODE_CONFIG_ROUTE_MIXED_PROTOCOLS, "protocols", s);

@@ -24,7 +24,7 @@
 #include "core/limits.h"
 #include "core/pricing.h"
 #include "core/retry.h"
-#include "core/sigv4.h"
+#include "sigv4.h"
 #include "core/route.h"
 #include "core/sse.h"
 #include "core/eventstream.h"
@@ -2699,7 +2699,7 @@ sign_for_aws(request_t *r, const sl_provider_t *p, const sl_upstream_head_t *inf
                                        getenv("AWS_SESSION_TOKEN")};
     if (creds.access_key_id == NULL || creds.secret_access_key == NULL || p->region == NULL)
         return false;
-    return sl_dialect_sign_head(&r->head, info, r->body.base, r->body.len, p->region, &creds, sl_wall_ms());
+    return sl_sigv4_sign_head(&r->head, info, r->body.base, r->body.len, p->region, &creds, sl_wall_ms());
 }
 
 static void

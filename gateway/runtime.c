@@ -14,7 +14,7 @@
 #include "bus.h"
 #include "core/mask.h"
 #include "core/xalloc.h"
-#include "core/yamledit.h"
+#include "yamledit.h"
 #include "log.h"
 #include "worker.h"
 

@@ -36,7 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
+#include "core/types.h"
 
 /* Slots a rolling window is cut into. */
 #define SL_LIMIT_SLOTS 60

@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
+#include "core/types.h"
 
 /* ---- globs ---------------------------------------------------------------- */
 

@@ -1228,17 +1228,54 @@ set_version(walker_t *w, yaml_node_t *value, void *target)
     ((sl_config_t *)target)->version = (uint32_t)v;
 }
 
+/* A zone from its TZif file (env->read_zone); NULL when there is none or it does not parse. */
+static sl_tz_t *
+load_zone(const sl_config_env_t *env, const char *name)
+{
+    size_t len;
+    char *bytes = env->read_zone(env->ctx, name, &len);
+    sl_tz_t *tz = bytes != NULL ? sl_tz_parse_tzif(bytes, len, NULL, 0) : NULL;
+    free(bytes);
+    return tz;
+}
+
+/*
+ * The zone the C library would use: TZ when it names one (a zone name or a
+ * file, with or without the leading ':', or a POSIX TZ string), else the
+ * system's (/etc/localtime), else UTC.
+ */
+static sl_tz_t *
+system_zone(const sl_config_env_t *env)
+{
+    const char *tz = env->getenv(env->ctx, "TZ");
+    sl_tz_t *zone = NULL;
+    if (tz != NULL && *tz != '\0') {
+        const char *name = tz[0] == ':' ? tz + 1 : tz;
+        zone = load_zone(env, name);
+        if (zone == NULL)
+            zone = sl_tz_parse_posix(name, NULL, 0);
+    }
+    if (zone == NULL)
+        zone = load_zone(env, NULL);
+    return zone != NULL ? zone : sl_tz_parse_posix("UTC0", NULL, 0);
+}
+
+/* Read and parsed here, once per load: calendar periods and texts convert with it from then on. */
 static void
 set_timezone(walker_t *w, yaml_node_t *value, void *target)
 {
     char *s = get_string(w, value);
     if (s == NULL)
         return;
-    if (strstr(s, "..") != NULL || s[0] == '/' || !w->env->zone_exists(w->env->ctx, s)) {
+    sl_tz_t *tz = strstr(s, "..") == NULL && s[0] != '/' ? load_zone(w->env, s) : NULL;
+    if (tz == NULL) {
         ERROR(w, value, SL_CODE_CONFIG_UNKNOWN_TIMEZONE, "value", s);
         return;
     }
-    ((sl_config_t *)target)->timezone = s;
+    sl_config_t *c = target;
+    sl_tz_free(c->tz);
+    c->tz = tz;
+    c->timezone = s;
 }
 
 static const field_t store_fields[] = {
@@ -1282,7 +1319,7 @@ static const field_t root_fields[] = {
 /* ---- entry points -------------------------------------------------------- */
 
 static sl_config_t *
-config_with_defaults(const char *source_path)
+config_with_defaults(const char *source_path, const sl_config_env_t *env)
 {
     sl_arena_t *arena = sl_arena_new();
     sl_config_t *c = sl_arena_alloc(arena, sizeof(*c));
@@ -1309,6 +1346,7 @@ config_with_defaults(const char *source_path)
     c->max_body_bytes = 32u * 1024 * 1024;
     c->max_waiting_bytes = 1024u * 1024 * 1024;
     c->shutdown_grace_secs = 30;
+    c->tz = system_zone(env);
     return c;
 }
 
@@ -1350,7 +1388,7 @@ sort_by_line(sl_msgs_t *msgs)
 sl_config_result_t
 sl_config_parse(const char *yaml, size_t len, const char *source_path, const sl_config_env_t *env)
 {
-    sl_config_result_t res = {.config = config_with_defaults(source_path)};
+    sl_config_result_t res = {.config = config_with_defaults(source_path, env)};
     yaml_parser_t parser;
     yaml_document_t doc;
     if (!yaml_parser_initialize(&parser)) {
@@ -1395,33 +1433,49 @@ sl_config_parse(const char *yaml, size_t len, const char *source_path, const sl_
     return res;
 }
 
+/* Why read_file failed. */
+typedef enum { READ_OK, READ_UNOPENED, READ_FAILED, READ_TOO_LARGE } read_status_t;
+
+/* The bytes of path, at most max (NUL-terminated; caller frees). READ_UNOPENED leaves errno set. */
+static read_status_t
+read_file(const char *path, size_t max, char **out, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return READ_UNOPENED;
+    char *buf = sl_xmalloc(max + 2);
+    size_t n = fread(buf, 1, max + 1, f);
+    int read_error = ferror(f);
+    fclose(f);
+    if (read_error || n > max) {
+        free(buf);
+        return read_error ? READ_FAILED : READ_TOO_LARGE;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return READ_OK;
+}
+
 sl_config_result_t
 sl_config_load_file(const char *path, const sl_config_env_t *env)
 {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) {
-        sl_config_result_t res = {.config = config_with_defaults(path)};
-        sl_msgs_push(&res.errors, sl_msg_make(SL_CODE_CONFIG_FILE_UNREADABLE, "path", path, "reason",
-                                              strerror(errno), NULL));
+    char *buf;
+    size_t n;
+    read_status_t st = read_file(path, SL_CONFIG_MAX_FILE_BYTES, &buf, &n);
+    if (st == READ_OK) {
+        sl_config_result_t res = sl_config_parse(buf, n, path, env);
+        free(buf);
         return res;
     }
-    char *buf = sl_xmalloc(SL_CONFIG_MAX_FILE_BYTES + 1);
-    size_t n = fread(buf, 1, SL_CONFIG_MAX_FILE_BYTES + 1, f);
-    int read_error = ferror(f);
-    fclose(f);
-    sl_config_result_t res;
-    if (read_error || n > SL_CONFIG_MAX_FILE_BYTES) {
-        res = (sl_config_result_t){.config = config_with_defaults(path)};
-        char max[24];
-        snprintf(max, sizeof(max), "%d", SL_CONFIG_MAX_FILE_BYTES);
-        sl_msgs_push(&res.errors,
-                     read_error ? sl_msg_make(SL_CODE_CONFIG_FILE_UNREADABLE, "path", path, "reason",
-                                              "read error", NULL)
-                                : sl_msg_make(SL_CODE_CONFIG_FILE_TOO_LARGE, "path", path, "max", max, NULL));
-    } else {
-        res = sl_config_parse(buf, n, path, env);
-    }
-    free(buf);
+    const char *reason = st == READ_UNOPENED ? strerror(errno) : "read error";
+    sl_config_result_t res = {.config = config_with_defaults(path, env)};
+    char max[24];
+    snprintf(max, sizeof(max), "%d", SL_CONFIG_MAX_FILE_BYTES);
+    sl_msgs_push(&res.errors,
+                 st == READ_TOO_LARGE
+                     ? sl_msg_make(SL_CODE_CONFIG_FILE_TOO_LARGE, "path", path, "max", max, NULL)
+                     : sl_msg_make(SL_CODE_CONFIG_FILE_UNREADABLE, "path", path, "reason", reason, NULL));
     return res;
 }
 
@@ -1504,8 +1558,10 @@ sl_config_summary(const sl_config_t *c, uint16_t gateway_port, uint16_t control_
 void
 sl_config_free(sl_config_t *config)
 {
-    if (config != NULL)
-        sl_arena_free(config->arena);
+    if (config == NULL)
+        return;
+    sl_tz_free(config->tz);
+    sl_arena_free(config->arena);
 }
 
 void
@@ -1519,6 +1575,9 @@ sl_config_result_free(sl_config_result_t *result)
 
 /* ---- the system environment ------------------------------------------------ */
 
+/* TZif files are a few kilobytes; anything this large is not one. */
+#define ZONE_MAX_BYTES (256 * 1024)
+
 static const char *
 system_getenv(void *ctx, const char *name)
 {
@@ -1526,14 +1585,20 @@ system_getenv(void *ctx, const char *name)
     return getenv(name);
 }
 
-static bool
-system_zone_exists(void *ctx, const char *name)
+static char *
+system_read_zone(void *ctx, const char *name, size_t *len)
 {
     (void)ctx;
-    char path[512];
+    char path[4096];
     const char *dir = getenv("TZDIR");
-    snprintf(path, sizeof(path), "%s/%s", dir != NULL ? dir : "/usr/share/zoneinfo", name);
-    return access(path, R_OK) == 0;
+    if (name == NULL)
+        snprintf(path, sizeof(path), "/etc/localtime");
+    else if (name[0] == '/')
+        snprintf(path, sizeof(path), "%s", name);
+    else
+        snprintf(path, sizeof(path), "%s/%s", dir != NULL ? dir : "/usr/share/zoneinfo", name);
+    char *bytes;
+    return read_file(path, ZONE_MAX_BYTES, &bytes, len) == READ_OK ? bytes : NULL;
 }
 
 static bool
@@ -1546,6 +1611,6 @@ system_file_readable(void *ctx, const char *path)
 const sl_config_env_t *
 sl_config_env_system(void)
 {
-    static const sl_config_env_t env = {system_getenv, system_zone_exists, system_file_readable, NULL};
+    static const sl_config_env_t env = {system_getenv, system_read_zone, system_file_readable, NULL};
     return &env;
 }

@@ -19,8 +19,13 @@
 typedef struct {
     /* The value of an environment variable, or NULL when unset. */
     const char *(*getenv)(void *ctx, const char *name);
-    /* Whether an IANA zone name is known (e.g. /usr/share/zoneinfo has it). */
-    bool (*zone_exists)(void *ctx, const char *name);
+    /*
+     * The bytes of a zone's TZif file (caller frees), or NULL when there is
+     * no such file: name is an IANA name ("Europe/Berlin", under
+     * /usr/share/zoneinfo or $TZDIR) or an absolute path; NULL names the
+     * system's zone (/etc/localtime).
+     */
+    char *(*read_zone)(void *ctx, const char *name, size_t *len);
     /* Whether a file (TLS cert/key) can be read. */
     bool (*file_readable)(void *ctx, const char *path);
     void *ctx;
@@ -43,8 +48,10 @@ typedef struct {
 
 /*
  * Parses and validates YAML text. source_path is recorded in the config and
- * used in messages (NULL for the embedded default). The caller owns the result
- * and frees it with sl_config_result_free.
+ * used in messages (NULL for the embedded default). The zone is read and
+ * parsed here, through env: `timezone`'s, or the system's (TZ when it names
+ * a zone or is a POSIX TZ string, else /etc/localtime, else UTC). The caller
+ * owns the result and frees it with sl_config_result_free.
  */
 sl_config_result_t sl_config_parse(const char *yaml, size_t len, const char *source_path,
                                    const sl_config_env_t *env);

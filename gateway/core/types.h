@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "core/cidr.h"
+#include "core/tz.h"
 
 typedef enum {
     SL_DIALECT_ANTHROPIC,
@@ -114,7 +115,9 @@ typedef struct sl_config {
     sl_route_t *routes;
     size_t n_routes;
     sl_failover_t failover;
-    char *timezone; /* NULL = the system's zone */
+    char *timezone; /* as written; NULL = the system's zone */
+    sl_tz_t *tz;    /* the zone of calendar periods and of times shown: timezone's or the system's; owned
+                       (not in the arena), never NULL in a loaded config */
     sl_price_t *pricing;
     size_t n_pricing;
     char *store_path;
@@ -122,7 +125,7 @@ typedef struct sl_config {
     bool redact;
     uint64_t max_body_bytes, max_waiting_bytes;
     uint32_t shutdown_grace_secs;
-    struct sl_arena *arena; /* owns every string and array above */
+    struct sl_arena *arena; /* owns every string and array above but tz */
 } sl_config_t;
 
 #endif

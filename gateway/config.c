@@ -938,6 +938,24 @@ static const field_t provider_fields[] = {
 
 static char *const match_everything[] = {"*"};
 
+/*
+ * Bedrock with neither key nor aws signs with the standard AWS_* variables
+ * (config.md): read here, once per load, so that no hop reads the
+ * environment. Without an access key id and a secret it has none.
+ */
+static void
+aws_from_env(walker_t *w, sl_provider_t *p)
+{
+    const char *id = w->env->getenv(w->env->ctx, "AWS_ACCESS_KEY_ID");
+    const char *secret = w->env->getenv(w->env->ctx, "AWS_SECRET_ACCESS_KEY");
+    const char *token = w->env->getenv(w->env->ctx, "AWS_SESSION_TOKEN");
+    if (id == NULL || *id == '\0' || secret == NULL || *secret == '\0')
+        return;
+    p->aws_access_key_id = sl_arena_strdup(w->arena, id);
+    p->aws_secret_access_key = sl_arena_strdup(w->arena, secret);
+    p->aws_session_token = token != NULL && *token != '\0' ? sl_arena_strdup(w->arena, token) : NULL;
+}
+
 static void
 walk_provider(walker_t *w, yaml_node_t *node, size_t index, void *ctx)
 {
@@ -990,6 +1008,8 @@ walk_provider(walker_t *w, yaml_node_t *node, size_t index, void *ctx)
         p.models = (char **)match_everything;
         p.n_models = 1;
     }
+    if (p.protocol == SL_DIALECT_BEDROCK && p.key == NULL && seen[PROVIDER_AWS] == NULL)
+        aws_from_env(w, &p);
     w->provider_lines[cfg->n_providers] = (uint32_t)node->start_mark.line + 1;
     cfg->providers[cfg->n_providers++] = p;
 }

@@ -4,9 +4,10 @@
  * session_token?}`), checked against AWS's published test suite.
  *
  * Pure: the time is a parameter and nothing is read from the environment —
- * whoever picks the credentials (the config, or the AWS_* variables) passes
- * them in. HMAC-SHA256 and SHA-256 come from OpenSSL, which is why this
- * lives in the shell and not in core/ (core links nothing but jansson).
+ * the config loader resolves the credentials (the file's, or the AWS_*
+ * variables) and the caller passes them in. HMAC-SHA256 and SHA-256 come
+ * from OpenSSL, which is why this lives in the shell and not in core/
+ * (core links nothing but jansson).
  *
  * Paths are signed the way AWS checks them for every service but S3: the
  * canonical URI is the path as sent on the wire, URI-encoded once more. A

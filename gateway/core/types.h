@@ -69,8 +69,8 @@ typedef struct {
     size_t n_limits;
     bool disabled;
     char *region; /* bedrock */
-    char *aws_access_key_id, *aws_secret_access_key,
-        *aws_session_token; /* bedrock SigV4; NULL = from AWS_* env */
+    /* bedrock SigV4: the file's `aws`, else the AWS_* variables at load; NULL = none */
+    char *aws_access_key_id, *aws_secret_access_key, *aws_session_token;
 } sl_provider_t;
 
 typedef enum { SL_ROUTE_FAILOVER, SL_ROUTE_LOAD_BALANCE } sl_route_kind_t;

@@ -446,6 +446,54 @@ Test(config, yaml_syntax_error_has_a_line)
     cr_assert_not_null(res.config, "a config with defaults still comes back");
 }
 
+Test(config, bedrock_without_key_or_aws_takes_the_aws_variables_once_at_load)
+{
+    static const char yaml[] =
+        "providers:\n"
+        "  - {name: env, protocol: bedrock, region: us-east-1}\n"
+        "  - name: file\n    protocol: bedrock\n    region: us-east-1\n"
+        "    aws: {access_key_id: AKIAFILE, secret_access_key: file-secret}\n"
+        "  - {name: keyed, protocol: bedrock, region: us-east-1, key: \"${RELAY_KEY}\"}\n"
+        "  - {name: other, protocol: anthropic}\n";
+    const char *vars[][2] = {{"AWS_ACCESS_KEY_ID", "AKIAENV"},
+                             {"AWS_SECRET_ACCESS_KEY", "env-secret"},
+                             {"AWS_SESSION_TOKEN", "env-token"},
+                             {NULL, NULL}};
+    sl_config_env_t env = test_env;
+    env.ctx = (void *)vars;
+    res = sl_config_parse(yaml, strlen(yaml), NULL, &env);
+    assert_no_errors();
+    const sl_provider_t *p = res.config->providers;
+    cr_assert_str_eq(p[0].aws_access_key_id, "AKIAENV");
+    cr_assert_str_eq(p[0].aws_secret_access_key, "env-secret");
+    cr_assert_str_eq(p[0].aws_session_token, "env-token");
+    /* The copies are the config's: the variables may change or go after the load. */
+    cr_assert_neq(p[0].aws_secret_access_key, vars[1][1]);
+    cr_assert_str_eq(p[1].aws_access_key_id, "AKIAFILE", "the file's aws wins");
+    cr_assert_str_eq(p[1].aws_secret_access_key, "file-secret");
+    cr_assert_null(p[1].aws_session_token, "the file's aws is taken whole");
+    cr_assert_null(p[2].aws_access_key_id, "a key is sent as Bearer: nothing to sign with");
+    cr_assert_null(p[3].aws_access_key_id, "only bedrock signs");
+    sl_config_result_free(&res);
+
+    /* Without an access key id and a secret there are no credentials; an empty token is none. */
+    const char *partial[][2] = {{"AWS_ACCESS_KEY_ID", "AKIAENV"}, {"AWS_SESSION_TOKEN", "t"}, {NULL, NULL}};
+    env.ctx = (void *)partial;
+    res = sl_config_parse(yaml, strlen(yaml), NULL, &env);
+    cr_assert_null(res.config->providers[0].aws_access_key_id);
+    cr_assert_null(res.config->providers[0].aws_secret_access_key);
+    cr_assert_null(res.config->providers[0].aws_session_token);
+    sl_config_result_free(&res);
+    const char *no_token[][2] = {{"AWS_ACCESS_KEY_ID", "AKIAENV"},
+                                 {"AWS_SECRET_ACCESS_KEY", "s"},
+                                 {"AWS_SESSION_TOKEN", ""},
+                                 {NULL, NULL}};
+    env.ctx = (void *)no_token;
+    res = sl_config_parse(yaml, strlen(yaml), NULL, &env);
+    cr_assert_str_eq(res.config->providers[0].aws_access_key_id, "AKIAENV");
+    cr_assert_null(res.config->providers[0].aws_session_token);
+}
+
 Test(config, unsupported_version)
 {
     res = parse("version: 2\n");

@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/civil.h"
+
 /*
  * The ring holds the slots that can still count. At now in slot h, slot k
  * counts while now < (k + 1 + MARGIN_SLOTS) * slot_ms + window_ms; since
@@ -14,21 +16,6 @@
  */
 #define MARGIN_SLOTS 1
 #define RING         ((int64_t)(SL_LIMIT_SLOTS + 2 + MARGIN_SLOTS))
-
-static int64_t
-floor_div(int64_t a, int64_t b)
-{
-    assert(b > 0);
-    int64_t q = a / b;
-    return (a % b != 0 && a < 0) ? q - 1 : q;
-}
-
-static int64_t
-floor_mod(int64_t a, int64_t b)
-{
-    int64_t r = a % b;
-    return r < 0 ? r + b : r;
-}
 
 static int64_t
 sat_add(int64_t a, int64_t b)
@@ -50,7 +37,7 @@ is_rolling(const sl_limit_t *limit)
 static int64_t *
 slot_at(sl_limit_state_t *s, int64_t k)
 {
-    return &s->ring[floor_mod(k, RING)];
+    return &s->ring[sl_floor_mod(k, RING)];
 }
 
 /* When a charge in slot k stops counting: its slot's end, the margin slot, and the window. */
@@ -78,7 +65,7 @@ oldest_slot(const sl_limit_state_t *s)
 static void
 roll_window(sl_limit_state_t *s, int64_t now_ms)
 {
-    int64_t h = floor_div(now_ms, s->slot_ms);
+    int64_t h = sl_floor_div(now_ms, s->slot_ms);
     if (h <= s->head_slot)
         return;
     int64_t gap;
@@ -97,7 +84,7 @@ window_used(const sl_limit_state_t *s, int64_t now_ms)
 {
     int64_t used = 0;
     for (int64_t k = oldest_slot(s); k <= s->head_slot; k++) {
-        int64_t v = s->ring[floor_mod(k, RING)];
+        int64_t v = s->ring[sl_floor_mod(k, RING)];
         if (v != 0 && slot_end_ms(s, k) > now_ms)
             used = sat_add(used, v);
     }
@@ -116,7 +103,7 @@ window_recovery_ms(const sl_limit_state_t *s, int64_t now_ms, int64_t need)
     int64_t amount = s->limit.amount, newer = 0, recovery = now_ms;
     bool found = false;
     for (int64_t k = s->head_slot; k >= oldest_slot(s); k--) {
-        int64_t v = s->ring[floor_mod(k, RING)];
+        int64_t v = s->ring[sl_floor_mod(k, RING)];
         int64_t end = slot_end_ms(s, k);
         if (end <= now_ms)
             break; /* older slots end earlier still */
@@ -136,7 +123,7 @@ window_recovery_ms(const sl_limit_state_t *s, int64_t now_ms, int64_t need)
 static void
 window_add(sl_limit_state_t *s, int64_t at_ms, int64_t now_ms, int64_t amount)
 {
-    int64_t k = floor_div(at_ms, s->slot_ms);
+    int64_t k = sl_floor_div(at_ms, s->slot_ms);
     if (slot_end_ms(s, k) <= now_ms)
         return;
     /*
@@ -159,7 +146,7 @@ window_resets_at_ms(const sl_limit_state_t *s, int64_t now_ms)
         int64_t end = slot_end_ms(s, k);
         if (end <= now_ms)
             break; /* older slots end earlier still */
-        if (s->ring[floor_mod(k, RING)] != 0)
+        if (s->ring[sl_floor_mod(k, RING)] != 0)
             return end;
     }
     return now_ms;
@@ -173,7 +160,7 @@ sl_calendar_period(sl_limit_per_t per, const sl_tz_t *tz, int64_t wall_ms, int64
     if (per != SL_PER_DAY && per != SL_PER_WEEK && per != SL_PER_MONTH)
         return false;
     sl_tz_local_t now;
-    if (!sl_tz_local(tz, floor_div(wall_ms, 1000), &now))
+    if (!sl_tz_local(tz, sl_floor_div(wall_ms, 1000), &now))
         return false;
     int64_t first = now.mday, next = now.mday + 1, mon = now.month, next_mon = now.month;
     if (per == SL_PER_WEEK) {
@@ -212,7 +199,7 @@ roll_period(sl_limit_state_t *s, int64_t now_ms)
     s->period_used = 0;
     if (!sl_calendar_period(s->limit.per, s->tz, now_ms, &s->period_start_ms, &s->period_end_ms)) {
         /* Only for times the zone cannot convert: a day of UTC, so the limit still holds. */
-        s->period_start_ms = floor_div(now_ms, 86400000) * 86400000;
+        s->period_start_ms = sl_floor_div(now_ms, 86400000) * 86400000;
         s->period_end_ms = s->period_start_ms + 86400000;
     }
 }
@@ -403,7 +390,7 @@ sl_limit_counts_since_ms(sl_limit_state_t *s, int64_t now_ms)
     }
     /* Slot k counts while now < (k + 1 + MARGIN_SLOTS) * slot + window: k >= floor((now - window) / slot) -
      * MARGIN_SLOTS. */
-    int64_t first = floor_div(sat_add(now_ms, -s->window_ms), s->slot_ms) - MARGIN_SLOTS;
+    int64_t first = sl_floor_div(sat_add(now_ms, -s->window_ms), s->slot_ms) - MARGIN_SLOTS;
     int64_t start;
     if (__builtin_mul_overflow(first, s->slot_ms, &start))
         return INT64_MIN;

@@ -1,5 +1,6 @@
 #include "text.h"
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 
@@ -41,6 +42,17 @@ sl_utf8_len(const unsigned char *s, size_t n)
         return forms[f].len;
     }
     return 0;
+}
+
+void
+sl_text_reason(char *err, size_t err_size, const char *fmt, ...)
+{
+    if (err == NULL || err_size == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, err_size, fmt, ap);
+    va_end(ap);
 }
 
 void

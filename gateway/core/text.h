@@ -1,4 +1,4 @@
-/* Byte-level text helpers shared by the parsers (hex digits, UTF-8 sequences, decimals), and local times. */
+/* Text helpers shared by the parsers (hex digits, UTF-8 sequences, decimals, reasons), and local times. */
 #ifndef SL_TEXT_H
 #define SL_TEXT_H
 
@@ -28,6 +28,13 @@ size_t sl_utf8_len(const unsigned char *s, size_t n);
  * value is larger than max.
  */
 int sl_decimal_millionths(const char *s, int64_t max, int64_t *out);
+
+/*
+ * Writes a one-line reason, printf-style, into err[0..err_size), cut to
+ * size; nothing when err is NULL or err_size is 0. For the "err, err_size"
+ * out-parameters of parsers and loaders.
+ */
+void sl_text_reason(char *err, size_t err_size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 /*
  * A wall-clock time (ms since the epoch) as "2026-11-29 19:47 CET" in zone

@@ -4,11 +4,12 @@
  */
 #include "core/tz.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/civil.h"
+#include "core/text.h"
 #include "core/xalloc.h"
 
 #define DAY_SECS       86400
@@ -18,79 +19,6 @@
 #define MAX_TYPES      256   /* an index is one byte */
 /* The years around an instant whose switches decide it (a switch may lie 167 h + 26 h outside its year). */
 #define RULE_YEARS 5
-
-static void
-fail(char *err, size_t err_size, const char *fmt, ...)
-{
-    if (err == NULL || err_size == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_size, fmt, ap);
-    va_end(ap);
-}
-
-static int64_t
-floor_div(int64_t a, int64_t b)
-{
-    int64_t q = a / b;
-    return (a % b != 0 && a < 0) ? q - 1 : q;
-}
-
-static int64_t
-floor_mod(int64_t a, int64_t b)
-{
-    int64_t r = a % b;
-    return r < 0 ? r + b : r;
-}
-
-/* ---- the calendar (proleptic Gregorian; H. Hinnant's days_from_civil and civil_from_days) ---------- */
-
-static bool
-is_leap(int64_t y)
-{
-    return y % 4 == 0 && (y % 100 != 0 || y % 400 == 0);
-}
-
-static int
-month_days(int64_t y, int m)
-{
-    static const int days[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-    return m == 2 && is_leap(y) ? 29 : days[m - 1];
-}
-
-/* Days since 1970-01-01 of y-m-d, m in 1..12, d in 1..31. */
-static int64_t
-days_from_civil(int64_t y, int m, int d)
-{
-    y -= m <= 2;
-    int64_t era = floor_div(y, 400);
-    int64_t yoe = y - era * 400;
-    int64_t doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
-    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + doe - 719468;
-}
-
-static void
-civil_from_days(int64_t z, int64_t *y, int *m, int *d)
-{
-    z += 719468;
-    int64_t era = floor_div(z, 146097);
-    int64_t doe = z - era * 146097;
-    int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    int64_t mp = (5 * doy + 2) / 153;
-    *d = (int)(doy - (153 * mp + 2) / 5 + 1);
-    *m = (int)(mp < 10 ? mp + 3 : mp - 9);
-    *y = yoe + era * 400 + (*m <= 2);
-}
-
-/* 0 = Sunday; 1970-01-01 was a Thursday. */
-static int
-weekday(int64_t days)
-{
-    return (int)floor_mod(days + 4, 7);
-}
 
 /* ---- POSIX TZ strings ------------------------------------------------------------------------------- */
 
@@ -250,18 +178,18 @@ parse_rule(const char *s, size_t n, sl_tz_rule_t *out)
 static int64_t
 change_instant(const sl_tz_change_t *ch, int64_t year, int32_t utoff)
 {
-    int64_t day = days_from_civil(year, 1, 1);
+    int64_t day = sl_civil_days(year, 1, 1);
     switch (ch->form) {
     case SL_TZ_JULIAN_NO_LEAP:
-        day += ch->day - 1 + (is_leap(year) && ch->day >= 60);
+        day += ch->day - 1 + (sl_civil_is_leap(year) && ch->day >= 60);
         break;
     case SL_TZ_JULIAN:
         day += ch->day;
         break;
     case SL_TZ_MONTH_WEEK_DAY: {
-        int64_t first = days_from_civil(year, ch->month, 1);
-        int mday = 1 + (ch->day - weekday(first) + 7) % 7 + (ch->week - 1) * 7;
-        while (mday > month_days(year, ch->month))
+        int64_t first = sl_civil_days(year, ch->month, 1);
+        int mday = 1 + (ch->day - sl_civil_weekday(first) + 7) % 7 + (ch->week - 1) * 7;
+        while (mday > sl_civil_month_days(year, ch->month))
             mday -= 7;
         day = first + mday - 1;
         break;
@@ -290,7 +218,7 @@ rule_type_at(const sl_tz_rule_t *r, int64_t t, int64_t *next)
         return &r->std;
     int64_t y;
     int m, d;
-    civil_from_days(floor_div(t, DAY_SECS), &y, &m, &d);
+    sl_civil_from_days(sl_floor_div(t, DAY_SECS), &y, &m, &d);
     switch_t sw[2 * RULE_YEARS];
     size_t n = 0;
     for (int64_t k = y - RULE_YEARS / 2; k <= y + RULE_YEARS / 2; k++) {
@@ -356,22 +284,22 @@ read_header(bytes_t *b, int *version, counts_t *c, char *err, size_t err_size)
 {
     const uint8_t *h = take(b, HEADER_LEN);
     if (h == NULL) {
-        fail(err, err_size, "truncated TZif header");
+        sl_text_reason(err, err_size, "truncated TZif header");
         return false;
     }
     if (memcmp(h, "TZif", 4) != 0) {
-        fail(err, err_size, "not a TZif file (no TZif magic)");
+        sl_text_reason(err, err_size, "not a TZif file (no TZif magic)");
         return false;
     }
     if (h[4] != 0 && (h[4] < '2' || h[4] > '4')) {
-        fail(err, err_size, "unknown TZif version 0x%02x", h[4]);
+        sl_text_reason(err, err_size, "unknown TZif version 0x%02x", h[4]);
         return false;
     }
     *version = h[4] == 0 ? 1 : h[4] - '0';
     *c = (counts_t){be32(h + 20), be32(h + 24), be32(h + 28), be32(h + 32), be32(h + 36), be32(h + 40)};
     if (c->typecnt == 0 || c->typecnt > MAX_TYPES || c->charcnt == 0 ||
         (c->isutcnt != 0 && c->isutcnt != c->typecnt) || (c->isstdcnt != 0 && c->isstdcnt != c->typecnt)) {
-        fail(err, err_size, "inconsistent TZif counts");
+        sl_text_reason(err, err_size, "inconsistent TZif counts");
         return false;
     }
     return true;
@@ -394,12 +322,12 @@ read_block(bytes_t *b, const counts_t *c, unsigned time_size, char *err, size_t 
 {
     const uint8_t *blk = take(b, block_size(c, time_size));
     if (blk == NULL) {
-        fail(err, err_size, "truncated TZif data (%u transitions, %u types announced)", c->timecnt,
-             c->typecnt);
+        sl_text_reason(err, err_size, "truncated TZif data (%u transitions, %u types announced)", c->timecnt,
+                       c->typecnt);
         return NULL;
     }
     if (c->leapcnt != 0) {
-        fail(err, err_size, "leap-second records (a right/ zone) are not supported");
+        sl_text_reason(err, err_size, "leap-second records (a right/ zone) are not supported");
         return NULL;
     }
     const uint8_t *times = blk, *idx = times + (size_t)c->timecnt * time_size, *ttinfo = idx + c->timecnt,
@@ -446,7 +374,7 @@ read_block(bytes_t *b, const counts_t *c, unsigned time_size, char *err, size_t 
         tz->max_utoff = utoff > tz->max_utoff ? utoff : tz->max_utoff;
     }
     if (why != NULL) {
-        fail(err, err_size, "%s", why);
+        sl_text_reason(err, err_size, "%s", why);
         free(tz);
         return NULL;
     }
@@ -475,7 +403,7 @@ sl_tz_parse_tzif(const void *data, size_t len, char *err, size_t err_size)
         return read_block(&b, &c, 4, err, err_size);
     /* Versions 2 and later repeat the data with 64-bit times, then end with a TZ string between newlines. */
     if (take(&b, block_size(&c, 4)) == NULL) {
-        fail(err, err_size, "truncated TZif version 1 data");
+        sl_text_reason(err, err_size, "truncated TZif version 1 data");
         return NULL;
     }
     if (!read_header(&b, &version2, &c, err, err_size))
@@ -485,14 +413,15 @@ sl_tz_parse_tzif(const void *data, size_t len, char *err, size_t err_size)
         return NULL;
     const uint8_t *nl = b.left > 0 && b.p[0] == '\n' ? memchr(b.p + 1, '\n', b.left - 1) : NULL;
     if (nl == NULL) {
-        fail(err, err_size, "no TZ string footer");
+        sl_text_reason(err, err_size, "no TZ string footer");
         free(tz);
         return NULL;
     }
     size_t n = (size_t)(nl - (b.p + 1));
     if (n > 0) {
         if (!parse_rule((const char *)b.p + 1, n, &tz->rule)) {
-            fail(err, err_size, "the footer '%.*s' is not a TZ string", (int)(n > 64 ? 64 : n), b.p + 1);
+            sl_text_reason(err, err_size, "the footer '%.*s' is not a TZ string", (int)(n > 64 ? 64 : n),
+                           b.p + 1);
             free(tz);
             return NULL;
         }
@@ -507,7 +436,7 @@ sl_tz_parse_posix(const char *spec, char *err, size_t err_size)
 {
     sl_tz_rule_t rule;
     if (spec == NULL || !parse_rule(spec, strlen(spec), &rule)) {
-        fail(err, err_size, "'%.64s' is not a TZ string", spec != NULL ? spec : "");
+        sl_text_reason(err, err_size, "'%.64s' is not a TZ string", spec != NULL ? spec : "");
         return NULL;
     }
     sl_tz_t *tz = sl_xcalloc(1, sizeof(*tz));
@@ -563,17 +492,17 @@ sl_tz_local(const sl_tz_t *tz, int64_t t, sl_tz_local_t *out)
     int64_t next;
     const sl_tz_type_t *type = type_at(tz, t, &next);
     int64_t local = t + type->utoff;
-    int64_t days = floor_div(local, DAY_SECS), secs = local - days * DAY_SECS;
+    int64_t days = sl_floor_div(local, DAY_SECS), secs = local - days * DAY_SECS;
     sl_tz_local_t l = {
         .hour = (int)(secs / 3600),
         .min = (int)(secs / 60 % 60),
         .sec = (int)(secs % 60),
-        .wday = weekday(days),
+        .wday = sl_civil_weekday(days),
         .utoff = type->utoff,
         .is_dst = type->is_dst,
         .abbr = type->abbr,
     };
-    civil_from_days(days, &l.year, &l.month, &l.mday);
+    sl_civil_from_days(days, &l.year, &l.month, &l.mday);
     *out = l;
     return true;
 }
@@ -586,9 +515,9 @@ sl_tz_utc_of_local(const sl_tz_t *tz, int64_t year, int64_t month, int64_t mday,
     if (year < -years || year > years || month < -12 * years || month > 12 * years || mday < -366 * years ||
         mday > 366 * years || secs < -DAY_SECS * 366 * years || secs > DAY_SECS * 366 * years)
         return false;
-    int64_t y = year + floor_div(month - 1, 12);
-    int m = (int)floor_mod(month - 1, 12) + 1;
-    int64_t local = (days_from_civil(y, m, 1) + mday - 1) * DAY_SECS + secs;
+    int64_t y = year + sl_floor_div(month - 1, 12);
+    int m = (int)sl_floor_mod(month - 1, 12) + 1;
+    int64_t local = (sl_civil_days(y, m, 1) + mday - 1) * DAY_SECS + secs;
     if (local < -SL_TZ_RANGE_SECS - MAX_UTOFF || local > SL_TZ_RANGE_SECS + MAX_UTOFF)
         return false;
     /*

@@ -10,12 +10,7 @@
 #include <string.h>
 
 #include "core/tz.h"
-
-#define CHECK(cond)                                                                                          \
-    do {                                                                                                     \
-        if (!(cond))                                                                                         \
-            abort();                                                                                         \
-    } while (0)
+#include "fuzz_check.h"
 
 static void
 exercise(const sl_tz_t *tz, int64_t seed)

@@ -509,57 +509,43 @@ Test(limits, a_month_runs_from_the_1st_to_the_next_1st)
     expect_period(SL_PER_MONTH, utc(2026, 12, 15, 12, 0), utc(2026, 11, 30, 23, 0), utc(2026, 12, 31, 23, 0));
 }
 
-Test(limits, new_york_days_weeks_and_months_follow_its_own_changes)
+Test(limits, periods_follow_each_zones_own_midnights)
 {
-    /* Sunday 2026-03-08: 02:00 EST became 03:00 EDT, a 23 hour day; 2026-11-01, back, 25 hours. */
-    expect_period_in(new_york, SL_PER_DAY, utc(2026, 3, 8, 12, 0), utc(2026, 3, 8, 5, 0),
-                     utc(2026, 3, 9, 4, 0));
-    expect_period_in(new_york, SL_PER_DAY, utc(2026, 11, 1, 5, 30), utc(2026, 11, 1, 4, 0),
-                     utc(2026, 11, 2, 5, 0));
-    /* The week holding the spring change starts Monday in EST and ends Monday in EDT. */
-    expect_period_in(new_york, SL_PER_WEEK, utc(2026, 3, 8, 12, 0), utc(2026, 3, 2, 5, 0),
-                     utc(2026, 3, 9, 4, 0));
-    /* Sunday 23:30 EDT is still the week of Monday the 2nd's successor; Monday 00:00 starts the next. */
-    expect_period_in(new_york, SL_PER_WEEK, utc(2026, 3, 16, 3, 30), utc(2026, 3, 9, 4, 0),
-                     utc(2026, 3, 16, 4, 0));
-    expect_period_in(new_york, SL_PER_WEEK, utc(2026, 3, 16, 4, 0), utc(2026, 3, 16, 4, 0),
-                     utc(2026, 3, 23, 4, 0));
-    /* Months: the leap February, and March across the change. */
-    expect_period_in(new_york, SL_PER_MONTH, utc(2028, 2, 29, 23, 0), utc(2028, 2, 1, 5, 0),
-                     utc(2028, 3, 1, 5, 0));
-    expect_period_in(new_york, SL_PER_MONTH, utc(2026, 3, 31, 12, 0), utc(2026, 3, 1, 5, 0),
-                     utc(2026, 4, 1, 4, 0));
-}
-
-Test(limits, lord_howe_days_are_23_and_a_half_and_24_and_a_half_hours_long)
-{
-    /* +10:30 standard, +11 DST: the clock moves by half an hour at 02:00. */
-    expect_period_in(lord_howe, SL_PER_DAY, utc(2026, 10, 4, 0, 0), utc(2026, 10, 3, 13, 30),
-                     utc(2026, 10, 4, 13, 0));
-    expect_period_in(lord_howe, SL_PER_DAY, utc(2026, 4, 5, 0, 0), utc(2026, 4, 4, 13, 0),
-                     utc(2026, 4, 5, 13, 30));
-    /* The week of the October change, from Monday 2026-09-28 00:00 +1030. */
-    expect_period_in(lord_howe, SL_PER_WEEK, utc(2026, 10, 4, 0, 0), utc(2026, 9, 27, 13, 30),
-                     utc(2026, 10, 4, 13, 0));
-}
-
-Test(limits, kolkata_and_utc_have_days_of_24_hours)
-{
-    expect_period_in(kolkata, SL_PER_DAY, utc(2026, 6, 1, 12, 0), utc(2026, 5, 31, 18, 30),
-                     utc(2026, 6, 1, 18, 30));
-    expect_period_in(kolkata, SL_PER_DAY, utc(2026, 5, 31, 18, 30) - 1, utc(2026, 5, 30, 18, 30),
-                     utc(2026, 5, 31, 18, 30));
-    expect_period_in(kolkata, SL_PER_MONTH, utc(2026, 1, 31, 18, 29), utc(2025, 12, 31, 18, 30),
-                     utc(2026, 1, 31, 18, 30));
-    expect_period_in(kolkata, SL_PER_MONTH, utc(2026, 1, 31, 18, 30), utc(2026, 1, 31, 18, 30),
-                     utc(2026, 2, 28, 18, 30));
-    expect_period_in(utc_zone, SL_PER_DAY, utc(2026, 11, 29, 16, 23), utc(2026, 11, 29, 0, 0),
-                     utc(2026, 11, 30, 0, 0));
-    /* Sunday 2026-11-29: the week of Monday the 23rd. */
-    expect_period_in(utc_zone, SL_PER_WEEK, utc(2026, 11, 29, 16, 23), utc(2026, 11, 23, 0, 0),
-                     utc(2026, 11, 30, 0, 0));
-    expect_period_in(utc_zone, SL_PER_MONTH, utc(2026, 12, 31, 23, 59), utc(2026, 12, 1, 0, 0),
-                     utc(2027, 1, 1, 0, 0));
+    const struct {
+        sl_tz_t **zone;
+        sl_limit_per_t per;
+        int64_t wall, start, end;
+    } rows[] = {
+        /* New York, Sunday 2026-03-08: 02:00 EST became 03:00 EDT, 23 hours; 2026-11-01 back, 25. */
+        {&new_york, SL_PER_DAY, utc(2026, 3, 8, 12, 0), utc(2026, 3, 8, 5, 0), utc(2026, 3, 9, 4, 0)},
+        {&new_york, SL_PER_DAY, utc(2026, 11, 1, 5, 30), utc(2026, 11, 1, 4, 0), utc(2026, 11, 2, 5, 0)},
+        /* The week holding the spring change starts Monday in EST and ends Monday in EDT. */
+        {&new_york, SL_PER_WEEK, utc(2026, 3, 8, 12, 0), utc(2026, 3, 2, 5, 0), utc(2026, 3, 9, 4, 0)},
+        /* Sunday 2026-03-15 23:30 EDT is in the week of Monday the 9th; Monday 00:00 starts the next. */
+        {&new_york, SL_PER_WEEK, utc(2026, 3, 16, 3, 30), utc(2026, 3, 9, 4, 0), utc(2026, 3, 16, 4, 0)},
+        {&new_york, SL_PER_WEEK, utc(2026, 3, 16, 4, 0), utc(2026, 3, 16, 4, 0), utc(2026, 3, 23, 4, 0)},
+        /* The leap February, and March across the change. */
+        {&new_york, SL_PER_MONTH, utc(2028, 2, 29, 23, 0), utc(2028, 2, 1, 5, 0), utc(2028, 3, 1, 5, 0)},
+        {&new_york, SL_PER_MONTH, utc(2026, 3, 31, 12, 0), utc(2026, 3, 1, 5, 0), utc(2026, 4, 1, 4, 0)},
+        /* Lord Howe Island, +10:30 or +11: days of 23.5 and 24.5 hours. */
+        {&lord_howe, SL_PER_DAY, utc(2026, 10, 4, 0, 0), utc(2026, 10, 3, 13, 30), utc(2026, 10, 4, 13, 0)},
+        {&lord_howe, SL_PER_DAY, utc(2026, 4, 5, 0, 0), utc(2026, 4, 4, 13, 0), utc(2026, 4, 5, 13, 30)},
+        {&lord_howe, SL_PER_WEEK, utc(2026, 10, 4, 0, 0), utc(2026, 9, 27, 13, 30), utc(2026, 10, 4, 13, 0)},
+        /* Kolkata, +5:30 all year. */
+        {&kolkata, SL_PER_DAY, utc(2026, 6, 1, 12, 0), utc(2026, 5, 31, 18, 30), utc(2026, 6, 1, 18, 30)},
+        {&kolkata, SL_PER_DAY, utc(2026, 5, 31, 18, 30) - 1, utc(2026, 5, 30, 18, 30),
+         utc(2026, 5, 31, 18, 30)},
+        {&kolkata, SL_PER_MONTH, utc(2026, 1, 31, 18, 29), utc(2025, 12, 31, 18, 30),
+         utc(2026, 1, 31, 18, 30)},
+        {&kolkata, SL_PER_MONTH, utc(2026, 1, 31, 18, 30), utc(2026, 1, 31, 18, 30),
+         utc(2026, 2, 28, 18, 30)},
+        /* UTC; Sunday 2026-11-29 is in the week of Monday the 23rd. */
+        {&utc_zone, SL_PER_DAY, utc(2026, 11, 29, 16, 23), utc(2026, 11, 29, 0, 0), utc(2026, 11, 30, 0, 0)},
+        {&utc_zone, SL_PER_WEEK, utc(2026, 11, 29, 16, 23), utc(2026, 11, 23, 0, 0), utc(2026, 11, 30, 0, 0)},
+        {&utc_zone, SL_PER_MONTH, utc(2026, 12, 31, 23, 59), utc(2026, 12, 1, 0, 0), utc(2027, 1, 1, 0, 0)},
+    };
+    for (size_t i = 0; i < N(rows); i++)
+        expect_period_in(*rows[i].zone, rows[i].per, rows[i].wall, rows[i].start, rows[i].end);
 }
 
 Test(limits, a_zone_replaced_between_calls_takes_over_at_the_next_period)

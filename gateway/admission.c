@@ -386,7 +386,7 @@ sl__admit_key(request_t *r)
             sl__answer_too_large(r, &d, "this key");
         } else if (c.verdict == SL_LIMIT_PERIOD_USED_UP) {
             char until[64];
-            sl_text_local_time(c.recovery_ms, until, sizeof(until));
+            sl_text_local_time(r->config->tz, c.recovery_ms, until, sizeof(until));
             sl__answer_final_429(r, &d,
                                  sl_msg_make(SL_CODE_GW_KEY_USED_UP, "limit", limit, "until", until, NULL));
         } else {

@@ -661,7 +661,7 @@ sl_bus_throttle_view(const char *provider, const sl_bus_throttle_facts_t *f)
         if (slug != NULL)
             sl_code_from_slug(slug, &code);
         if (f->t_until_ms >= 0)
-            sl_text_local_time(f->t_until_ms, until, sizeof(until));
+            sl_text_local_time(f->tz, f->t_until_ms, until, sizeof(until));
         else
             snprintf(until, sizeof(until), "resumed");
         snprintf(count, sizeof(count), "%u", f->t->consecutive);
@@ -672,7 +672,7 @@ sl_bus_throttle_view(const char *provider, const sl_bus_throttle_facts_t *f)
         view->has_until_ms = f->limits_until_ms >= 0;
         view->until_ms = u64_of(f->limits_until_ms);
         sl_limit_describe(f->limit, text, sizeof(text));
-        sl_text_local_time(f->limits_until_ms, until, sizeof(until));
+        sl_text_local_time(f->tz, f->limits_until_ms, until, sizeof(until));
         reason = sl_msg_make(full ? SL_CODE_GW_UPSTREAM_WINDOW_FULL : SL_CODE_GW_UPSTREAM_PERIOD_USED_UP,
                              "provider", provider, "limit", text, "until", until, NULL);
     }

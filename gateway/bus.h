@@ -259,6 +259,7 @@ typedef struct {
     sl_limit_verdict_t limits; /* what its usage limits hold: OK, WINDOW_FULL or PERIOD_USED_UP */
     const sl_limit_t *limit;   /* the limit that holds (read when limits is not OK) */
     int64_t limits_until_ms;   /* when that limit has room again */
+    const sl_tz_t *tz;         /* the zone the reason's "until" is written in (the config's) */
 } sl_bus_throttle_facts_t;
 
 /*

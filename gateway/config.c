@@ -20,21 +20,12 @@
 #include "core/text.h"
 #include "core/xalloc.h"
 
-static const char *const dialect_slugs[SL_DIALECT_COUNT] = {"anthropic", "openai-chat", "openai-responses",
-                                                            "gemini", "bedrock"};
-
 /* The base URL each dialect's official SDK uses; bedrock's depends on the region. */
 static const char *const dialect_default_base_url[SL_DIALECT_COUNT] = {
     "https://api.anthropic.com", "https://api.openai.com/v1", "https://api.openai.com/v1",
     "https://generativelanguage.googleapis.com", NULL};
 
 static const char *const per_slugs[] = {"minute", "hour", "day", "week", "month"};
-
-const char *
-sl_dialect_slug(sl_dialect_t d)
-{
-    return d < SL_DIALECT_COUNT ? dialect_slugs[d] : "unknown";
-}
 
 /* ---- the walker ---------------------------------------------------------- */
 
@@ -807,7 +798,10 @@ set_clients(walker_t *w, yaml_node_t *value, void *target)
 static void
 set_provider_protocol(walker_t *w, yaml_node_t *value, void *target)
 {
-    int i = get_enum(w, value, dialect_slugs, SL_DIALECT_COUNT);
+    const char *slugs[SL_DIALECT_COUNT];
+    for (int d = 0; d < SL_DIALECT_COUNT; d++)
+        slugs[d] = sl_dialect_slug((sl_dialect_t)d);
+    int i = get_enum(w, value, slugs, SL_DIALECT_COUNT);
     if (i >= 0)
         ((sl_provider_t *)target)->protocol = (sl_dialect_t)i;
 }
@@ -944,6 +938,24 @@ static const field_t provider_fields[] = {
 
 static char *const match_everything[] = {"*"};
 
+/*
+ * Bedrock with neither key nor aws signs with the standard AWS_* variables
+ * (config.md): read here, once per load, so that no hop reads the
+ * environment. Without an access key id and a secret it has none.
+ */
+static void
+aws_from_env(walker_t *w, sl_provider_t *p)
+{
+    const char *id = w->env->getenv(w->env->ctx, "AWS_ACCESS_KEY_ID");
+    const char *secret = w->env->getenv(w->env->ctx, "AWS_SECRET_ACCESS_KEY");
+    const char *token = w->env->getenv(w->env->ctx, "AWS_SESSION_TOKEN");
+    if (id == NULL || *id == '\0' || secret == NULL || *secret == '\0')
+        return;
+    p->aws_access_key_id = sl_arena_strdup(w->arena, id);
+    p->aws_secret_access_key = sl_arena_strdup(w->arena, secret);
+    p->aws_session_token = token != NULL && *token != '\0' ? sl_arena_strdup(w->arena, token) : NULL;
+}
+
 static void
 walk_provider(walker_t *w, yaml_node_t *node, size_t index, void *ctx)
 {
@@ -996,6 +1008,8 @@ walk_provider(walker_t *w, yaml_node_t *node, size_t index, void *ctx)
         p.models = (char **)match_everything;
         p.n_models = 1;
     }
+    if (p.protocol == SL_DIALECT_BEDROCK && p.key == NULL && seen[PROVIDER_AWS] == NULL)
+        aws_from_env(w, &p);
     w->provider_lines[cfg->n_providers] = (uint32_t)node->start_mark.line + 1;
     cfg->providers[cfg->n_providers++] = p;
 }
@@ -1106,7 +1120,7 @@ warn_mixed_protocols(walker_t *w, yaml_node_t *node, const sl_route_t *r)
     sl_strbuf_t list = {0};
     for (int d = 0; d < SL_DIALECT_COUNT; d++) {
         if (present[d])
-            sl_strbuf_appendf(&list, "%s%s", list.len ? ", " : "", dialect_slugs[d]);
+            sl_strbuf_appendf(&list, "%s%s", list.len ? ", " : "", sl_dialect_slug((sl_dialect_t)d));
     }
     char *s = sl_strbuf_finish(&list);
     PROBLEM(w->warnings, w, node, SL_CODE_CONFIG_ROUTE_MIXED_PROTOCOLS, "protocols", s);
@@ -1234,17 +1248,54 @@ set_version(walker_t *w, yaml_node_t *value, void *target)
     ((sl_config_t *)target)->version = (uint32_t)v;
 }
 
+/* A zone from its TZif file (env->read_zone); NULL when there is none or it does not parse. */
+static sl_tz_t *
+load_zone(const sl_config_env_t *env, const char *name)
+{
+    size_t len;
+    char *bytes = env->read_zone(env->ctx, name, &len);
+    sl_tz_t *tz = bytes != NULL ? sl_tz_parse_tzif(bytes, len, NULL, 0) : NULL;
+    free(bytes);
+    return tz;
+}
+
+/*
+ * The zone the C library would use: TZ when it names one (a zone name or a
+ * file, with or without the leading ':', or a POSIX TZ string), else the
+ * system's (/etc/localtime), else UTC.
+ */
+static sl_tz_t *
+system_zone(const sl_config_env_t *env)
+{
+    const char *tz = env->getenv(env->ctx, "TZ");
+    sl_tz_t *zone = NULL;
+    if (tz != NULL && *tz != '\0') {
+        const char *name = tz[0] == ':' ? tz + 1 : tz;
+        zone = load_zone(env, name);
+        if (zone == NULL)
+            zone = sl_tz_parse_posix(name, NULL, 0);
+    }
+    if (zone == NULL)
+        zone = load_zone(env, NULL);
+    return zone != NULL ? zone : sl_tz_parse_posix("UTC0", NULL, 0);
+}
+
+/* Read and parsed here, once per load: calendar periods and texts convert with it from then on. */
 static void
 set_timezone(walker_t *w, yaml_node_t *value, void *target)
 {
     char *s = get_string(w, value);
     if (s == NULL)
         return;
-    if (strstr(s, "..") != NULL || s[0] == '/' || !w->env->zone_exists(w->env->ctx, s)) {
+    sl_tz_t *tz = strstr(s, "..") == NULL && s[0] != '/' ? load_zone(w->env, s) : NULL;
+    if (tz == NULL) {
         ERROR(w, value, SL_CODE_CONFIG_UNKNOWN_TIMEZONE, "value", s);
         return;
     }
-    ((sl_config_t *)target)->timezone = s;
+    sl_config_t *c = target;
+    sl_tz_free(c->tz);
+    c->tz = tz;
+    c->timezone = s;
 }
 
 static const field_t store_fields[] = {
@@ -1288,7 +1339,7 @@ static const field_t root_fields[] = {
 /* ---- entry points -------------------------------------------------------- */
 
 static sl_config_t *
-config_with_defaults(const char *source_path)
+config_with_defaults(const char *source_path, const sl_config_env_t *env)
 {
     sl_arena_t *arena = sl_arena_new();
     sl_config_t *c = sl_arena_alloc(arena, sizeof(*c));
@@ -1315,6 +1366,7 @@ config_with_defaults(const char *source_path)
     c->max_body_bytes = 32u * 1024 * 1024;
     c->max_waiting_bytes = 1024u * 1024 * 1024;
     c->shutdown_grace_secs = 30;
+    c->tz = system_zone(env);
     return c;
 }
 
@@ -1356,7 +1408,7 @@ sort_by_line(sl_msgs_t *msgs)
 sl_config_result_t
 sl_config_parse(const char *yaml, size_t len, const char *source_path, const sl_config_env_t *env)
 {
-    sl_config_result_t res = {.config = config_with_defaults(source_path)};
+    sl_config_result_t res = {.config = config_with_defaults(source_path, env)};
     yaml_parser_t parser;
     yaml_document_t doc;
     if (!yaml_parser_initialize(&parser)) {
@@ -1401,33 +1453,49 @@ sl_config_parse(const char *yaml, size_t len, const char *source_path, const sl_
     return res;
 }
 
+/* Why read_file failed. */
+typedef enum { READ_OK, READ_UNOPENED, READ_FAILED, READ_TOO_LARGE } read_status_t;
+
+/* The bytes of path, at most max (NUL-terminated; caller frees). READ_UNOPENED leaves errno set. */
+static read_status_t
+read_file(const char *path, size_t max, char **out, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return READ_UNOPENED;
+    char *buf = sl_xmalloc(max + 2);
+    size_t n = fread(buf, 1, max + 1, f);
+    int read_error = ferror(f);
+    fclose(f);
+    if (read_error || n > max) {
+        free(buf);
+        return read_error ? READ_FAILED : READ_TOO_LARGE;
+    }
+    buf[n] = '\0';
+    *out = buf;
+    *len = n;
+    return READ_OK;
+}
+
 sl_config_result_t
 sl_config_load_file(const char *path, const sl_config_env_t *env)
 {
-    FILE *f = fopen(path, "rb");
-    if (f == NULL) {
-        sl_config_result_t res = {.config = config_with_defaults(path)};
-        sl_msgs_push(&res.errors, sl_msg_make(SL_CODE_CONFIG_FILE_UNREADABLE, "path", path, "reason",
-                                              strerror(errno), NULL));
+    char *buf;
+    size_t n;
+    read_status_t st = read_file(path, SL_CONFIG_MAX_FILE_BYTES, &buf, &n);
+    if (st == READ_OK) {
+        sl_config_result_t res = sl_config_parse(buf, n, path, env);
+        free(buf);
         return res;
     }
-    char *buf = sl_xmalloc(SL_CONFIG_MAX_FILE_BYTES + 1);
-    size_t n = fread(buf, 1, SL_CONFIG_MAX_FILE_BYTES + 1, f);
-    int read_error = ferror(f);
-    fclose(f);
-    sl_config_result_t res;
-    if (read_error || n > SL_CONFIG_MAX_FILE_BYTES) {
-        res = (sl_config_result_t){.config = config_with_defaults(path)};
-        char max[24];
-        snprintf(max, sizeof(max), "%d", SL_CONFIG_MAX_FILE_BYTES);
-        sl_msgs_push(&res.errors,
-                     read_error ? sl_msg_make(SL_CODE_CONFIG_FILE_UNREADABLE, "path", path, "reason",
-                                              "read error", NULL)
-                                : sl_msg_make(SL_CODE_CONFIG_FILE_TOO_LARGE, "path", path, "max", max, NULL));
-    } else {
-        res = sl_config_parse(buf, n, path, env);
-    }
-    free(buf);
+    const char *reason = st == READ_UNOPENED ? strerror(errno) : "read error";
+    sl_config_result_t res = {.config = config_with_defaults(path, env)};
+    char max[24];
+    snprintf(max, sizeof(max), "%d", SL_CONFIG_MAX_FILE_BYTES);
+    sl_msgs_push(&res.errors,
+                 st == READ_TOO_LARGE
+                     ? sl_msg_make(SL_CODE_CONFIG_FILE_TOO_LARGE, "path", path, "max", max, NULL)
+                     : sl_msg_make(SL_CODE_CONFIG_FILE_UNREADABLE, "path", path, "reason", reason, NULL));
     return res;
 }
 
@@ -1510,8 +1578,10 @@ sl_config_summary(const sl_config_t *c, uint16_t gateway_port, uint16_t control_
 void
 sl_config_free(sl_config_t *config)
 {
-    if (config != NULL)
-        sl_arena_free(config->arena);
+    if (config == NULL)
+        return;
+    sl_tz_free(config->tz);
+    sl_arena_free(config->arena);
 }
 
 void
@@ -1525,6 +1595,9 @@ sl_config_result_free(sl_config_result_t *result)
 
 /* ---- the system environment ------------------------------------------------ */
 
+/* TZif files are a few kilobytes; anything this large is not one. */
+#define ZONE_MAX_BYTES (256 * 1024)
+
 static const char *
 system_getenv(void *ctx, const char *name)
 {
@@ -1532,14 +1605,20 @@ system_getenv(void *ctx, const char *name)
     return getenv(name);
 }
 
-static bool
-system_zone_exists(void *ctx, const char *name)
+static char *
+system_read_zone(void *ctx, const char *name, size_t *len)
 {
     (void)ctx;
-    char path[512];
+    char path[4096];
     const char *dir = getenv("TZDIR");
-    snprintf(path, sizeof(path), "%s/%s", dir != NULL ? dir : "/usr/share/zoneinfo", name);
-    return access(path, R_OK) == 0;
+    if (name == NULL)
+        snprintf(path, sizeof(path), "/etc/localtime");
+    else if (name[0] == '/')
+        snprintf(path, sizeof(path), "%s", name);
+    else
+        snprintf(path, sizeof(path), "%s/%s", dir != NULL ? dir : "/usr/share/zoneinfo", name);
+    char *bytes;
+    return read_file(path, ZONE_MAX_BYTES, &bytes, len) == READ_OK ? bytes : NULL;
 }
 
 static bool
@@ -1552,6 +1631,6 @@ system_file_readable(void *ctx, const char *path)
 const sl_config_env_t *
 sl_config_env_system(void)
 {
-    static const sl_config_env_t env = {system_getenv, system_zone_exists, system_file_readable, NULL};
+    static const sl_config_env_t env = {system_getenv, system_read_zone, system_file_readable, NULL};
     return &env;
 }

@@ -12,6 +12,7 @@ struct sl_limiter {
     sl_usage_history_fn history;
     sl_limits_changed_fn changed;
     void *ctx;
+    const sl_tz_t *tz; /* the zone of the config bound last, every state's */
     sl_limit_set_t **items;
     size_t n, cap;
 };
@@ -130,7 +131,7 @@ replace_locked(sl_limiter_t *l, sl_limit_set_t *set, const sl_limit_t *limits, s
         if (!fresh[i])
             continue;
         sl_limit_state_init(&states[i], &limits[i],
-                            sl_retry_scaled_ms(sl_limit_window_ms(&limits[i]), &l->params));
+                            sl_retry_scaled_ms(sl_limit_window_ms(&limits[i]), &l->params), l->tz);
         /* A bucket is taken as spent at its minute's end: the minute holding this time is the oldest read. */
         int64_t back = sl_limit_counts_since_ms(&states[i], now_ms);
         if (back < since)
@@ -159,6 +160,19 @@ replace_locked(sl_limiter_t *l, sl_limit_set_t *set, const sl_limit_t *limits, s
         l->changed(l->ctx, set, limits, n);
 }
 
+/* With l->lock held: every set, in this config or not, counts its calendar periods in tz from now on. */
+static void
+set_zone_locked(sl_limiter_t *l, const sl_tz_t *tz)
+{
+    l->tz = tz;
+    sl_waitq_lock();
+    for (size_t i = 0; i < l->n; i++) {
+        for (size_t k = 0; k < l->items[i]->n; k++)
+            l->items[i]->states[k].tz = tz;
+    }
+    sl_waitq_unlock();
+}
+
 sl_limit_sets_t
 sl_limiter_bind(sl_limiter_t *l, const sl_config_t *config, int64_t now_ms)
 {
@@ -167,6 +181,7 @@ sl_limiter_bind(sl_limiter_t *l, const sl_config_t *config, int64_t now_ms)
         .clients = sl_xcalloc(config->n_clients + 1, sizeof(*sets.clients)),
     };
     pthread_mutex_lock(&l->lock);
+    set_zone_locked(l, config->tz);
     for (size_t i = 0; i < config->n_providers; i++) {
         const sl_provider_t *p = &config->providers[i];
         bool created;

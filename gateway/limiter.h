@@ -67,7 +67,11 @@ sl_limiter_t *sl_limiter_new(const sl_retry_params_t *params, sl_usage_history_f
 /*
  * The sets of config's providers and clients (created on first sight),
  * each with the config's limits applied as sl_limiter_replace does. The
- * caller owns the two arrays (free them with sl_limit_sets_free).
+ * caller owns the two arrays (free them with sl_limit_sets_free). From now
+ * on every set, this config's or not, counts its calendar periods in
+ * config->tz, which the states point to: config must stay alive until the
+ * next bind (a snapshot keeps its config, and the next config is bound
+ * before the snapshot is replaced).
  */
 sl_limit_sets_t sl_limiter_bind(sl_limiter_t *l, const sl_config_t *config, int64_t now_ms);
 
@@ -76,9 +80,10 @@ void sl_limit_sets_free(sl_limit_sets_t *sets);
 /*
  * Replaces the limits of the set (kind, name) atomically: a limit that
  * stays (same per, every and measure) keeps what it counted, only its
- * amount changes; a new one starts from the stored usage (history). Takes
- * effect at the next admission; waiters are woken to decide again. Returns
- * false when no set has that name (a name the config does not know).
+ * amount changes; a new one starts from the stored usage (history), in the
+ * zone of the config bound last. Takes effect at the next admission;
+ * waiters are woken to decide again. Returns false when no set has that
+ * name (a name the config does not know).
  */
 bool sl_limiter_replace(sl_limiter_t *l, sl_bucket_kind_t kind, const char *name, const sl_limit_t *limits,
                         size_t n, int64_t now_ms);

@@ -8,7 +8,6 @@
 #include <jansson.h>
 #include <pthread.h>
 #include <sqlite3.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +17,7 @@
 #include <unistd.h>
 
 #include "core/mask.h"
+#include "core/text.h"
 #include "core/xalloc.h"
 
 #define DAY_MS    86400000LL
@@ -331,24 +331,13 @@ static const char *const migrations[SL_RECORDER_SCHEMA_VERSION] = {
     "ALTER TABLE attempts ADD COLUMN reason TEXT;",
 };
 
-static void
-set_err(char *err, size_t err_size, const char *fmt, ...)
-{
-    if (err == NULL || err_size == 0)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, err_size, fmt, ap);
-    va_end(ap);
-}
-
 static bool
 exec_sql(sqlite3 *db, const char *sql, const char *path, char *err, size_t err_size)
 {
     char *msg = NULL;
     if (sqlite3_exec(db, sql, NULL, NULL, &msg) == SQLITE_OK)
         return true;
-    set_err(err, err_size, "request DB %s: %s", path, msg ? msg : sqlite3_errmsg(db));
+    sl_text_reason(err, err_size, "request DB %s: %s", path, msg ? msg : sqlite3_errmsg(db));
     sqlite3_free(msg);
     return false;
 }
@@ -363,7 +352,7 @@ read_user_version(sqlite3 *db, const char *path, char *err, size_t err_size)
         sqlite3_step(st) == SQLITE_ROW)
         version = sqlite3_column_int(st, 0);
     else
-        set_err(err, err_size, "request DB %s is not readable: %s", path, sqlite3_errmsg(db));
+        sl_text_reason(err, err_size, "request DB %s is not readable: %s", path, sqlite3_errmsg(db));
     sqlite3_finalize(st);
     return version;
 }
@@ -373,10 +362,10 @@ refuse_newer(int version, const char *path, char *err, size_t err_size)
 {
     if (version <= SL_RECORDER_SCHEMA_VERSION)
         return false;
-    set_err(err, err_size,
-            "request DB %s has schema version %d, newer than the version %d this sluice reads; "
-            "refusing to touch it",
-            path, version, SL_RECORDER_SCHEMA_VERSION);
+    sl_text_reason(err, err_size,
+                   "request DB %s has schema version %d, newer than the version %d this sluice reads; "
+                   "refusing to touch it",
+                   path, version, SL_RECORDER_SCHEMA_VERSION);
     return true;
 }
 
@@ -411,19 +400,19 @@ create_private(const char *path, char *err, size_t err_size)
 {
     int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0) {
-        set_err(err, err_size, "cannot create request DB %s: %s", path, strerror(errno));
+        sl_text_reason(err, err_size, "cannot create request DB %s: %s", path, strerror(errno));
         return false;
     }
     bool ok = fchmod(fd, 0600) == 0;
     if (!ok)
-        set_err(err, err_size, "cannot make request DB %s private: %s", path, strerror(errno));
+        sl_text_reason(err, err_size, "cannot make request DB %s private: %s", path, strerror(errno));
     close(fd);
     static const char *const sidecars[] = {"-wal", "-shm"};
     for (size_t i = 0; ok && i < sizeof sidecars / sizeof sidecars[0]; i++) {
         char side[4096];
         if (snprintf(side, sizeof side, "%s%s", path, sidecars[i]) < (int)sizeof side &&
             chmod(side, 0600) != 0 && errno != ENOENT) {
-            set_err(err, err_size, "cannot make %s private: %s", side, strerror(errno));
+            sl_text_reason(err, err_size, "cannot make %s private: %s", side, strerror(errno));
             ok = false;
         }
     }
@@ -836,7 +825,8 @@ configure(sqlite3 *db, const char *path, const sl_recorder_options_t *o, char *e
                strcmp((const char *)sqlite3_column_text(st, 0), "wal") == 0;
     sqlite3_finalize(st);
     if (!wal) {
-        set_err(err, err_size, "request DB %s: cannot switch to WAL journal: %s", path, sqlite3_errmsg(db));
+        sl_text_reason(err, err_size, "request DB %s: cannot switch to WAL journal: %s", path,
+                       sqlite3_errmsg(db));
         return false;
     }
     if (!exec_sql(db, "PRAGMA synchronous = NORMAL", path, err, err_size))
@@ -861,7 +851,7 @@ prepare_all(sl_recorder_t *rec, const char *path, char *err, size_t err_size)
     for (int i = 0; i < ST_COUNT; i++) {
         if (sqlite3_prepare_v3(rec->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &rec->stmts[i], NULL) !=
             SQLITE_OK) {
-            set_err(err, err_size, "request DB %s: %s", path, sqlite3_errmsg(rec->db));
+            sl_text_reason(err, err_size, "request DB %s: %s", path, sqlite3_errmsg(rec->db));
             return false;
         }
     }
@@ -896,7 +886,7 @@ sl_recorder_open(const char *path, const sl_recorder_options_t *opts, char *err,
     sl_recorder_options_t o;
     options_or_defaults(opts, &o);
     if (path == NULL || *path == '\0') {
-        set_err(err, err_size, "request DB: no path given");
+        sl_text_reason(err, err_size, "request DB: no path given");
         return NULL;
     }
     if (!create_private(path, err, err_size))
@@ -904,8 +894,8 @@ sl_recorder_open(const char *path, const sl_recorder_options_t *opts, char *err,
     sqlite3 *db = NULL;
     /* One thread at a time uses it (opened here, then only the writer): SQLite need not lock per call. */
     if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL) != SQLITE_OK) {
-        set_err(err, err_size, "cannot open request DB %s: %s", path,
-                db ? sqlite3_errmsg(db) : "out of memory");
+        sl_text_reason(err, err_size, "cannot open request DB %s: %s", path,
+                       db ? sqlite3_errmsg(db) : "out of memory");
         sqlite3_close(db);
         return NULL;
     }
@@ -940,7 +930,8 @@ sl_recorder_open(const char *path, const sl_recorder_options_t *opts, char *err,
     pthread_mutex_init(&rec->lock, NULL);
     int rc = pthread_create(&rec->thread, NULL, writer_main, rec);
     if (rc != 0) {
-        set_err(err, err_size, "request DB %s: cannot start the writer thread: %s", path, strerror(rc));
+        sl_text_reason(err, err_size, "request DB %s: cannot start the writer thread: %s", path,
+                       strerror(rc));
         pthread_mutex_destroy(&rec->lock);
         pthread_cond_destroy(&rec->wake);
         pthread_cond_destroy(&rec->done);
@@ -1049,8 +1040,8 @@ open_reader(const char *path, bool *empty, char *err, size_t err_size)
     }
     sqlite3 *db = NULL;
     if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READONLY, NULL) != SQLITE_OK) {
-        set_err(err, err_size, "cannot open request DB %s: %s", path,
-                db ? sqlite3_errmsg(db) : "out of memory");
+        sl_text_reason(err, err_size, "cannot open request DB %s: %s", path,
+                       db ? sqlite3_errmsg(db) : "out of memory");
         sqlite3_close(db);
         return NULL;
     }
@@ -1060,8 +1051,8 @@ open_reader(const char *path, bool *empty, char *err, size_t err_size)
         *empty = true;
         version = -1;
     } else if (version >= 0 && version != SL_RECORDER_SCHEMA_VERSION) {
-        set_err(err, err_size, "request DB %s has schema version %d; this sluice reads version %d", path,
-                version, SL_RECORDER_SCHEMA_VERSION);
+        sl_text_reason(err, err_size, "request DB %s has schema version %d; this sluice reads version %d",
+                       path, version, SL_RECORDER_SCHEMA_VERSION);
         version = -1;
     }
     if (version < 0) {
@@ -1146,7 +1137,8 @@ col_enum(sqlite3_stmt *st, int i, const char *const *names, int count, int null_
         return null_value;
     int v = name_index(names, count, s);
     if (v < 0)
-        set_err(err, err_size, "request DB: unknown %s '%s'", sqlite3_column_name(st, i), s ? s : "NULL");
+        sl_text_reason(err, err_size, "request DB: unknown %s '%s'", sqlite3_column_name(st, i),
+                       s ? s : "NULL");
     return v;
 }
 
@@ -1349,7 +1341,7 @@ sl_recorder_history(const char *db_path, const sl_recorder_history_query_t *q, s
     *next_cursor = NULL;
     int64_t cur_at = INT64_MAX, cur_row = INT64_MAX;
     if (q->cursor != NULL && !parse_cursor(q->cursor, &cur_at, &cur_row)) {
-        set_err(err, err_size, "bad cursor");
+        sl_text_reason(err, err_size, "bad cursor");
         return -1;
     }
     uint32_t limit = q->limit == 0 ? SL_HISTORY_DEFAULT_LIMIT : q->limit;
@@ -1404,7 +1396,7 @@ sl_recorder_history(const char *db_path, const sl_recorder_history_query_t *q, s
         }
     }
     if (rc != SQLITE_DONE)
-        set_err(err, err_size, "request DB %s: %s", db_path, sqlite3_errmsg(db));
+        sl_text_reason(err, err_size, "request DB %s: %s", db_path, sqlite3_errmsg(db));
     sqlite3_finalize(st);
     sqlite3_finalize(attempts);
     sqlite3_close(db);
@@ -1450,7 +1442,7 @@ sl_recorder_load_usage(const char *path, int64_t since_ms, sl_usage_cb cb, void 
     }
     if (rc != SQLITE_DONE) {
         if (rc != SQLITE_ROW)
-            set_err(err, err_size, "request DB %s: %s", path, sqlite3_errmsg(db));
+            sl_text_reason(err, err_size, "request DB %s: %s", path, sqlite3_errmsg(db));
         count = -1;
     }
     sqlite3_finalize(st);

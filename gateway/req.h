@@ -33,7 +33,7 @@
 #include "core/limits.h"
 #include "core/pricing.h"
 #include "core/retry.h"
-#include "core/sigv4.h"
+#include "sigv4.h"
 #include "core/route.h"
 #include "core/sse.h"
 #include "core/eventstream.h"

@@ -14,7 +14,7 @@
 #include "bus.h"
 #include "core/mask.h"
 #include "core/xalloc.h"
-#include "core/yamledit.h"
+#include "yamledit.h"
 #include "log.h"
 #include "worker.h"
 
@@ -146,23 +146,10 @@ write_text(const char *path, const char *text, size_t len, char *err, size_t err
 
 /* ---- applying a configuration ------------------------------------------------------------------- */
 
-/* Calendar periods of limits are in the configured zone (config.md `timezone`). */
-static void
-apply_timezone(const sl_config_t *config)
-{
-    const char *want = config->timezone;
-    const char *have = getenv("TZ");
-    if (want == NULL || (have != NULL && strcmp(have, want) == 0))
-        return;
-    setenv("TZ", want, 1);
-    tzset();
-}
-
 /* The snapshot's shared parts for config: upstream state and usage limits, carried over by name. */
 static void
 publish(sl_runtime_t *rt, sl_config_t *config, bool safe_mode, bool first)
 {
-    apply_timezone(config);
     sl_upstream_t **ups = sl_upstreams_bind(rt->upstreams, config);
     sl_limit_sets_t sets = sl_limiter_bind(rt->limiter, config, sl_wall_ms());
     if (first)
@@ -767,15 +754,18 @@ static void
 announce_throttle(sl_runtime_t *rt, const char *name, const sl_throttle_t *t, int64_t mono, int64_t wall)
 {
     int64_t shown = sl_throttle_shown_until_ms(t);
+    sl_snapshot_t *s = sl_snapshot_acquire(&rt->holder);
     sl_bus_throttle_facts_t f = {
         .t = t,
         .t_until_ms = shown < 0 || shown == SL_THROTTLE_NEVER ? -1 : wall + (shown - mono),
         .limits = SL_LIMIT_OK,
+        .tz = s->config->tz,
     };
     sl_proto_event_t ev;
     pthread_mutex_lock(&rt->lock);
     emit(rt, sl_bus_throttle_changed(&ev, wall, name, sl_bus_throttle_view(name, &f)));
     pthread_mutex_unlock(&rt->lock);
+    sl_snapshot_release(s);
 }
 
 int
@@ -819,7 +809,7 @@ sl_runtime_resume(sl_runtime_t *rt, const char *name, sl_msg_t *err)
 
 static void
 provider_view(sl_proto_provider_view_t *out, const sl_provider_t *p, sl_upstream_t *up, sl_limit_set_t *set,
-              int64_t mono, int64_t wall)
+              const sl_tz_t *tz, int64_t mono, int64_t wall)
 {
     sl_limit_view_t limits[VIEW_MAX_LIMITS];
     size_t n_limits = set != NULL ? sl_limit_set_views(set, wall, limits, VIEW_MAX_LIMITS) : 0;
@@ -842,6 +832,7 @@ provider_view(sl_proto_provider_view_t *out, const sl_provider_t *p, sl_upstream
         .limits = shown,
         .limit = &shown_limit,
         .limits_until_ms = shown_until,
+        .tz = tz,
     };
     pthread_mutex_lock(&up->lock);
     f.health = up->breaker.state;
@@ -859,7 +850,7 @@ sl_runtime_provider_views(sl_runtime_t *rt, sl_proto_provider_view_t **out)
     int64_t mono = sl_now_ms(), wall = sl_wall_ms();
     for (size_t i = 0; i < n; i++)
         provider_view(&(*out)[i], &s->config->providers[i], s->upstreams[i],
-                      s->limits.providers != NULL ? s->limits.providers[i] : NULL, mono, wall);
+                      s->limits.providers != NULL ? s->limits.providers[i] : NULL, s->config->tz, mono, wall);
     sl_snapshot_release(s);
     return n;
 }

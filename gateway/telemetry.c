@@ -339,7 +339,7 @@ sl__emit_health(request_t *r, const char *provider, sl_breaker_t b)
     char count[16], until_text[64] = "it is cleared";
     snprintf(count, sizeof(count), "%u", b.failures);
     if (until >= 0)
-        sl_text_local_time(until, until_text, sizeof(until_text));
+        sl_text_local_time(r->config->tz, until, until_text, sizeof(until_text));
     sl_msg_t reason = sl_msg_make(code, "provider", provider, "count", count, "until", until_text, NULL);
     sl_proto_event_t ev;
     sl__emit(r, sl_bus_health_changed(&ev, sl_wall_ms(), provider, b.state, until, &reason));
@@ -431,6 +431,7 @@ sl__emit_throttle(request_t *r, const char *provider, const sl_throttle_t *t)
         .t = t,
         .t_until_ms = sl__wall_of(sl_now_ms(), sl_wall_ms(), sl_throttle_shown_until_ms(t)),
         .limits = SL_LIMIT_OK,
+        .tz = r->config->tz,
     };
     sl_proto_event_t ev;
     sl__emit(r, sl_bus_throttle_changed(&ev, sl_wall_ms(), provider, sl_bus_throttle_view(provider, &f)));
@@ -461,13 +462,14 @@ sl__emit_limit_throttle(request_t *r, const char *provider, sl_limit_verdict_t v
     }
     char text[SL_LIMIT_TEXT_MAX], until[64];
     sl_limit_describe(limit, text, sizeof(text));
-    sl_text_local_time(until_wall, until, sizeof(until));
+    sl_text_local_time(r->config->tz, until_wall, until, sizeof(until));
     bool full = v == SL_LIMIT_WINDOW_FULL;
     sl_log_info("upstream %s: %s (%s) until %s", provider, full ? "window full" : "period used up", text,
                 until);
     if (!sl__events_on(r))
         return;
-    sl_bus_throttle_facts_t f = {.limits = v, .limit = limit, .limits_until_ms = until_wall};
+    sl_bus_throttle_facts_t f = {
+        .limits = v, .limit = limit, .limits_until_ms = until_wall, .tz = r->config->tz};
     sl_proto_event_t ev;
     sl__emit(r, sl_bus_throttle_changed(&ev, sl_wall_ms(), provider, sl_bus_throttle_view(provider, &f)));
 }

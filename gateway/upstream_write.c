@@ -65,16 +65,14 @@ sl__build_hop_request(request_t *r, size_t cand, sl_strbuf_t *head, sl_upstream_
 
 /*
  * Bedrock without a key: the head is signed with SigV4, with the provider's
- * `aws` credentials or else the standard AWS_* environment (config.md).
+ * `aws` credentials or else the standard AWS_* environment, both resolved
+ * at config load (config.md).
  */
 bool
 sl__sign_for_aws(request_t *r, const sl_provider_t *p, const sl_upstream_head_t *info)
 {
     sl_aws_credentials_t creds = {p->aws_access_key_id, p->aws_secret_access_key, p->aws_session_token};
-    if (creds.access_key_id == NULL || creds.secret_access_key == NULL)
-        creds = (sl_aws_credentials_t){getenv("AWS_ACCESS_KEY_ID"), getenv("AWS_SECRET_ACCESS_KEY"),
-                                       getenv("AWS_SESSION_TOKEN")};
     if (creds.access_key_id == NULL || creds.secret_access_key == NULL || p->region == NULL)
         return false;
-    return sl_dialect_sign_head(&r->head, info, r->body.base, r->body.len, p->region, &creds, sl_wall_ms());
+    return sl_sigv4_sign_head(&r->head, info, r->body.base, r->body.len, p->region, &creds, sl_wall_ms());
 }

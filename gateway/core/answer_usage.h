@@ -14,7 +14,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "config.h"
+#include "core/types.h"
 #include "core/stream_class.h"
 
 struct json_t;

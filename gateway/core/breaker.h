@@ -25,7 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
+#include "core/types.h"
 
 typedef enum {
     SL_BREAKER_CLOSED = 0, /* "ok" */

@@ -27,7 +27,7 @@
 
 #include "breaker.h"
 #include "codes.h"
-#include "config.h"
+#include "core/types.h"
 
 /* Bytes of an error body the classifier reads; the rest is ignored. Matches the 64 KiB read cap of §4. */
 #define SL_CLASSIFY_MAX_BODY (64 * 1024)

@@ -35,7 +35,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
+#include "core/types.h"
 #include "core/xalloc.h"
 
 /* ---- the trouble schedule ------------------------------------------------------------------------ */

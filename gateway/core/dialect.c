@@ -27,6 +27,12 @@ sl_dialect_def(sl_dialect_t d)
     return dialect_defs[d];
 }
 
+const char *
+sl_dialect_slug(sl_dialect_t d)
+{
+    return d < SL_DIALECT_COUNT ? dialect_defs[d]->slug : "unknown";
+}
+
 /* ---- small byte helpers ------------------------------------------------------------------------ */
 
 static char

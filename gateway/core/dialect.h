@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
+#include "core/types.h"
 #include "core/xalloc.h"
 
 /* The header carrying the message code of every error the gateway writes. */
@@ -166,20 +166,6 @@ typedef struct {
 sl_head_status_t sl_dialect_upstream_head(const sl_provider_t *p, const sl_upstream_request_t *req,
                                           sl_strbuf_t *out, sl_upstream_head_t *info);
 
-/*
- * Signs a head that sl_dialect_upstream_head left SL_UPSTREAM_AUTH_SIGV4_PENDING
- * (Bedrock without a key) with AWS SigV4 for service "bedrock" in region:
- * the method and target as written in the head, its host header, and the
- * body; x-amz-date, x-amz-security-token (with a session token) and
- * authorization are inserted before the head's final blank line. head is a
- * NUL-terminated string of the head (malloc), replaced by the signed one.
- * Returns false, head untouched, when the head has no host header or the
- * signer refuses. Pure: the time is passed in.
- */
-struct sl_aws_credentials;
-bool sl_dialect_sign_head(char **head, const sl_upstream_head_t *info, const char *body, size_t body_len,
-                          const char *region, const struct sl_aws_credentials *creds, int64_t unix_ms);
-
 /* ---- errors the gateway writes, keep-alives ---------------------------------------------------- */
 
 /* The head fields an error answer needs besides its status and x-sluice-error. */
@@ -281,6 +267,7 @@ struct sl_stream_class_vtable;
  */
 typedef struct {
     sl_dialect_t id;
+    const char *slug; /* as written in the config's `protocol` */
     sl_key_place_t key_places[SL_DIALECT_MAX_KEY_PLACES];
     size_t n_key_places;
     const char *key_hint; /* where a client sends its key, for the gateway's message ("x-api-key or …") */
@@ -313,6 +300,9 @@ typedef struct {
 
 /* The row of dialect d; d must be below SL_DIALECT_COUNT. */
 const sl_dialect_def_t *sl_dialect_def(sl_dialect_t d);
+
+/* "anthropic", "openai-chat", … as written in the config; "unknown" for d past the last dialect. Static. */
+const char *sl_dialect_slug(sl_dialect_t d);
 
 extern const sl_dialect_def_t sl__dialect_anthropic, sl__dialect_openai_chat, sl__dialect_openai_responses,
     sl__dialect_gemini, sl__dialect_bedrock;

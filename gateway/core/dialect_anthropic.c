@@ -24,6 +24,7 @@ do_render_error(const sl_error_parts_t *e, sl_strbuf_t *out, sl_error_head_t *he
 
 const sl_dialect_def_t sl__dialect_anthropic = {
     .id = SL_DIALECT_ANTHROPIC,
+    .slug = "anthropic",
     /* SDK 0.x sends x-api-key, 1.x with an auth token sends Bearer; the native header wins. */
     .key_places = {{SL_KEY_PLACE_HEADER, "x-api-key"}, {SL_KEY_PLACE_BEARER, "authorization"}},
     .n_key_places = 2,

@@ -29,6 +29,7 @@ do_render_error(const sl_error_parts_t *e, sl_strbuf_t *out, sl_error_head_t *he
 
 const sl_dialect_def_t sl__dialect_gemini = {
     .id = SL_DIALECT_GEMINI,
+    .slug = "gemini",
     .key_places = {{SL_KEY_PLACE_HEADER, "x-goog-api-key"}, {SL_KEY_PLACE_QUERY, "key"}},
     .n_key_places = 2,
     .key_hint = "x-goog-api-key or ?key=",

@@ -37,6 +37,7 @@ do_render_responses_stream_error(const sl_error_parts_t *e, sl_strbuf_t *out)
 
 const sl_dialect_def_t sl__dialect_openai_chat = {
     .id = SL_DIALECT_OPENAI_CHAT,
+    .slug = "openai-chat",
     .key_places = {{SL_KEY_PLACE_BEARER, "authorization"}},
     .n_key_places = 1,
     .key_hint = "Authorization: Bearer",
@@ -55,6 +56,7 @@ const sl_dialect_def_t sl__dialect_openai_chat = {
 
 const sl_dialect_def_t sl__dialect_openai_responses = {
     .id = SL_DIALECT_OPENAI_RESPONSES,
+    .slug = "openai-responses",
     .key_places = {{SL_KEY_PLACE_BEARER, "authorization"}},
     .n_key_places = 1,
     .key_hint = "Authorization: Bearer",

@@ -2,6 +2,8 @@
 
 #include <string.h>
 
+#include "core/civil.h"
+
 /* ---- numbers ------------------------------------------------------------------------------------- */
 
 /*
@@ -202,43 +204,14 @@ read_gmt(const char *s, size_t n, size_t *i)
     return true;
 }
 
-static int64_t
-floor_div(int64_t a, int64_t b)
-{
-    return a / b - (a % b != 0 && (a < 0) != (b < 0));
-}
-
-/* Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil). */
-static int64_t
-days_from_civil(int64_t y, int m, int d)
-{
-    y -= m <= 2;
-    int64_t era = floor_div(y, 400);
-    int64_t yoe = y - era * 400;
-    int64_t doy = (153 * (m > 2 ? m - 3 : m + 9) + 2) / 5 + d - 1;
-    int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    return era * 146097 + doe - 719468;
-}
-
-/* The Gregorian year of a Unix time in ms (Hinnant's civil_from_days, year only). */
+/* The Gregorian year of a Unix time in ms. */
 static int64_t
 year_of(int64_t ms)
 {
-    int64_t z = floor_div(ms, 86400000) + 719468;
-    int64_t era = floor_div(z, 146097);
-    int64_t doe = z - era * 146097;
-    int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
-    int64_t doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    int64_t mp = (5 * doy + 2) / 153;
-    return yoe + era * 400 + (mp >= 10);
-}
-
-static int
-days_in_month(int64_t y, int m)
-{
-    static const int days[12] = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-    bool leap = (y % 4 == 0 && y % 100 != 0) || y % 400 == 0;
-    return m == 2 && leap ? 29 : days[m - 1];
+    int64_t y;
+    int m, d;
+    sl_civil_from_days(sl_floor_div(ms, 86400000), &y, &m, &d);
+    return y;
 }
 
 bool
@@ -265,7 +238,7 @@ sl_http_date_parse(const char *value, size_t len, int64_t now_wall_ms, int64_t *
         full_year = year;
         if (sep == '-') {
             int64_t now_year = year_of(now_wall_ms);
-            full_year = now_year - (now_year - floor_div(now_year, 100) * 100) + year;
+            full_year = now_year - (now_year - sl_floor_div(now_year, 100) * 100) + year;
             if (full_year > now_year + 50)
                 full_year -= 100;
         }
@@ -285,11 +258,11 @@ sl_http_date_parse(const char *value, size_t len, int64_t now_wall_ms, int64_t *
         full_year = year;
     }
     month++;
-    if (i != n || day < 1 || day > days_in_month(full_year, month) || hour > 23 || min > 59 || sec > 60)
+    if (i != n || day < 1 || day > sl_civil_month_days(full_year, month) || hour > 23 || min > 59 || sec > 60)
         return false;
     /* Only an RFC 850 year read against an absurd now can leave int64 range; refuse it rather than wrap. */
     int64_t ms;
-    if (__builtin_mul_overflow(days_from_civil(full_year, month, day), 86400000, &ms) ||
+    if (__builtin_mul_overflow(sl_civil_days(full_year, month, day), 86400000, &ms) ||
         __builtin_add_overflow(ms, ((int64_t)hour * 3600 + min * 60 + sec) * 1000, &ms))
         return false;
     *out_ms = ms;

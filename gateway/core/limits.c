@@ -3,7 +3,8 @@
 #include <assert.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
+
+#include "core/civil.h"
 
 /*
  * The ring holds the slots that can still count. At now in slot h, slot k
@@ -15,21 +16,6 @@
  */
 #define MARGIN_SLOTS 1
 #define RING         ((int64_t)(SL_LIMIT_SLOTS + 2 + MARGIN_SLOTS))
-
-static int64_t
-floor_div(int64_t a, int64_t b)
-{
-    assert(b > 0);
-    int64_t q = a / b;
-    return (a % b != 0 && a < 0) ? q - 1 : q;
-}
-
-static int64_t
-floor_mod(int64_t a, int64_t b)
-{
-    int64_t r = a % b;
-    return r < 0 ? r + b : r;
-}
 
 static int64_t
 sat_add(int64_t a, int64_t b)
@@ -51,7 +37,7 @@ is_rolling(const sl_limit_t *limit)
 static int64_t *
 slot_at(sl_limit_state_t *s, int64_t k)
 {
-    return &s->ring[floor_mod(k, RING)];
+    return &s->ring[sl_floor_mod(k, RING)];
 }
 
 /* When a charge in slot k stops counting: its slot's end, the margin slot, and the window. */
@@ -79,7 +65,7 @@ oldest_slot(const sl_limit_state_t *s)
 static void
 roll_window(sl_limit_state_t *s, int64_t now_ms)
 {
-    int64_t h = floor_div(now_ms, s->slot_ms);
+    int64_t h = sl_floor_div(now_ms, s->slot_ms);
     if (h <= s->head_slot)
         return;
     int64_t gap;
@@ -98,7 +84,7 @@ window_used(const sl_limit_state_t *s, int64_t now_ms)
 {
     int64_t used = 0;
     for (int64_t k = oldest_slot(s); k <= s->head_slot; k++) {
-        int64_t v = s->ring[floor_mod(k, RING)];
+        int64_t v = s->ring[sl_floor_mod(k, RING)];
         if (v != 0 && slot_end_ms(s, k) > now_ms)
             used = sat_add(used, v);
     }
@@ -117,7 +103,7 @@ window_recovery_ms(const sl_limit_state_t *s, int64_t now_ms, int64_t need)
     int64_t amount = s->limit.amount, newer = 0, recovery = now_ms;
     bool found = false;
     for (int64_t k = s->head_slot; k >= oldest_slot(s); k--) {
-        int64_t v = s->ring[floor_mod(k, RING)];
+        int64_t v = s->ring[sl_floor_mod(k, RING)];
         int64_t end = slot_end_ms(s, k);
         if (end <= now_ms)
             break; /* older slots end earlier still */
@@ -137,7 +123,7 @@ window_recovery_ms(const sl_limit_state_t *s, int64_t now_ms, int64_t need)
 static void
 window_add(sl_limit_state_t *s, int64_t at_ms, int64_t now_ms, int64_t amount)
 {
-    int64_t k = floor_div(at_ms, s->slot_ms);
+    int64_t k = sl_floor_div(at_ms, s->slot_ms);
     if (slot_end_ms(s, k) <= now_ms)
         return;
     /*
@@ -160,7 +146,7 @@ window_resets_at_ms(const sl_limit_state_t *s, int64_t now_ms)
         int64_t end = slot_end_ms(s, k);
         if (end <= now_ms)
             break; /* older slots end earlier still */
-        if (s->ring[floor_mod(k, RING)] != 0)
+        if (s->ring[sl_floor_mod(k, RING)] != 0)
             return end;
     }
     return now_ms;
@@ -168,41 +154,30 @@ window_resets_at_ms(const sl_limit_state_t *s, int64_t now_ms)
 
 /* ---- calendar periods -------------------------------------------------------------------------- */
 
-/* mktime of a local date at 00:00, letting the zone decide whether DST is in effect. */
-static bool
-local_midnight_ms(int year, int mon, int mday, int64_t *ms)
-{
-    struct tm tm = {.tm_year = year, .tm_mon = mon, .tm_mday = mday, .tm_isdst = -1};
-    time_t t = mktime(&tm);
-    if (t == (time_t)-1)
-        return false;
-    *ms = (int64_t)t * 1000;
-    return true;
-}
-
 bool
-sl_calendar_period(sl_limit_per_t per, int64_t wall_ms, int64_t *start_ms, int64_t *end_ms)
+sl_calendar_period(sl_limit_per_t per, const sl_tz_t *tz, int64_t wall_ms, int64_t *start_ms, int64_t *end_ms)
 {
     if (per != SL_PER_DAY && per != SL_PER_WEEK && per != SL_PER_MONTH)
         return false;
-    time_t secs = (time_t)floor_div(wall_ms, 1000);
-    struct tm tm;
-    if (localtime_r(&secs, &tm) == NULL)
+    sl_tz_local_t now;
+    if (!sl_tz_local(tz, sl_floor_div(wall_ms, 1000), &now))
         return false;
-    int first = tm.tm_mday, next = tm.tm_mday + 1, mon = tm.tm_mon, next_mon = tm.tm_mon;
+    int64_t first = now.mday, next = now.mday + 1, mon = now.month, next_mon = now.month;
     if (per == SL_PER_WEEK) {
-        first = tm.tm_mday - (tm.tm_wday + 6) % 7; /* tm_wday counts from Sunday */
+        first = now.mday - (now.wday + 6) % 7; /* wday counts from Sunday */
         next = first + 7;
     } else if (per == SL_PER_MONTH) {
         first = next = 1;
-        next_mon = tm.tm_mon + 1;
+        next_mon = now.month + 1;
     }
-    /* mktime normalises a day or month past the end (Jan 32 → Feb 1, month 12 → January next year). */
+    /* A day or month past the end carries over (day 32 is the 1st of the next month, month 13 January). */
     int64_t start, end;
-    if (!local_midnight_ms(tm.tm_year, mon, first, &start) ||
-        !local_midnight_ms(tm.tm_year, next_mon, next, &end))
+    if (!sl_tz_utc_of_local(tz, now.year, mon, first, 0, &start) ||
+        !sl_tz_utc_of_local(tz, now.year, next_mon, next, 0, &end))
         return false;
-    /* A zone whose DST change skips midnight could move a bound past wall_ms; the period must hold it. */
+    start *= 1000;
+    end *= 1000;
+    /* A clock going back across midnight could put the end before wall_ms; the period must hold it. */
     if (start > wall_ms || end <= wall_ms)
         return false;
     *start_ms = start;
@@ -222,9 +197,9 @@ roll_period(sl_limit_state_t *s, int64_t now_ms)
     if (!none_yet && now_ms < s->period_end_ms)
         return;
     s->period_used = 0;
-    if (!sl_calendar_period(s->limit.per, now_ms, &s->period_start_ms, &s->period_end_ms)) {
-        /* Only for times the C library cannot convert: a day of UTC, so the limit still holds. */
-        s->period_start_ms = floor_div(now_ms, 86400000) * 86400000;
+    if (!sl_calendar_period(s->limit.per, s->tz, now_ms, &s->period_start_ms, &s->period_end_ms)) {
+        /* Only for times the zone cannot convert: a day of UTC, so the limit still holds. */
+        s->period_start_ms = sl_floor_div(now_ms, 86400000) * 86400000;
         s->period_end_ms = s->period_start_ms + 86400000;
     }
 }
@@ -258,9 +233,9 @@ sl_limit_window_ms(const sl_limit_t *limit)
 }
 
 void
-sl_limit_state_init(sl_limit_state_t *s, const sl_limit_t *limit, int64_t window_ms)
+sl_limit_state_init(sl_limit_state_t *s, const sl_limit_t *limit, int64_t window_ms, const sl_tz_t *tz)
 {
-    *s = (sl_limit_state_t){.limit = *limit};
+    *s = (sl_limit_state_t){.limit = *limit, .tz = tz};
     if (!is_rolling(limit))
         return;
     s->window_ms = window_ms < 1 ? 1 : window_ms;
@@ -409,13 +384,13 @@ sl_limit_counts_since_ms(sl_limit_state_t *s, int64_t now_ms)
 {
     if (!is_rolling(&s->limit)) {
         int64_t start, end;
-        if (sl_calendar_period(s->limit.per, now_ms, &start, &end))
+        if (sl_calendar_period(s->limit.per, s->tz, now_ms, &start, &end))
             return start;
         return now_ms;
     }
     /* Slot k counts while now < (k + 1 + MARGIN_SLOTS) * slot + window: k >= floor((now - window) / slot) -
      * MARGIN_SLOTS. */
-    int64_t first = floor_div(sat_add(now_ms, -s->window_ms), s->slot_ms) - MARGIN_SLOTS;
+    int64_t first = sl_floor_div(sat_add(now_ms, -s->window_ms), s->slot_ms) - MARGIN_SLOTS;
     int64_t start;
     if (__builtin_mul_overflow(first, s->slot_ms, &start))
         return INT64_MIN;

@@ -16,9 +16,10 @@
  *     sluice sent it, while the request let in when the charge expires may
  *     arrive at once over a warm one. Both would then be in the upstream's
  *     window together.
- *   - day / week / month: the calendar period holding now, in the process's
- *     time zone (TZ; the shell sets it from config `timezone`); weeks start
- *     on Monday. Usage charged inside the period counts until it ends.
+ *   - day / week / month: the calendar period holding now, in the limit's
+ *     time zone (given at sl_limit_state_init: the shell passes the config's
+ *     `timezone`); weeks start on Monday. Usage charged inside the period
+ *     counts until it ends.
  *
  * The wall clock may step back: a window then expires nothing until the
  * clock catches up with its newest slot, and a calendar period is kept (not
@@ -36,7 +37,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
+#include "core/types.h"
+#include "core/tz.h"
 
 /* Slots a rolling window is cut into. */
 #define SL_LIMIT_SLOTS 60
@@ -55,6 +57,8 @@ typedef struct {
     int64_t ring[SL_LIMIT_SLOTS + 3]; /* rolling: the amount per slot, indexed slot number mod its length */
     int64_t period_start_ms, period_end_ms; /* calendar: the current period, [start, end) */
     int64_t period_used;                    /* calendar: the amount counted in it */
+    const sl_tz_t *tz; /* calendar: the zone of its days (not owned; the caller keeps it alive and may
+                          replace it between calls, as a reload does) */
 } sl_limit_state_t;
 
 /* Why a subject cannot take a request now (the worst over its limits). */
@@ -72,9 +76,12 @@ typedef enum {
  */
 int64_t sl_limit_window_ms(const sl_limit_t *limit);
 
-/* A limit with nothing counted. window_ms: the rolling window (sl_limit_window_ms, maybe scaled); ignored for
- * calendar periods. */
-void sl_limit_state_init(sl_limit_state_t *s, const sl_limit_t *limit, int64_t window_ms);
+/*
+ * A limit with nothing counted. window_ms: the rolling window
+ * (sl_limit_window_ms, maybe scaled); ignored for calendar periods. tz: the
+ * zone of calendar periods (kept by pointer; ignored for rolling windows).
+ */
+void sl_limit_state_init(sl_limit_state_t *s, const sl_limit_t *limit, int64_t window_ms, const sl_tz_t *tz);
 
 /* The part of amounts that limit counts: requests, tokens or cost_micros. */
 int64_t sl_limit_measure(const sl_limit_t *limit, const sl_amounts_t *amounts);
@@ -120,11 +127,14 @@ int64_t sl_limit_resets_at_ms(sl_limit_state_t *s, int64_t now_ms);
 
 /*
  * The calendar period of per (day, week from Monday, month) holding
- * wall_ms, in the process's local time zone, as [*start_ms, *end_ms): a day
- * across a DST change is 23 or 25 hours long. Returns false for minute and
- * hour.
+ * wall_ms, in zone tz, as [*start_ms, *end_ms): each bound is the instant
+ * its midnight begins (sl_tz_utc_of_local), so a day across a DST change is
+ * 23 or 25 hours long (23.5 or 24.5 on Lord Howe Island). Returns false,
+ * the outputs untouched, for minute and hour, for a time the zone cannot
+ * convert, and when no such period holds wall_ms.
  */
-bool sl_calendar_period(sl_limit_per_t per, int64_t wall_ms, int64_t *start_ms, int64_t *end_ms);
+bool sl_calendar_period(sl_limit_per_t per, const sl_tz_t *tz, int64_t wall_ms, int64_t *start_ms,
+                        int64_t *end_ms);
 
 /* ---- a subject: all limits of one upstream or one key ---------------------------------------------- */
 

@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
+#include "core/types.h"
 #include "core/stream_class.h"
 
 /* The first price whose glob matches model, in config order; NULL when none does. */

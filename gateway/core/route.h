@@ -11,8 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "config.h"
 #include "core/outcome.h"
+#include "core/types.h"
 
 /* ---- globs ---------------------------------------------------------------- */
 

@@ -22,7 +22,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "config.h"
+#include "core/types.h"
 #include "core/mask.h"
 #include "core/sse.h"
 

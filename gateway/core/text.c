@@ -1,8 +1,8 @@
 #include "text.h"
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
-#include <time.h>
 
 int
 sl_hex_digit(int c)
@@ -45,11 +45,24 @@ sl_utf8_len(const unsigned char *s, size_t n)
 }
 
 void
-sl_text_local_time(int64_t wall_ms, char *out, size_t size)
+sl_text_reason(char *err, size_t err_size, const char *fmt, ...)
 {
-    time_t t = (time_t)(wall_ms / 1000);
-    struct tm tm;
-    if (localtime_r(&t, &tm) == NULL || strftime(out, size, "%Y-%m-%d %H:%M %Z", &tm) == 0)
+    if (err == NULL || err_size == 0)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, err_size, fmt, ap);
+    va_end(ap);
+}
+
+void
+sl_text_local_time(const sl_tz_t *tz, int64_t wall_ms, char *out, size_t size)
+{
+    sl_tz_local_t l;
+    if (sl_tz_local(tz, wall_ms / 1000, &l))
+        snprintf(out, size, "%04lld-%02d-%02d %02d:%02d %s", (long long)l.year, l.month, l.mday, l.hour,
+                 l.min, l.abbr);
+    else
         snprintf(out, size, "%lld", (long long)wall_ms);
 }
 

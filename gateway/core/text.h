@@ -1,9 +1,11 @@
-/* Byte-level text helpers shared by the parsers: hex digits and UTF-8 sequences. */
+/* Text helpers shared by the parsers (hex digits, UTF-8 sequences, decimals, reasons), and local times. */
 #ifndef SL_TEXT_H
 #define SL_TEXT_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "core/tz.h"
 
 /* The value of a hex digit (0-9, a-f, A-F), or -1. */
 int sl_hex_digit(int c);
@@ -27,7 +29,18 @@ size_t sl_utf8_len(const unsigned char *s, size_t n);
  */
 int sl_decimal_millionths(const char *s, int64_t max, int64_t *out);
 
-/* A wall-clock time (ms since the epoch) as "2026-11-29 19:47 CET" in the process's zone (TZ). */
-void sl_text_local_time(int64_t wall_ms, char *out, size_t size);
+/*
+ * Writes a one-line reason, printf-style, into err[0..err_size), cut to
+ * size; nothing when err is NULL or err_size is 0. For the "err, err_size"
+ * out-parameters of parsers and loaders.
+ */
+void sl_text_reason(char *err, size_t err_size, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+/*
+ * A wall-clock time (ms since the epoch) as "2026-11-29 19:47 CET" in zone
+ * tz; the milliseconds as a number when tz cannot convert it. Always
+ * NUL-terminated, cut to size.
+ */
+void sl_text_local_time(const sl_tz_t *tz, int64_t wall_ms, char *out, size_t size);
 
 #endif

@@ -3,8 +3,9 @@
  * gateway key as Bearer, the upstream request signed with SigV4, eventstream
  * answers passed through frame for frame, a frame with a bad CRC before
  * content treated as a broken stream (retried), an exception frame before
- * content retried, and usage from the metadata event and from a whole
- * answer in the request DB. Time is scaled (SLUICE_TEST_TIME_SCALE).
+ * content retried, usage from the metadata event and from a whole answer
+ * in the request DB, and a provider without credentials of its own signed
+ * with the AWS_* variables. Time is scaled (SLUICE_TEST_TIME_SCALE).
  */
 #include <criterion/criterion.h>
 #include <signal.h>
@@ -31,24 +32,30 @@ static uint16_t port;
     "\"stopReason\":\"end_turn\",\"usage\":{\"inputTokens\":7,\"outputTokens\":3,\"totalTokens\":10},"       \
     "\"metrics\":{\"latencyMs\":5}}"
 
+/* Sluice with one Bedrock provider; aws is its credentials' YAML (", aws: {…}") or "" for none. */
 static void
-setup(void)
+start_with(const char *aws)
 {
     setenv("SLUICE_TEST_TIME_SCALE", "0.01", 1);
     up = fake_start(NULL, NULL, false);
     char yaml[1024];
-    snprintf(
-        yaml, sizeof(yaml),
-        "listen: {gateway: {bind: 127.0.0.1, port: 0}, control: {port: 0}}\n"
-        "clients: [{name: tester, key: \"" GATEWAY_KEY "\"}]\n"
-        "providers:\n"
-        "  - {name: br, protocol: bedrock, region: eu-west-1, base_url: \"http://127.0.0.1:%u\","
-        " aws: {access_key_id: AKIDEXAMPLE, secret_access_key: test-secret, session_token: test-token}}\n"
-        "failover: {wait_secs: 120}\n"
-        "store: {path: %s}\n",
-        fake_port(up), write_temp_file(1, ""));
+    snprintf(yaml, sizeof(yaml),
+             "listen: {gateway: {bind: 127.0.0.1, port: 0}, control: {port: 0}}\n"
+             "clients: [{name: tester, key: \"" GATEWAY_KEY "\"}]\n"
+             "providers:\n"
+             "  - {name: br, protocol: bedrock, region: eu-west-1, base_url: \"http://127.0.0.1:%u\"%s}\n"
+             "failover: {wait_secs: 120}\n"
+             "store: {path: %s}\n",
+             fake_port(up), aws, write_temp_file(1, ""));
     port = sluice_start(&proc, write_temp_file(0, yaml), "info", "2");
     cr_assert_neq(port, 0, "%s", proc.log);
+}
+
+static void
+setup(void)
+{
+    start_with(
+        ", aws: {access_key_id: AKIDEXAMPLE, secret_access_key: test-secret, session_token: test-token}");
 }
 
 static void
@@ -150,4 +157,31 @@ Test(bedrock, an_unknown_key_gets_the_error_type_header_the_sdk_reads)
     cr_assert(http_header(&res, "x-amzn-errortype", v, sizeof(v)), "%s", res.headers);
     cr_assert_str_eq(v, "AccessDeniedException");
     cr_assert_eq(fake_count(up), 0);
+}
+
+/* ---- credentials from the AWS_* variables ----------------------------------------------------------- */
+
+static void
+setup_env_credentials(void)
+{
+    setenv("AWS_ACCESS_KEY_ID", "AKIDFROMENV", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "env-secret", 1);
+    unsetenv("AWS_SESSION_TOKEN");
+    start_with("");
+}
+
+TestSuite(bedrock_env, .init = setup_env_credentials, .fini = teardown, .timeout = 60);
+
+Test(bedrock_env, without_key_or_aws_the_aws_variables_read_at_start_sign_every_hop)
+{
+    for (int i = 0; i < 2; i++) {
+        fake_push(up, frames("bedrock-ok.eventstream", NULL));
+        cr_assert(http_request_h(port, "POST", STREAM_PATH, AUTH, BODY, &res));
+        cr_assert_eq(res.status, 200, "%d %s", res.status, res.body);
+        http_response_free(&res);
+        char v[512];
+        cr_assert(fake_header(up, (size_t)i, "authorization", v, sizeof(v)));
+        cr_assert(strncmp(v, "AWS4-HMAC-SHA256 Credential=AKIDFROMENV/", 40) == 0, "%s", v);
+        cr_assert_not(fake_header(up, (size_t)i, "x-amz-security-token", v, sizeof(v)), "no session token");
+    }
 }

@@ -9,12 +9,7 @@
 #include <string.h>
 
 #include "core/answer_usage.h"
-
-#define CHECK(cond)                                                                                          \
-    do {                                                                                                     \
-        if (!(cond))                                                                                         \
-            abort();                                                                                         \
-    } while (0)
+#include "fuzz_check.h"
 
 static bool
 usage_sane(const sl_usage_t *u)

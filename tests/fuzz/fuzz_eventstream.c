@@ -15,12 +15,7 @@
 
 #include "core/eventstream.h"
 #include "core/stream_bedrock.h"
-
-#define CHECK(cond)                                                                                          \
-    do {                                                                                                     \
-        if (!(cond))                                                                                         \
-            abort();                                                                                         \
-    } while (0)
+#include "fuzz_check.h"
 
 #define MAX_MESSAGE (64 * 1024)
 #define MAX_HEADERS 16

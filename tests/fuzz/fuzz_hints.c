@@ -12,12 +12,7 @@
 
 #include "core/classify.h"
 #include "core/hints.h"
-
-#define CHECK(cond)                                                                                          \
-    do {                                                                                                     \
-        if (!(cond))                                                                                         \
-            abort();                                                                                         \
-    } while (0)
+#include "fuzz_check.h"
 
 static bool
 hint_ok(int64_t ms, int64_t min)

@@ -10,12 +10,7 @@
 
 #include "core/bodyedit.h"
 #include "core/jscan.h"
-
-#define CHECK(cond)                                                                                          \
-    do {                                                                                                     \
-        if (!(cond))                                                                                         \
-            abort();                                                                                         \
-    } while (0)
+#include "fuzz_check.h"
 
 static void
 check_span(const char *body, size_t len, sl_jspan_t span)

@@ -7,13 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fuzz_check.h"
 #include "sl_proto.h"
-
-#define CHECK(cond)                                                                                          \
-    do {                                                                                                     \
-        if (!(cond))                                                                                         \
-            abort();                                                                                         \
-    } while (0)
 
 int
 LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)

@@ -13,12 +13,7 @@
 #include "core/dialect.h"
 #include "core/sse.h"
 #include "core/stream_class.h"
-
-#define CHECK(cond)                                                                                          \
-    do {                                                                                                     \
-        if (!(cond))                                                                                         \
-            abort();                                                                                         \
-    } while (0)
+#include "fuzz_check.h"
 
 static void
 check_verdict(const sl_stream_verdict_t *v)

@@ -3,11 +3,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "config.h"
 #include "core/affinity.h"
 #include "core/jscan.h"
 #include "core/route.h"
-#include "test_config_env.h"
 
 #define N(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -410,31 +408,31 @@ Test(affinity, a_hundred_thousand_conversations_fit_and_the_oldest_go_first)
 
 /* ---- applying an entry ------------------------------------------------------ */
 
-static sl_config_result_t res;
+#define GLOBS(...) .models = (char *[]){__VA_ARGS__}, .n_models = N(((char *[]){__VA_ARGS__}))
 
-static void
-teardown(void)
-{
-    sl_config_result_free(&res);
-}
+/* As the loader leaves it: models "*" when the file gives none, member weights 1. */
+static sl_provider_t providers[] = {
+    {.name = "a", .protocol = SL_DIALECT_ANTHROPIC, GLOBS("*")},
+    {.name = "b", .protocol = SL_DIALECT_ANTHROPIC, GLOBS("*")},
+    {.name = "c", .protocol = SL_DIALECT_ANTHROPIC, GLOBS("*")},
+    {.name = "off", .protocol = SL_DIALECT_ANTHROPIC, GLOBS("*"), .disabled = true},
+    {.name = "narrow", .protocol = SL_DIALECT_ANTHROPIC, GLOBS("claude-haiku-*")},
+};
 
-TestSuite(affinity, .fini = teardown);
+static sl_route_t routes[] = {
+    {.match = "*",
+     .kind = SL_ROUTE_FAILOVER,
+     .members = (sl_route_member_t[]){{0, 1}, {3, 1}, {1, 1}, {4, 1}, {2, 1}},
+     .n_members = 5},
+};
 
-static const sl_config_t *
-load_config(void)
-{
-    static const char yaml[] = "providers:\n"
-                               "  - {name: a, protocol: anthropic}\n"
-                               "  - {name: b, protocol: anthropic}\n"
-                               "  - {name: c, protocol: anthropic}\n"
-                               "  - {name: off, protocol: anthropic, disabled: true}\n"
-                               "  - {name: narrow, protocol: anthropic, models: [\"claude-haiku-*\"]}\n"
-                               "routes:\n"
-                               "  - {match: \"*\", failover: [a, off, b, narrow, c]}\n";
-    res = sl_config_parse(yaml, strlen(yaml), "test.yaml", &test_env);
-    cr_assert_eq(res.errors.len, 0);
-    return res.config;
-}
+static const sl_config_t config = {
+    .providers = providers,
+    .n_providers = N(providers),
+    .has_routes = true,
+    .routes = routes,
+    .n_routes = N(routes),
+};
 
 static const char *
 describe(const sl_config_t *c, const sl_candidate_t *cand, size_t n)
@@ -464,14 +462,14 @@ applied(const sl_config_t *c, const char *upstream, bool sealed, bool sealed_his
 
 Test(affinity, no_entry_leaves_the_routed_order)
 {
-    const sl_config_t *c = load_config();
+    const sl_config_t *c = &config;
     cr_assert_str_eq(applied(c, NULL, false, true, SL_AFFINITY_NONE),
                      "a,off:disabled,b,narrow:not_offered,c");
 }
 
 Test(affinity, sticky_moves_the_serving_upstream_first)
 {
-    const sl_config_t *c = load_config();
+    const sl_config_t *c = &config;
     cr_assert_str_eq(applied(c, "b", false, false, SL_AFFINITY_STICKY),
                      "b,a,off:disabled,narrow:not_offered,c");
     cr_assert_str_eq(applied(c, "c", false, false, SL_AFFINITY_STICKY),
@@ -482,7 +480,7 @@ Test(affinity, sticky_moves_the_serving_upstream_first)
 
 Test(affinity, sealed_keeps_only_the_pinned_upstream)
 {
-    const sl_config_t *c = load_config();
+    const sl_config_t *c = &config;
     cr_assert_str_eq(applied(c, "b", true, false, SL_AFFINITY_SEALED),
                      "b,a:pinned_elsewhere,off:disabled,narrow:not_offered,c:pinned_elsewhere");
     /* sealed history in the request seals a sticky entry */
@@ -492,7 +490,7 @@ Test(affinity, sealed_keeps_only_the_pinned_upstream)
 
 Test(affinity, a_pin_the_config_cannot_serve_gives_way)
 {
-    const sl_config_t *c = load_config();
+    const sl_config_t *c = &config;
     const char *routed = "a,off:disabled,b,narrow:not_offered,c";
     cr_assert_str_eq(applied(c, "off", true, true, SL_AFFINITY_RELEASED), routed, "disabled");
     cr_assert_str_eq(applied(c, "narrow", true, false, SL_AFFINITY_RELEASED), routed,

@@ -8,6 +8,8 @@
 #include "config.h"
 #include "test_config_env.h"
 
+#define ZONEINFO "/usr/share/zoneinfo"
+
 static sl_config_result_t res;
 
 static void
@@ -35,6 +37,16 @@ find(const sl_msgs_t *msgs, sl_code_t code)
 }
 
 /* Asserts the result has exactly one error, with this code, path and line. */
+/* The abbreviation of the config's zone at instant t. */
+static const char *
+abbr_at(const sl_config_t *c, int64_t t)
+{
+    sl_tz_local_t l;
+    cr_assert_not_null(c->tz);
+    cr_assert(sl_tz_local(c->tz, t, &l));
+    return l.abbr;
+}
+
 static const sl_msg_t *
 assert_single_error(sl_code_t code, const char *path, const char *line)
 {
@@ -82,6 +94,7 @@ Test(config, empty_file_gives_defaults)
     cr_assert(c->redact);
     cr_assert_str_eq(c->store_path, "sluice.db");
     cr_assert_null(c->timezone);
+    cr_assert_str_eq(abbr_at(c, 1774746000), "UTC", "the system's zone (the test environment's is UTC)");
     cr_assert_not(c->has_routes);
     cr_assert_not_null(find(&res.warnings, SL_CODE_CONFIG_NO_PROVIDERS));
 }
@@ -175,6 +188,8 @@ Test(config, full_example_loads_every_section)
     cr_assert_eq(c->failover.wait_secs, 0, "0 = never wait or retry");
     cr_assert_eq(c->failover.pause_secs, 60, "defaults fill the rest of a section");
     cr_assert_str_eq(c->timezone, "Europe/Berlin");
+    cr_assert_str_eq(abbr_at(c, 1774745999), "CET", "the zone is read at load");
+    cr_assert_str_eq(abbr_at(c, 1774746000), "CEST");
     cr_assert_eq(c->n_pricing, 1);
     cr_assert_eq(c->pricing[0].input, 3000000);
     cr_assert_eq(c->pricing[0].cache_read, 300000);
@@ -431,6 +446,54 @@ Test(config, yaml_syntax_error_has_a_line)
     cr_assert_not_null(res.config, "a config with defaults still comes back");
 }
 
+Test(config, bedrock_without_key_or_aws_takes_the_aws_variables_once_at_load)
+{
+    static const char yaml[] =
+        "providers:\n"
+        "  - {name: env, protocol: bedrock, region: us-east-1}\n"
+        "  - name: file\n    protocol: bedrock\n    region: us-east-1\n"
+        "    aws: {access_key_id: AKIAFILE, secret_access_key: file-secret}\n"
+        "  - {name: keyed, protocol: bedrock, region: us-east-1, key: \"${RELAY_KEY}\"}\n"
+        "  - {name: other, protocol: anthropic}\n";
+    const char *vars[][2] = {{"AWS_ACCESS_KEY_ID", "AKIAENV"},
+                             {"AWS_SECRET_ACCESS_KEY", "env-secret"},
+                             {"AWS_SESSION_TOKEN", "env-token"},
+                             {NULL, NULL}};
+    sl_config_env_t env = test_env;
+    env.ctx = (void *)vars;
+    res = sl_config_parse(yaml, strlen(yaml), NULL, &env);
+    assert_no_errors();
+    const sl_provider_t *p = res.config->providers;
+    cr_assert_str_eq(p[0].aws_access_key_id, "AKIAENV");
+    cr_assert_str_eq(p[0].aws_secret_access_key, "env-secret");
+    cr_assert_str_eq(p[0].aws_session_token, "env-token");
+    /* The copies are the config's: the variables may change or go after the load. */
+    cr_assert_neq(p[0].aws_secret_access_key, vars[1][1]);
+    cr_assert_str_eq(p[1].aws_access_key_id, "AKIAFILE", "the file's aws wins");
+    cr_assert_str_eq(p[1].aws_secret_access_key, "file-secret");
+    cr_assert_null(p[1].aws_session_token, "the file's aws is taken whole");
+    cr_assert_null(p[2].aws_access_key_id, "a key is sent as Bearer: nothing to sign with");
+    cr_assert_null(p[3].aws_access_key_id, "only bedrock signs");
+    sl_config_result_free(&res);
+
+    /* Without an access key id and a secret there are no credentials; an empty token is none. */
+    const char *partial[][2] = {{"AWS_ACCESS_KEY_ID", "AKIAENV"}, {"AWS_SESSION_TOKEN", "t"}, {NULL, NULL}};
+    env.ctx = (void *)partial;
+    res = sl_config_parse(yaml, strlen(yaml), NULL, &env);
+    cr_assert_null(res.config->providers[0].aws_access_key_id);
+    cr_assert_null(res.config->providers[0].aws_secret_access_key);
+    cr_assert_null(res.config->providers[0].aws_session_token);
+    sl_config_result_free(&res);
+    const char *no_token[][2] = {{"AWS_ACCESS_KEY_ID", "AKIAENV"},
+                                 {"AWS_SECRET_ACCESS_KEY", "s"},
+                                 {"AWS_SESSION_TOKEN", ""},
+                                 {NULL, NULL}};
+    env.ctx = (void *)no_token;
+    res = sl_config_parse(yaml, strlen(yaml), NULL, &env);
+    cr_assert_str_eq(res.config->providers[0].aws_access_key_id, "AKIAENV");
+    cr_assert_null(res.config->providers[0].aws_session_token);
+}
+
 Test(config, unsupported_version)
 {
     res = parse("version: 2\n");
@@ -512,11 +575,64 @@ Test(config, tls_needs_cert_and_key_that_exist)
 
 Test(config, timezone_must_be_known)
 {
-    res = parse("timezone: Mars/Olympus\n");
-    assert_single_error(SL_CODE_CONFIG_UNKNOWN_TIMEZONE, "timezone", "1");
+    static const char *const bad[] = {"timezone: Mars/Olympus\n", "timezone: ../../etc/passwd\n",
+                                      "timezone: /usr/share/zoneinfo/UTC\n", "timezone: ''\n"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        res = parse(bad[i]);
+        assert_single_error(SL_CODE_CONFIG_UNKNOWN_TIMEZONE, "timezone", "1");
+        cr_assert_null(res.config->timezone, "%s", bad[i]);
+        cr_assert_str_eq(abbr_at(res.config, 1774746000), "UTC", "%s: the system's zone stays", bad[i]);
+        sl_config_result_free(&res);
+    }
+}
+
+Test(config, the_system_zone_is_tz_when_it_names_one_else_the_systems)
+{
+    static const struct {
+        const char *tz, *summer, *winter;
+    } rows[] = {
+        {"Europe/Berlin", "CEST", "CET"},
+        {":Europe/Berlin", "CEST", "CET"},
+        {"<+0530>-5:30", "+0530", "+0530"},
+        {"CET-1CEST,M3.5.0,M10.5.0/3", "CEST", "CET"},
+        {"Nowhere/Zone", "UTC", "UTC"}, /* neither a zone nor a TZ string: the system's */
+        {"", "UTC", "UTC"},
+    };
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        const char *vars[][2] = {{"TZ", rows[i].tz}, {NULL, NULL}};
+        sl_config_env_t env = test_env;
+        env.ctx = (void *)vars;
+        res = sl_config_parse("", 0, NULL, &env);
+        assert_no_errors();
+        cr_assert_str_eq(abbr_at(res.config, 1780272000), rows[i].summer, "TZ=%s", rows[i].tz);
+        cr_assert_str_eq(abbr_at(res.config, 1767225600), rows[i].winter, "TZ=%s", rows[i].tz);
+        sl_config_result_free(&res);
+    }
+}
+
+Test(config, a_config_that_did_not_load_still_has_a_zone)
+{
+    res = parse("timezone: Europe/Berlin\nproviders: [\n");
+    cr_assert_eq(res.errors.items[0].code, SL_CODE_CONFIG_YAML_SYNTAX);
+    cr_assert_str_eq(abbr_at(res.config, 1774746000), "UTC");
     sl_config_result_free(&res);
-    res = parse("timezone: ../../etc/passwd\n");
-    assert_single_error(SL_CODE_CONFIG_UNKNOWN_TIMEZONE, "timezone", "1");
+    res = sl_config_load_file("/nonexistent/sluice.yaml", &test_env);
+    cr_assert_str_eq(abbr_at(res.config, 1774746000), "UTC");
+}
+
+Test(config, the_system_environment_reads_zones_by_name_path_and_its_own)
+{
+    const sl_config_env_t *env = sl_config_env_system();
+    static const char *const names[] = {"Europe/Berlin", ZONEINFO "/Asia/Kolkata", NULL};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
+        size_t len = 0;
+        char *bytes = env->read_zone(env->ctx, names[i], &len);
+        cr_assert_not_null(bytes, "%s", names[i] ? names[i] : "/etc/localtime");
+        cr_assert(len > 44 && memcmp(bytes, "TZif", 4) == 0);
+        free(bytes);
+    }
+    size_t len;
+    cr_assert_null(env->read_zone(env->ctx, "Mars/Olympus", &len));
 }
 
 Test(config, max_pause_below_pause_is_rejected)

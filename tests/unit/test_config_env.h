@@ -2,6 +2,8 @@
 #ifndef TEST_CONFIG_ENV_H
 #define TEST_CONFIG_ENV_H
 
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "config.h"
@@ -30,11 +32,24 @@ fake_getenv(void *ctx, const char *name)
     return NULL;
 }
 
-static bool
-fake_zone_exists(void *ctx, const char *name)
+/* Two zones are known, read from tzdata; the system's is UTC whatever the machine's is. */
+static char *
+fake_read_zone(void *ctx, const char *name, size_t *len)
 {
     (void)ctx;
-    return strcmp(name, "Europe/Berlin") == 0 || strcmp(name, "UTC") == 0;
+    if (name == NULL)
+        name = "UTC";
+    else if (strcmp(name, "Europe/Berlin") != 0 && strcmp(name, "UTC") != 0)
+        return NULL;
+    char path[64];
+    snprintf(path, sizeof(path), "/usr/share/zoneinfo/%s", name);
+    FILE *f = fopen(path, "rb");
+    if (f == NULL)
+        return NULL;
+    char *bytes = malloc(64 * 1024);
+    *len = fread(bytes, 1, 64 * 1024, f);
+    fclose(f);
+    return bytes;
 }
 
 static bool
@@ -44,6 +59,6 @@ fake_file_readable(void *ctx, const char *path)
     return strncmp(path, "/ok/", 4) == 0;
 }
 
-static const sl_config_env_t test_env = {fake_getenv, fake_zone_exists, fake_file_readable, NULL};
+static const sl_config_env_t test_env = {fake_getenv, fake_read_zone, fake_file_readable, NULL};
 
 #endif

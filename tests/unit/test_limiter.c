@@ -124,9 +124,6 @@ bind_at(const sl_config_t *config, int64_t now_ms)
 static void
 setup(void)
 {
-    /* Calendar periods are local days: fixed to UTC so DAY0, WEEK0 and MONTH0 hold. */
-    setenv("TZ", "UTC", 1);
-    tzset();
     memset(&fake, 0, sizeof(fake));
     lim = NULL;
     n_configs = n_bound = 0;
@@ -470,7 +467,7 @@ Test(limiter, a_bucket_still_counting_by_its_margin_slot_is_read_back)
 
     /* The same usage charged live counts until T0 - 44 s. */
     sl_limit_state_t live;
-    sl_limit_state_init(&live, &limits[0], 45 * MIN);
+    sl_limit_state_init(&live, &limits[0], 45 * MIN, NULL);
     sl_limit_add(&live, (MIN0 - 46) * MIN - 1, (MIN0 - 46) * MIN - 1, 7);
     cr_assert_eq(sl_limit_used(&live, now), 7);
     cr_assert_eq(sl_limit_resets_at_ms(&live, now), T0 - 44 * SEC);
@@ -502,6 +499,36 @@ Test(limiter, a_bucket_before_the_calendar_period_does_not_count)
     cr_assert_eq(sl_limit_used(&bob->states[1], T0), 30 + 5 + 1);
     cr_assert_eq(sl_limit_resets_at_ms(&bob->states[0], T0), NEXT_DAY);
     cr_assert_eq(sl_limit_resets_at_ms(&bob->states[1], T0), NEXT_DAY, "Sunday: the week ends tonight");
+}
+
+Test(limiter, calendar_periods_count_in_the_zone_of_the_config_bound_last)
+{
+    start(0);
+    const sl_config_t *a = load(config_a); /* no timezone: the system's, UTC in the test environment */
+    sl_limit_sets_t *s = bind_at(a, T0);
+    sl_limit_state_t *up2_week = &s->providers[1]->states[0];
+    cr_assert_eq(up2_week->tz, a->tz);
+    cr_assert_eq(sl_limit_resets_at_ms(up2_week, T0), NEXT_DAY, "Sunday: the UTC week ends at midnight UTC");
+    /* A reload to Berlin without up2: every set, up2's too, counts Berlin's days from now on. */
+    static const char berlin[] = "timezone: Europe/Berlin\n"
+                                 "providers:\n" UP("up1") "clients:\n"
+                                                          "  - name: alice\n"
+                                                          "    key: k1\n"
+                                                          "    limits:\n"
+                                                          "      - {per: day, cost: 20}\n";
+    const sl_config_t *b = load(berlin);
+    sl_limit_sets_t *s2 = bind_at(b, T0);
+    cr_assert_eq(up2_week->tz, b->tz);
+    cr_assert_eq(s2->clients[0]->states[0].tz, b->tz, "a kept limit");
+    cr_assert_eq(s2->providers[0]->n, 0);
+    /* The running week keeps its end; the next is Berlin's, Monday 00:00 CET to Monday 00:00 CET. */
+    cr_assert_eq(sl_limit_resets_at_ms(up2_week, NEXT_DAY), NEXT_DAY + 7 * DAY - HOUR);
+    cr_assert_eq(up2_week->period_start_ms, NEXT_DAY - HOUR);
+    /* A limit set live afterwards on bob (kept, though the reload dropped him) counts in Berlin too. */
+    static const sl_limit_t daily[] = {{SL_PER_DAY, 1, SL_MEASURE_REQUESTS, 5}};
+    cr_assert(sl_limiter_replace(lim, SL_BUCKET_CLIENT, "bob", daily, N(daily), T0));
+    cr_assert_eq(s->clients[1]->states[0].tz, b->tz);
+    cr_assert_eq(sl_limit_resets_at_ms(&s->clients[1]->states[0], T0), NEXT_DAY - HOUR);
 }
 
 Test(limiter, a_bucket_of_the_current_minute_counts_as_of_now)

@@ -3,14 +3,16 @@
  * (a charge leaves one margin slot and the window after its slot's end, a
  * ring that holds every slot still counting, long idle gaps, the clock
  * stepping back), admission and its recovery time, reservations settled up
- * and down, and calendar periods in Europe/Berlin (month ends, Monday
- * weeks, 23 and 25 hour days).
+ * and down, and calendar periods in the zone a limit is given (Europe/Berlin
+ * mostly: month ends, Monday weeks, 23 and 25 hour days; New York, Lord Howe
+ * Island's half-hour DST, Kolkata, UTC), read from tzdata.
  */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <time.h>
 
 #include "core/limits.h"
+#include "test_zone.h"
 
 #define N(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -21,14 +23,29 @@
 #define T0    ((int64_t)1789999200000) /* 2026-09-21T14:00:00Z: a whole hour, so slots start on it */
 #define UNSET ((int64_t)-7)
 
+static sl_tz_t *berlin, *new_york, *lord_howe, *kolkata, *utc_zone;
+
 static void
-berlin(void)
+load_zones(void)
 {
-    setenv("TZ", "Europe/Berlin", 1);
-    tzset();
+    berlin = test_zone("Europe/Berlin");
+    new_york = test_zone("America/New_York");
+    lord_howe = test_zone("Australia/Lord_Howe");
+    kolkata = test_zone("Asia/Kolkata");
+    utc_zone = test_zone("UTC");
 }
 
-TestSuite(limits, .init = berlin);
+static void
+free_zones(void)
+{
+    sl_tz_free(berlin);
+    sl_tz_free(new_york);
+    sl_tz_free(lord_howe);
+    sl_tz_free(kolkata);
+    sl_tz_free(utc_zone);
+}
+
+TestSuite(limits, .init = load_zones, .fini = free_zones);
 
 /* ---- helpers --------------------------------------------------------------------------------- */
 
@@ -46,16 +63,17 @@ rolling(sl_limit_per_t per, uint32_t every, sl_limit_measure_t measure, int64_t 
 {
     sl_limit_t limit = {.per = per, .every = every, .measure = measure, .amount = amount};
     sl_limit_state_t s;
-    sl_limit_state_init(&s, &limit, sl_limit_window_ms(&limit));
+    sl_limit_state_init(&s, &limit, sl_limit_window_ms(&limit), berlin);
     return s;
 }
 
+/* A calendar limit counting in Berlin. */
 static sl_limit_state_t
 calendar(sl_limit_per_t per, sl_limit_measure_t measure, int64_t amount)
 {
     sl_limit_t limit = {.per = per, .every = 1, .measure = measure, .amount = amount};
     sl_limit_state_t s;
-    sl_limit_state_init(&s, &limit, 0);
+    sl_limit_state_init(&s, &limit, 0, berlin);
     return s;
 }
 
@@ -67,14 +85,21 @@ five_minutes(int64_t amount)
 }
 
 static void
-expect_period(sl_limit_per_t per, int64_t wall, int64_t start, int64_t end)
+expect_period_in(const sl_tz_t *tz, sl_limit_per_t per, int64_t wall, int64_t start, int64_t end)
 {
     int64_t s = UNSET, e = UNSET;
-    cr_assert(sl_calendar_period(per, wall, &s, &e), "a period holds %lld", (long long)wall);
+    cr_assert(sl_calendar_period(per, tz, wall, &s, &e), "a period holds %lld", (long long)wall);
     cr_expect_eq(s, start, "start %lld, want %lld (%+lld h)", (long long)s, (long long)start,
                  (long long)((s - start) / HOUR));
     cr_expect_eq(e, end, "end %lld, want %lld (%+lld h)", (long long)e, (long long)end,
                  (long long)((e - end) / HOUR));
+}
+
+/* Most periods below are Berlin's. */
+static void
+expect_period(sl_limit_per_t per, int64_t wall, int64_t start, int64_t end)
+{
+    expect_period_in(berlin, per, wall, start, end);
 }
 
 static void
@@ -105,10 +130,10 @@ Test(limits, a_window_is_every_units_long_and_cut_into_60_slots)
     sl_limit_state_t s = five_minutes(100);
     cr_expect_eq(s.window_ms, 5 * MIN);
     cr_expect_eq(s.slot_ms, 5 * SEC);
-    sl_limit_state_init(&s, &five_min, 61); /* scaled for a test: slots round up */
+    sl_limit_state_init(&s, &five_min, 61, berlin); /* scaled for a test: slots round up */
     cr_expect_eq(s.window_ms, 61);
     cr_expect_eq(s.slot_ms, 2);
-    sl_limit_state_init(&s, &five_min, 1);
+    sl_limit_state_init(&s, &five_min, 1, berlin);
     cr_expect_eq(s.slot_ms, 1);
 }
 
@@ -187,7 +212,7 @@ Test(limits, an_odd_window_expires_by_slot_end_not_by_ring_place)
     /* 61 ms in slots of 2 ms: the ring spans 126 ms, more than twice the window. */
     sl_limit_t limit = {.per = SL_PER_MINUTE, .every = 1, .measure = SL_MEASURE_REQUESTS, .amount = 5};
     sl_limit_state_t s;
-    sl_limit_state_init(&s, &limit, 61);
+    sl_limit_state_init(&s, &limit, 61, berlin);
     cr_assert_eq(N(s.ring), 63);
     sl_limit_add(&s, T0 + 1, T0 + 1, 3);
     cr_expect_eq(sl_limit_used(&s, T0 + 64), 3);
@@ -446,10 +471,10 @@ Test(limits, dst_change_days_are_23_and_25_hours_long)
 {
     int64_t s, e;
     expect_period(SL_PER_DAY, utc(2026, 3, 29, 10, 0), utc(2026, 3, 28, 23, 0), utc(2026, 3, 29, 22, 0));
-    cr_assert(sl_calendar_period(SL_PER_DAY, utc(2026, 3, 29, 10, 0), &s, &e));
+    cr_assert(sl_calendar_period(SL_PER_DAY, berlin, utc(2026, 3, 29, 10, 0), &s, &e));
     cr_expect_eq(e - s, 23 * HOUR);
     expect_period(SL_PER_DAY, utc(2026, 10, 25, 10, 0), utc(2026, 10, 24, 22, 0), utc(2026, 10, 25, 23, 0));
-    cr_assert(sl_calendar_period(SL_PER_DAY, utc(2026, 10, 25, 10, 0), &s, &e));
+    cr_assert(sl_calendar_period(SL_PER_DAY, berlin, utc(2026, 10, 25, 10, 0), &s, &e));
     cr_expect_eq(e - s, 25 * HOUR);
     /* Within the repeated hour (02:00-03:00 twice) the day is the same. */
     expect_period(SL_PER_DAY, utc(2026, 10, 25, 0, 30), utc(2026, 10, 24, 22, 0), utc(2026, 10, 25, 23, 0));
@@ -484,11 +509,65 @@ Test(limits, a_month_runs_from_the_1st_to_the_next_1st)
     expect_period(SL_PER_MONTH, utc(2026, 12, 15, 12, 0), utc(2026, 11, 30, 23, 0), utc(2026, 12, 31, 23, 0));
 }
 
+Test(limits, periods_follow_each_zones_own_midnights)
+{
+    const struct {
+        sl_tz_t **zone;
+        sl_limit_per_t per;
+        int64_t wall, start, end;
+    } rows[] = {
+        /* New York, Sunday 2026-03-08: 02:00 EST became 03:00 EDT, 23 hours; 2026-11-01 back, 25. */
+        {&new_york, SL_PER_DAY, utc(2026, 3, 8, 12, 0), utc(2026, 3, 8, 5, 0), utc(2026, 3, 9, 4, 0)},
+        {&new_york, SL_PER_DAY, utc(2026, 11, 1, 5, 30), utc(2026, 11, 1, 4, 0), utc(2026, 11, 2, 5, 0)},
+        /* The week holding the spring change starts Monday in EST and ends Monday in EDT. */
+        {&new_york, SL_PER_WEEK, utc(2026, 3, 8, 12, 0), utc(2026, 3, 2, 5, 0), utc(2026, 3, 9, 4, 0)},
+        /* Sunday 2026-03-15 23:30 EDT is in the week of Monday the 9th; Monday 00:00 starts the next. */
+        {&new_york, SL_PER_WEEK, utc(2026, 3, 16, 3, 30), utc(2026, 3, 9, 4, 0), utc(2026, 3, 16, 4, 0)},
+        {&new_york, SL_PER_WEEK, utc(2026, 3, 16, 4, 0), utc(2026, 3, 16, 4, 0), utc(2026, 3, 23, 4, 0)},
+        /* The leap February, and March across the change. */
+        {&new_york, SL_PER_MONTH, utc(2028, 2, 29, 23, 0), utc(2028, 2, 1, 5, 0), utc(2028, 3, 1, 5, 0)},
+        {&new_york, SL_PER_MONTH, utc(2026, 3, 31, 12, 0), utc(2026, 3, 1, 5, 0), utc(2026, 4, 1, 4, 0)},
+        /* Lord Howe Island, +10:30 or +11: days of 23.5 and 24.5 hours. */
+        {&lord_howe, SL_PER_DAY, utc(2026, 10, 4, 0, 0), utc(2026, 10, 3, 13, 30), utc(2026, 10, 4, 13, 0)},
+        {&lord_howe, SL_PER_DAY, utc(2026, 4, 5, 0, 0), utc(2026, 4, 4, 13, 0), utc(2026, 4, 5, 13, 30)},
+        {&lord_howe, SL_PER_WEEK, utc(2026, 10, 4, 0, 0), utc(2026, 9, 27, 13, 30), utc(2026, 10, 4, 13, 0)},
+        /* Kolkata, +5:30 all year. */
+        {&kolkata, SL_PER_DAY, utc(2026, 6, 1, 12, 0), utc(2026, 5, 31, 18, 30), utc(2026, 6, 1, 18, 30)},
+        {&kolkata, SL_PER_DAY, utc(2026, 5, 31, 18, 30) - 1, utc(2026, 5, 30, 18, 30),
+         utc(2026, 5, 31, 18, 30)},
+        {&kolkata, SL_PER_MONTH, utc(2026, 1, 31, 18, 29), utc(2025, 12, 31, 18, 30),
+         utc(2026, 1, 31, 18, 30)},
+        {&kolkata, SL_PER_MONTH, utc(2026, 1, 31, 18, 30), utc(2026, 1, 31, 18, 30),
+         utc(2026, 2, 28, 18, 30)},
+        /* UTC; Sunday 2026-11-29 is in the week of Monday the 23rd. */
+        {&utc_zone, SL_PER_DAY, utc(2026, 11, 29, 16, 23), utc(2026, 11, 29, 0, 0), utc(2026, 11, 30, 0, 0)},
+        {&utc_zone, SL_PER_WEEK, utc(2026, 11, 29, 16, 23), utc(2026, 11, 23, 0, 0), utc(2026, 11, 30, 0, 0)},
+        {&utc_zone, SL_PER_MONTH, utc(2026, 12, 31, 23, 59), utc(2026, 12, 1, 0, 0), utc(2027, 1, 1, 0, 0)},
+    };
+    for (size_t i = 0; i < N(rows); i++)
+        expect_period_in(*rows[i].zone, rows[i].per, rows[i].wall, rows[i].start, rows[i].end);
+}
+
+Test(limits, a_zone_replaced_between_calls_takes_over_at_the_next_period)
+{
+    /* What a reload with another `timezone` does: the running period keeps its bounds, the next is the new
+     * zone's. */
+    sl_limit_state_t s = calendar(SL_PER_DAY, SL_MEASURE_REQUESTS, 10);
+    int64_t noon = utc(2026, 6, 1, 10, 0), berlin_end = utc(2026, 6, 1, 22, 0);
+    sl_limit_add(&s, noon, noon, 4);
+    s.tz = kolkata;
+    cr_expect_eq(sl_limit_used(&s, noon + HOUR), 4);
+    cr_expect_eq(sl_limit_resets_at_ms(&s, noon + HOUR), berlin_end);
+    cr_expect_eq(sl_limit_used(&s, berlin_end), 0);
+    cr_expect_eq(s.period_start_ms, utc(2026, 6, 1, 18, 30));
+    cr_expect_eq(s.period_end_ms, utc(2026, 6, 2, 18, 30));
+}
+
 Test(limits, minute_and_hour_are_not_calendar_periods)
 {
     int64_t s = UNSET, e = UNSET;
-    cr_expect_not(sl_calendar_period(SL_PER_MINUTE, T0, &s, &e));
-    cr_expect_not(sl_calendar_period(SL_PER_HOUR, T0, &s, &e));
+    cr_expect_not(sl_calendar_period(SL_PER_MINUTE, berlin, T0, &s, &e));
+    cr_expect_not(sl_calendar_period(SL_PER_HOUR, berlin, T0, &s, &e));
     cr_expect_eq(s, UNSET);
     cr_expect_eq(e, UNSET);
 }

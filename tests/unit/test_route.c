@@ -3,9 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "config.h"
 #include "core/route.h"
-#include "test_config_env.h"
 
 #define N(a) (sizeof(a) / sizeof((a)[0]))
 
@@ -208,52 +206,51 @@ Test(route, targets_need_not_be_nul_terminated)
 
 /* ---- candidates ----------------------------------------------------------- */
 
-static sl_config_result_t res;
+/*
+ * Configs as the loader leaves them (tests/unit/test_config.c checks that):
+ * every provider has its model globs ("*" when the file gives none), every
+ * route member a weight (1 when the file gives none).
+ */
+#define GLOBS(...) .models = (char *[]){__VA_ARGS__}, .n_models = N(((char *[]){__VA_ARGS__}))
+#define MEMBERS(...)                                                                                         \
+    .members = (sl_route_member_t[]){__VA_ARGS__}, .n_members = N(((sl_route_member_t[]){__VA_ARGS__}))
 
-static void
-teardown(void)
-{
-    sl_config_result_free(&res);
-}
+static sl_provider_t routed_providers[] = {
+    {.name = "anthropic",
+     .protocol = SL_DIALECT_ANTHROPIC,
+     GLOBS("claude-*"),
+     .model_map = (sl_pair_t[]){{"claude-sonnet-4", "claude-sonnet-4-20250514"},
+                                {"sonnet", "claude-sonnet-4-20250514"}},
+     .n_model_map = 2},
+    {.name = "relay", .protocol = SL_DIALECT_ANTHROPIC, GLOBS("*")},
+    {.name = "off", .protocol = SL_DIALECT_ANTHROPIC, GLOBS("*"), .disabled = true},
+    {.name = "openai-a", .protocol = SL_DIALECT_OPENAI_CHAT, GLOBS("gpt-*")},
+    {.name = "openai-b", .protocol = SL_DIALECT_OPENAI_CHAT, GLOBS("gpt-*")},
+    {.name = "openai-c", .protocol = SL_DIALECT_OPENAI_CHAT, GLOBS("*")},
+    {.name = "gemini", .protocol = SL_DIALECT_GEMINI, GLOBS("gemini-*")},
+};
 
-TestSuite(route, .fini = teardown);
+enum { ANTHROPIC, RELAY, OFF, OPENAI_A, OPENAI_B, OPENAI_C, GEMINI };
 
-static const sl_config_t *
-load(const char *yaml)
-{
-    res = sl_config_parse(yaml, strlen(yaml), "test.yaml", &test_env);
-    for (size_t i = 0; i < res.errors.len; i++)
-        cr_log_error("%s", res.errors.items[i].text);
-    cr_assert_eq(res.errors.len, 0, "the test config does not load");
-    return res.config;
-}
+static sl_route_t routed_routes[] = {
+    {.match = "claude-*", .kind = SL_ROUTE_FAILOVER, MEMBERS({ANTHROPIC, 1}, {OFF, 1}, {RELAY, 1})},
+    {.match = "sonnet", .kind = SL_ROUTE_FAILOVER, MEMBERS({RELAY, 1}, {ANTHROPIC, 1})},
+    {.match = "gpt-lb-*",
+     .kind = SL_ROUTE_LOAD_BALANCE,
+     MEMBERS({OFF, 1}, {OPENAI_A, 2}, {ANTHROPIC, 1}, {OPENAI_B, 1})},
+    {.match = "gpt-4o*", .kind = SL_ROUTE_LOAD_BALANCE, MEMBERS({OPENAI_A, 1}, {OPENAI_B, 3})},
+    {.match = "gpt-*", .kind = SL_ROUTE_LOAD_BALANCE, MEMBERS({OPENAI_A, 1}, {OPENAI_B, 1}, {OPENAI_C, 1})},
+    {.match = "mixed-*", .kind = SL_ROUTE_FAILOVER, MEMBERS({GEMINI, 1}, {OPENAI_A, 1}, {ANTHROPIC, 1})},
+    {.match = "*", .kind = SL_ROUTE_FAILOVER, MEMBERS({RELAY, 1})},
+};
 
-static const char routed_yaml[] =
-    "providers:\n"
-    "  - {name: anthropic, protocol: anthropic, models: [\"claude-*\"],\n"
-    "     model_map: {claude-sonnet-4: claude-sonnet-4-20250514, sonnet: "
-    "claude-sonnet-4-20250514}}\n"
-    "  - {name: relay, protocol: anthropic}\n"
-    "  - {name: off, protocol: anthropic, disabled: true}\n"
-    "  - {name: openai-a, protocol: openai-chat, models: [\"gpt-*\"]}\n"
-    "  - {name: openai-b, protocol: openai-chat, models: [\"gpt-*\"]}\n"
-    "  - {name: openai-c, protocol: openai-chat}\n"
-    "  - {name: gemini, protocol: gemini, models: [\"gemini-*\"]}\n"
-    "routes:\n"
-    "  - match: \"claude-*\"\n"
-    "    failover: [anthropic, off, relay]\n"
-    "  - match: sonnet\n"
-    "    failover: [relay, anthropic]\n"
-    "  - match: \"gpt-lb-*\"\n"
-    "    load_balance: [off, {name: openai-a, weight: 2}, anthropic, openai-b]\n"
-    "  - match: \"gpt-4o*\"\n"
-    "    load_balance: [openai-a, {name: openai-b, weight: 3}]\n"
-    "  - match: \"gpt-*\"\n"
-    "    load_balance: [openai-a, openai-b, openai-c]\n"
-    "  - match: \"mixed-*\"\n"
-    "    failover: [gemini, openai-a, anthropic]\n"
-    "  - match: \"*\"\n"
-    "    failover: [relay]\n";
+static const sl_config_t routed = {
+    .providers = routed_providers,
+    .n_providers = N(routed_providers),
+    .has_routes = true,
+    .routes = routed_routes,
+    .n_routes = N(routed_routes),
+};
 
 /* Candidates as "name:model:skip,…" for compact expectations. */
 static const char *
@@ -282,7 +279,7 @@ route_of(const sl_config_t *c, sl_dialect_t d, const char *model, uint64_t count
 
 Test(route, failover_lists_members_in_order_with_their_skips)
 {
-    const sl_config_t *c = load(routed_yaml);
+    const sl_config_t *c = &routed;
     size_t r;
     cr_assert_str_eq(route_of(c, SL_DIALECT_ANTHROPIC, "claude-opus-4", 0, &r),
                      "anthropic:claude-opus-4,off:claude-opus-4:disabled,relay:claude-opus-4");
@@ -294,7 +291,7 @@ Test(route, failover_lists_members_in_order_with_their_skips)
 
 Test(route, model_map_renames_per_provider)
 {
-    const sl_config_t *c = load(routed_yaml);
+    const sl_config_t *c = &routed;
     size_t r;
     cr_assert_str_eq(route_of(c, SL_DIALECT_ANTHROPIC, "claude-sonnet-4", 0, &r),
                      "anthropic:claude-sonnet-4-20250514,off:claude-sonnet-4:disabled,relay:claude-sonnet-4");
@@ -306,7 +303,7 @@ Test(route, model_map_renames_per_provider)
 
 Test(route, other_dialects_and_unmatched_models_are_not_offered)
 {
-    const sl_config_t *c = load(routed_yaml);
+    const sl_config_t *c = &routed;
     size_t r;
     cr_assert_str_eq(route_of(c, SL_DIALECT_GEMINI, "mixed-1", 0, &r),
                      "gemini:mixed-1:not_offered,openai-a:mixed-1:not_offered,anthropic:mixed-1:not_offered");
@@ -320,7 +317,7 @@ Test(route, other_dialects_and_unmatched_models_are_not_offered)
 
 Test(route, first_matching_route_wins_and_star_is_the_default)
 {
-    const sl_config_t *c = load(routed_yaml);
+    const sl_config_t *c = &routed;
     size_t r;
     cr_assert_str_eq(route_of(c, SL_DIALECT_ANTHROPIC, "llama-3", 0, &r), "relay:llama-3");
     cr_assert_eq(r, 6);
@@ -332,10 +329,11 @@ Test(route, first_matching_route_wins_and_star_is_the_default)
 
 Test(route, no_matching_route_leaves_the_outputs_untouched)
 {
-    const sl_config_t *c = load("providers:\n"
-                                "  - {name: a, protocol: anthropic}\n"
-                                "routes:\n"
-                                "  - {match: \"claude-*\", failover: [a]}\n");
+    sl_provider_t a = {.name = "a", .protocol = SL_DIALECT_ANTHROPIC, GLOBS("*")};
+    sl_route_t claude = {.match = "claude-*", .kind = SL_ROUTE_FAILOVER, MEMBERS({0, 1})};
+    const sl_config_t config = {
+        .providers = &a, .n_providers = 1, .has_routes = true, .routes = &claude, .n_routes = 1};
+    const sl_config_t *c = &config;
     sl_candidate_t cand[4];
     memset(cand, 0x77, sizeof cand);
     size_t n = 99, r = 98;
@@ -362,7 +360,7 @@ first_counts(const sl_config_t *c, sl_dialect_t d, const char *model, uint64_t f
 
 Test(route, weighted_balance_matches_the_weights_exactly_over_every_cycle)
 {
-    const sl_config_t *c = load(routed_yaml);
+    const sl_config_t *c = &routed;
     size_t firsts[16];
     /* openai-a (index 3) weight 1, openai-b (index 4) weight 3: W = 4, any 4 consecutive counters */
     static const uint64_t starts[] = {0, 1, 2, 3, 1000001, UINT64_MAX - 10};
@@ -378,7 +376,7 @@ Test(route, weighted_balance_matches_the_weights_exactly_over_every_cycle)
 
 Test(route, balanced_members_follow_the_first_as_failover_order)
 {
-    const sl_config_t *c = load(routed_yaml);
+    const sl_config_t *c = &routed;
     size_t r;
     /* equal weights rotate plainly: a, b, c, a, … with the others following in listed order */
     cr_assert_str_eq(route_of(c, SL_DIALECT_OPENAI_CHAT, "gpt-5", 0, &r),
@@ -393,7 +391,7 @@ Test(route, balanced_members_follow_the_first_as_failover_order)
 
 Test(route, members_that_cannot_serve_are_never_picked_first)
 {
-    const sl_config_t *c = load(routed_yaml);
+    const sl_config_t *c = &routed;
     size_t firsts[16];
     /* off (disabled) and anthropic (not offered to a Chat client) are skipped: only openai-a (2) and openai-b
      * (1) */
@@ -417,23 +415,26 @@ Test(route, members_that_cannot_serve_are_never_picked_first)
 
 Test(route, weighted_picks_are_spread_not_bunched)
 {
-    static const char *const configs[] = {
-        "  load_balance: [{name: a, weight: 1}, {name: b, weight: 3}]\n",
-        "  load_balance: [{name: a, weight: 5}, {name: b, weight: 1}, {name: c, weight: 1}]\n",
-        "  load_balance: [{name: a, weight: 2}, {name: b, weight: 3}, {name: c, weight: 5}]\n",
-        "  load_balance: [{name: a, weight: 1}, {name: b, weight: 100}]\n",
-        "  load_balance: [{name: a, weight: 7}, {name: b, weight: 6}, {name: c, weight: 1}, {name: d, "
-        "weight: 9}]\n",
+    static const uint32_t weights[][4] = {{1, 3}, {5, 1, 1}, {2, 3, 5}, {1, 100}, {7, 6, 1, 9}};
+    sl_provider_t providers[] = {
+        {.name = "a", .protocol = SL_DIALECT_ANTHROPIC, GLOBS("*")},
+        {.name = "b", .protocol = SL_DIALECT_ANTHROPIC, GLOBS("*")},
+        {.name = "c", .protocol = SL_DIALECT_ANTHROPIC, GLOBS("*")},
+        {.name = "d", .protocol = SL_DIALECT_ANTHROPIC, GLOBS("*")},
     };
-    for (size_t i = 0; i < N(configs); i++) {
-        char yaml[1024];
-        snprintf(yaml, sizeof yaml,
-                 "providers:\n  - {name: a, protocol: anthropic}\n  - {name: b, protocol: anthropic}\n"
-                 "  - {name: c, protocol: anthropic}\n  - {name: d, protocol: anthropic}\n"
-                 "routes:\n- match: \"*\"\n%s",
-                 configs[i]);
-        sl_config_result_free(&res);
-        const sl_config_t *c = load(yaml);
+    for (size_t i = 0; i < N(weights); i++) {
+        sl_route_member_t members[4];
+        size_t n_members = 0;
+        for (size_t m = 0; m < 4 && weights[i][m] > 0; m++)
+            members[n_members++] = (sl_route_member_t){m, weights[i][m]};
+        sl_route_t all = {
+            .match = "*", .kind = SL_ROUTE_LOAD_BALANCE, .members = members, .n_members = n_members};
+        const sl_config_t config = {.providers = providers,
+                                    .n_providers = N(providers),
+                                    .has_routes = true,
+                                    .routes = &all,
+                                    .n_routes = 1};
+        const sl_config_t *c = &config;
         const sl_route_t *rt = &c->routes[0];
         uint64_t total = 0;
         for (size_t m = 0; m < rt->n_members; m++)
@@ -461,19 +462,25 @@ Test(route, weighted_picks_are_spread_not_bunched)
 
 Test(route, without_routes_every_provider_of_the_dialect_offering_the_model_in_config_order)
 {
-    const sl_config_t *c = load("providers:\n"
-                                "  - {name: chat, protocol: openai-chat, models: [\"gpt-*\"]}\n"
-                                "  - {name: resp, protocol: openai-responses, models: [\"gpt-*\"]}\n"
-                                "  - {name: relay-off, protocol: openai-chat, disabled: true}\n"
-                                "  - {name: relay, protocol: openai-chat, model_map: {gpt-5: gpt-5-2025}}\n"
-                                "  - {name: claude, protocol: anthropic, models: [\"claude-*\"]}\n");
-    cr_assert_not(c->has_routes);
+    sl_provider_t providers[] = {
+        {.name = "chat", .protocol = SL_DIALECT_OPENAI_CHAT, GLOBS("gpt-*")},
+        {.name = "resp", .protocol = SL_DIALECT_OPENAI_RESPONSES, GLOBS("gpt-*")},
+        {.name = "relay-off", .protocol = SL_DIALECT_OPENAI_CHAT, GLOBS("*"), .disabled = true},
+        {.name = "relay",
+         .protocol = SL_DIALECT_OPENAI_CHAT,
+         GLOBS("*"),
+         .model_map = (sl_pair_t[]){{"gpt-5", "gpt-5-2025"}},
+         .n_model_map = 1},
+        {.name = "claude", .protocol = SL_DIALECT_ANTHROPIC, GLOBS("claude-*")},
+    };
+    const sl_config_t config = {.providers = providers, .n_providers = N(providers)};
+    const sl_config_t *c = &config;
     size_t r;
     cr_assert_str_eq(route_of(c, SL_DIALECT_OPENAI_CHAT, "gpt-5", 0, &r),
                      "chat:gpt-5,relay-off:gpt-5:disabled,relay:gpt-5-2025");
     cr_assert_eq(r, SL_ROUTE_BY_MODELS);
     cr_assert_str_eq(route_of(c, SL_DIALECT_OPENAI_RESPONSES, "gpt-5", 0, &r), "resp:gpt-5");
-    /* models defaults to "*": the relays take any name */
+    /* the relays offer "*": they take any name */
     cr_assert_str_eq(route_of(c, SL_DIALECT_OPENAI_CHAT, "llama", 0, &r),
                      "relay-off:llama:disabled,relay:llama");
     cr_assert_str_eq(route_of(c, SL_DIALECT_ANTHROPIC, "claude-x", 0, &r), "claude:claude-x");

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/sigv4.h"
+#include "sigv4.h"
 
 #define SUITE_MS     1440938160000LL /* 2015-08-30T12:36:00Z */
 #define SUITE_AKID   "AKIDEXAMPLE"
@@ -736,9 +736,7 @@ Test(sigv4_bedrock, converse_stream_request_is_signed_with_its_path_encoded_twic
     free(path.data);
 }
 
-/* ---- signing a built upstream head (core/dialect.h, Bedrock without a key) --------------------------- */
-
-#include "core/dialect.h"
+/* ---- signing a built upstream head (Bedrock without a key) ------------------------------------------ */
 
 #define BEDROCK_HEAD_LINE "POST /model/anthropic.claude%3Ax/converse-stream?x=1 HTTP/1.1\r\n"
 #define BEDROCK_HEAD                                                                                         \
@@ -752,7 +750,7 @@ Test(sigv4, a_bedrock_head_is_signed_over_its_own_method_target_host_and_body)
                                .target_off = 5,
                                .target_len = strlen(BEDROCK_HEAD_LINE) - 5 - strlen(" HTTP/1.1\r\n")};
     sl_aws_credentials_t creds = {SUITE_AKID, SUITE_SECRET, "session-token-1"};
-    cr_assert(sl_dialect_sign_head(&head, &info, "{}", 2, "us-east-1", &creds, SUITE_MS));
+    cr_assert(sl_sigv4_sign_head(&head, &info, "{}", 2, "us-east-1", &creds, SUITE_MS));
 
     /* The same request signed directly: what the head must now carry. */
     sl_sigv4_header_t host = {"host", "bedrock-runtime.us-east-1.amazonaws.com"};
@@ -790,7 +788,7 @@ Test(sigv4, a_head_without_a_host_is_left_unsigned)
     char *head = strdup(unsigned_head);
     sl_upstream_head_t info = {.auth = SL_UPSTREAM_AUTH_SIGV4_PENDING, .target_off = 5, .target_len = 17};
     sl_aws_credentials_t creds = {SUITE_AKID, SUITE_SECRET, NULL};
-    cr_assert_not(sl_dialect_sign_head(&head, &info, "{}", 2, "us-east-1", &creds, SUITE_MS));
+    cr_assert_not(sl_sigv4_sign_head(&head, &info, "{}", 2, "us-east-1", &creds, SUITE_MS));
     cr_assert_str_eq(head, unsigned_head);
     free(head);
 }

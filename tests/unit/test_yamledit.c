@@ -9,7 +9,7 @@
 
 #include "config.h"
 #include "core/xalloc.h"
-#include "core/yamledit.h"
+#include "yamledit.h"
 #include "test_config_env.h"
 
 static char err[256];

@@ -4,8 +4,10 @@
  * session_token?}`), checked against AWS's published test suite.
  *
  * Pure: the time is a parameter and nothing is read from the environment —
- * whoever picks the credentials (the config, or the AWS_* variables) passes
- * them in. HMAC-SHA256 and SHA-256 come from OpenSSL.
+ * the config loader resolves the credentials (the file's, or the AWS_*
+ * variables) and the caller passes them in. HMAC-SHA256 and SHA-256 come
+ * from OpenSSL, which is why this lives in the shell and not in core/
+ * (core links nothing but jansson).
  *
  * Paths are signed the way AWS checks them for every service but S3: the
  * canonical URI is the path as sent on the wire, URI-encoded once more. A
@@ -19,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/dialect.h"
 #include "core/xalloc.h"
 
 typedef struct sl_aws_credentials {
@@ -91,5 +94,18 @@ void sl_sigv4_free(sl_sigv4_t *s);
  * /model/{modelId}/converse-stream.
  */
 void sl_sigv4_encode_segment(sl_strbuf_t *out, const char *s, size_t n);
+
+/*
+ * Signs a head that sl_dialect_upstream_head left SL_UPSTREAM_AUTH_SIGV4_PENDING
+ * (Bedrock without a key) with AWS SigV4 for service "bedrock" in region:
+ * the method and target as written in the head, its host header, and the
+ * body; x-amz-date, x-amz-security-token (with a session token) and
+ * authorization are inserted before the head's final blank line. head is a
+ * NUL-terminated string of the head (malloc), replaced by the signed one.
+ * Returns false, head untouched, when the head has no host header or the
+ * signer refuses. Pure: the time is passed in.
+ */
+bool sl_sigv4_sign_head(char **head, const sl_upstream_head_t *info, const char *body, size_t body_len,
+                        const char *region, const sl_aws_credentials_t *creds, int64_t unix_ms);
 
 #endif

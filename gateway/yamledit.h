@@ -20,7 +20,7 @@
 
 #include <stddef.h>
 
-#include "config.h"
+#include "core/types.h"
 
 /* What sl_yamledit_redact_secrets writes instead of a literal secret. */
 #define SL_YAMLEDIT_SECRET_SENTINEL "***"

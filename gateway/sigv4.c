@@ -2,13 +2,14 @@
  * AWS Signature Version 4 (see sigv4.h): canonical request, string to sign,
  * the derived key chain, the Authorization value.
  */
-#include "core/sigv4.h"
+#include "sigv4.h"
 
 #include <limits.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
 #include <openssl/sha.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
@@ -360,4 +361,54 @@ sl_sigv4_free(sl_sigv4_t *s)
     free(s->canonical_request);
     free(s->string_to_sign);
     s->authorization = s->canonical_request = s->string_to_sign = NULL;
+}
+
+bool
+sl_sigv4_sign_head(char **head, const sl_upstream_head_t *info, const char *body, size_t body_len,
+                   const char *region, const sl_aws_credentials_t *creds, int64_t unix_ms)
+{
+    const char *h = *head;
+    const char *host = strstr(h, "\r\nhost: ");
+    const char *end = strstr(h, "\r\n\r\n");
+    const char *space = strchr(h, ' ');
+    if (host == NULL || end == NULL || space == NULL || host > end)
+        return false;
+    host += 8;
+    const char *host_end = strstr(host, "\r\n");
+    char method[16], *target = strndup(h + info->target_off, info->target_len),
+                     *host_value = strndup(host, (size_t)(host_end - host));
+    snprintf(method, sizeof(method), "%.*s", (int)(space - h), h);
+    char *query = strchr(target, '?');
+    if (query != NULL)
+        *query++ = '\0';
+    sl_sigv4_header_t signed_headers[] = {{"host", host_value}};
+    sl_sigv4_request_t req = {
+        .method = method,
+        .path = target,
+        .query = query,
+        .headers = signed_headers,
+        .n_headers = 1,
+        .payload = body,
+        .payload_len = body_len,
+        .region = region,
+        .service = SL_SIGV4_BEDROCK_SERVICE,
+        .unix_ms = unix_ms,
+    };
+    sl_sigv4_t sig;
+    bool ok = sl_sigv4_sign(&req, creds, &sig);
+    if (ok) {
+        sl_strbuf_t out = {0};
+        size_t before = (size_t)(end - h) + 2;
+        sl_strbuf_append(&out, h, before);
+        sl_strbuf_appendf(&out, "x-amz-date: %s\r\n", sig.amz_date);
+        if (sig.security_token != NULL)
+            sl_strbuf_appendf(&out, "x-amz-security-token: %s\r\n", sig.security_token);
+        sl_strbuf_appendf(&out, "authorization: %s\r\n\r\n", sig.authorization);
+        sl_sigv4_free(&sig);
+        free(*head);
+        *head = sl_strbuf_finish(&out);
+    }
+    free(target);
+    free(host_value);
+    return ok;
 }

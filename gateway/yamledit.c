@@ -5,7 +5,7 @@
  * original text with those ranges spliced. Nothing is ever re-emitted, so
  * what no edit touches stays byte for byte.
  */
-#include "core/yamledit.h"
+#include "yamledit.h"
 
 #include <assert.h>
 #include <inttypes.h>

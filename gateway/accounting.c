@@ -24,7 +24,7 @@ sl__usage_estimate(const request_t *r, const char *model)
  * somehow), else nothing. Counting tokens costs none.
  */
 sl_amounts_t
-sl__usage_real(const request_t *r, const charge_t *c, bool served)
+sl__usage_real(const request_t *r, const sl_charge_t *c, bool served)
 {
     const sl_usage_t *u = &r->rd.stream.usage;
     if (r->in.endpoint.op == SL_OP_COUNT_TOKENS)
@@ -50,95 +50,64 @@ sl__persist_usage(request_t *r, const sl_limit_set_t *set, int64_t at_ms, const 
                           a->cost_micros);
 }
 
-/* With the wait lock held: whether set's limits count tokens or cost, so the upstream must report usage. */
-bool
-sl__counts_tokens(const sl_limit_set_t *set)
-{
-    for (size_t i = 0; set != NULL && i < set->n; i++) {
-        if (set->states[i].limit.measure != SL_MEASURE_REQUESTS)
-            return true;
-    }
-    return false;
-}
-
-/* With the wait lock held: set is charged a at wall time now (the estimate, reserving room). */
-void
-sl__charge_locked(charge_t *c, sl_limit_set_t *set, int64_t now_wall, const sl_amounts_t *a)
-{
-    sl_limits_add(set->states, set->n, now_wall, now_wall, a);
-    *c = (charge_t){set, now_wall, *a};
-}
-
 /*
  * The hop's bytes go out now: its upstream charge moves from when it was
- * admitted to now. A connection may take a while (a handshake, a busy
+ * claimed to now. A connection may take a while (a handshake, a busy
  * loop), and the upstream counts a request from when it arrives; counted
- * from admission, it would leave sluice's window before it leaves the
+ * from the claim, it would leave sluice's window before it leaves the
  * upstream's, and the requests let in then would overshoot the limit there.
+ * The request DB counts it from here too.
  */
 void
-sl__recharge_at_send(request_t *r)
+sl__hop_sent(request_t *r)
 {
-    charge_t *c = &r->acct.up_charge;
-    int64_t now = sl_wall_ms();
-    if (c->set == NULL || now <= c->at_ms)
-        return;
-    sl_amounts_t back = {-c->amounts.requests, -c->amounts.tokens, -c->amounts.cost_micros};
-    sl_waitq_lock();
-    sl_limits_add(c->set->states, c->set->n, c->at_ms, now, &back);
-    sl_limits_add(c->set->states, c->set->n, now, now, &c->amounts);
-    sl_waitq_unlock();
-    if (c->at_ms / 60000 != now / 60000) {
-        sl__persist_usage(r, c->set, c->at_ms, &back);
-        sl__persist_usage(r, c->set, now, &c->amounts);
+    sl_upstream_t *dispatching = r->wait.dispatching;
+    r->wait.dispatching = NULL;
+    sl_charge_t *c = &r->acct.up_charge;
+    if (r->up != NULL)
+        sl_shared_hop_sent(r->gw->shared, r->up, dispatching != NULL, c, sl_wall_ms());
+    else if (dispatching != NULL)
+        sl_shared_end_dispatch(r->gw->shared, dispatching);
+    if (c->set != NULL && !r->acct.up_charge_persisted) {
+        sl__persist_usage(r, c->set, c->at_ms, &c->amounts);
+        r->acct.up_charge_persisted = true;
     }
-    c->at_ms = now;
-}
-
-/*
- * The estimate charged before is replaced by real, at the charge's own
- * time. When room came free, the head of waiters (may be NULL) may go.
- */
-void
-sl__settle(request_t *r, charge_t *c, const sl_amounts_t *real, sl_waitq_t *waiters)
-{
-    if (c->set == NULL)
-        return;
-    sl_amounts_t delta = {real->requests - c->amounts.requests, real->tokens - c->amounts.tokens,
-                          real->cost_micros - c->amounts.cost_micros};
-    sl_waitq_lock();
-    sl_limits_add(c->set->states, c->set->n, c->at_ms, sl_wall_ms(), &delta);
-    if (waiters != NULL && (delta.requests < 0 || delta.tokens < 0 || delta.cost_micros < 0))
-        sl_waitq_wake(waiters, 1);
-    sl_waitq_unlock();
-    sl__persist_usage(r, c->set, c->at_ms, &delta);
-    c->set = NULL;
 }
 
 /* ---- upstream bookkeeping ----------------------------------------------------------------- */
+
+sl_shared_call_t *
+sl__shared_call(request_t *r, sl_shared_call_t *call)
+{
+    sl_shared_cancel(r->gw->shared, call);
+    return call;
+}
 
 void
 sl__release_upstream(request_t *r)
 {
     if (r->up == NULL)
         return;
-    sl_upstream_t *up = r->up;
     /* A 429 (or a request the upstream never read) is not counted against its limits; anything else is. */
     bool served = r->phase == PHASE_STREAMING && r->out.answer == ANSWER_UPSTREAM;
-    sl_amounts_t used =
-        r->acct.hop_uncounted ? (sl_amounts_t){0} : sl__usage_real(r, &r->acct.up_charge, served);
-    sl__settle(r, &r->acct.up_charge, &used, NULL);
-    pthread_mutex_lock(&up->lock);
-    up->in_flight--;
-    if (r->is_probe)
-        sl_breaker_release_probe(&up->breaker);
-    pthread_mutex_unlock(&up->lock);
-    /* A slot came free (the queue's head may take it); a probe that never got an answer is handed back. */
-    sl_waitq_lock();
-    if (r->wait.throttle_probe)
-        sl_throttle_probe_abandoned(&up->throttle);
-    sl_waitq_wake(&up->waitq, 1);
-    sl_waitq_unlock();
+    sl_charge_t *c = &r->acct.up_charge;
+    sl_amounts_t used = r->acct.hop_uncounted ? (sl_amounts_t){0} : sl__usage_real(r, c, served);
+    /* The request DB has the estimate from when the hop was sent: it gets the difference. */
+    if (c->set != NULL) {
+        sl_amounts_t counted = r->acct.up_charge_persisted ? c->amounts : (sl_amounts_t){0};
+        sl_amounts_t delta = {used.requests - counted.requests, used.tokens - counted.tokens,
+                              used.cost_micros - counted.cost_micros};
+        sl__persist_usage(r, c->set, c->at_ms, &delta);
+    }
+    sl_shared_release_upstream(r->gw->shared, &(sl_upstream_release_t){
+                                                  .up = r->up,
+                                                  .charge = c,
+                                                  .used = used,
+                                                  .throttle_probe = r->wait.throttle_probe,
+                                                  .breaker_probe = r->is_probe,
+                                                  .wall_ms = sl_wall_ms(),
+                                              });
+    r->acct.up_charge_persisted = false;
     r->wait.throttle_probe = false;
     r->up = NULL;
     r->is_probe = false;
@@ -179,7 +148,7 @@ sl__upstream_served(request_t *r)
 void
 sl__settle_key(request_t *r, bool served)
 {
-    charge_t *c = &r->acct.key_charge;
+    sl_charge_t *c = &r->acct.key_charge;
     if (c->set == NULL)
         return;
     /*
@@ -187,5 +156,8 @@ sl__settle_key(request_t *r, bool served)
      * request the gateway answered without any upstream (a final 429, an estimate).
      */
     sl_amounts_t used = r->acct.hops_sent > 0 ? sl__usage_real(r, c, served) : (sl_amounts_t){0};
-    sl__settle(r, c, &used, &c->set->queue);
+    sl_amounts_t delta = {used.requests - c->amounts.requests, used.tokens - c->amounts.tokens,
+                          used.cost_micros - c->amounts.cost_micros};
+    sl__persist_usage(r, c->set, c->at_ms, &delta);
+    sl_shared_settle(r->gw->shared, c, &used, true, sl_wall_ms());
 }

@@ -1,9 +1,19 @@
 /*
- * Admission (behaviour.md §2, §6, §7): claiming an upstream for a hop (throttle, usage
- * limits, max_concurrent, breaker), the client key's limits, waiting in upstream and key queues, and
- * giving up with the final 429.
+ * Admission (behaviour.md §2, §6, §7): claiming an upstream for a hop (its line, throttle, usage
+ * limits, max_concurrent, breaker), the client key's limits, waiting in upstream and key lines, and
+ * giving up with the final 429. What requests share is reached only through the shared state
+ * (shared_state.h), whose answers come back through callbacks: each step continues in its callback.
  */
 #include "req.h"
+
+/* The shared state's news of the hop's upstream: ThrottleChanged when what it shows moved. */
+static void
+on_throttle_news(void *ctx, const sl_throttle_news_t *news)
+{
+    request_t *r = ctx;
+    if (news->changed)
+        sl__emit_throttle(r, news->up->name, &news->throttle);
+}
 
 /* The upstream of the hop answered (anything but a 429): its streak resets and a probe passes. */
 void
@@ -11,17 +21,9 @@ sl__throttle_answered(request_t *r)
 {
     if (r->up == NULL)
         return;
-    sl_upstream_t *up = r->up;
-    sl_waitq_lock();
-    bool changed = sl_throttle_on_answer(&up->throttle, sl_now_ms());
-    sl_throttle_t throttle = up->throttle;
-    /* The queue moves one at a time, in order: each request that leaves wakes the next. */
-    if (changed)
-        sl_waitq_wake(&up->waitq, 1);
-    sl_waitq_unlock();
+    sl_shared_upstream_answered(r->gw->shared, r->up, sl_now_ms(), sl__shared_call(r, &r->acct.news),
+                                on_throttle_news, r);
     r->wait.throttle_probe = false;
-    if (changed)
-        sl__emit_throttle(r, up->name, &throttle);
 }
 
 /*
@@ -34,16 +36,11 @@ sl__throttle_pause(request_t *r, int64_t hint_ms)
 {
     if (r->up == NULL)
         return;
-    sl_upstream_t *up = r->up;
-    sl_waitq_lock();
-    bool changed = sl_throttle_on_429(&up->throttle, sl_now_ms(), hint_ms,
-                                      r->config->failover.rate_limit_max_pause_secs, &r->gw->retry_params);
-    sl_throttle_t throttle = up->throttle;
-    sl_waitq_unlock();
     r->wait.throttle_probe = false;
     r->acct.hop_uncounted = true;
-    if (changed)
-        sl__emit_throttle(r, up->name, &throttle);
+    sl_shared_upstream_rate_limited(r->gw->shared, r->up, sl_now_ms(), hint_ms,
+                                    r->config->failover.rate_limit_max_pause_secs, &r->gw->retry_params,
+                                    sl__shared_call(r, &r->acct.news), on_throttle_news, r);
 }
 
 /* A hop goes out after waiting: the time queued (for its key, then its upstreams) is its pause_ms. */
@@ -61,19 +58,7 @@ sl__note_queued_time(request_t *r, attempt_t *a, const char *provider)
     }
 }
 
-/* The heads of the queues it waited in may go now. */
-static void
-wake_next_in_line(request_t *r)
-{
-    sl_waitq_lock();
-    for (size_t i = 0; i < r->n_cands; i++)
-        sl_waitq_wake(&r->snapshot->upstreams[r->cands[i].provider]->waitq, 1);
-    if (r->acct.key_limits != NULL)
-        sl_waitq_wake(&r->acct.key_limits->queue, 1);
-    sl_waitq_unlock();
-}
-
-/* The request released from a queue is on its way (or gone): the next in that queue may go. */
+/* The request released from a line is on its way (or gone): the next in that line may go. */
 void
 sl__end_dispatch(request_t *r)
 {
@@ -81,22 +66,25 @@ sl__end_dispatch(request_t *r)
     if (up == NULL)
         return;
     r->wait.dispatching = NULL;
-    sl_waitq_lock();
-    up->dispatching = false;
-    sl_waitq_wake(&up->waitq, 1);
-    sl_waitq_unlock();
+    sl_shared_end_dispatch(r->gw->shared, up);
 }
 
-/* Leaves every queue. Leaving for a hop, the next in line goes once this one is sent; otherwise now. */
+/* Leaves every line. Leaving for a hop, the next in line goes once this one is sent; otherwise now. */
 void
 sl__stop_waiting(request_t *r, bool for_hop)
 {
     sl_timer_cancel(&r->io->timers, &r->wait.wait_timer);
+    sl_shared_cancel(r->gw->shared, &r->wait.call);
     if (r->wait.waiter != NULL) {
-        sl_waiter_release(r->wait.waiter);
+        /* The heads of the lines it waited in may go now. */
+        sl_line_t wake[r->n_cands + 2];
+        size_t n = 0;
+        for (size_t i = 0; !for_hop && i < r->n_cands; i++)
+            wake[n++] = (sl_line_t){.up = r->snapshot->upstreams[r->cands[i].provider]};
+        if (!for_hop && r->acct.key_limits != NULL)
+            wake[n++] = (sl_line_t){.key = r->acct.key_limits};
+        sl_shared_leave_lines(r->gw->shared, r->wait.waiter, wake, n);
         r->wait.waiter = NULL;
-        if (!for_hop)
-            wake_next_in_line(r);
     }
     if (!for_hop)
         sl__end_dispatch(r);
@@ -114,10 +102,7 @@ look_again(request_t *r)
     if (r->phase != PHASE_QUEUED)
         return;
     if (r->wait.key_waiting) {
-        if (sl__admit_key(r)) {
-            r->next = 0;
-            sl__next_hop(r);
-        }
+        sl__admit_key_then_route(r);
         return;
     }
     for (size_t i = 0; i < r->n_cands; i++) {
@@ -180,7 +165,7 @@ gate_of(const request_t *r, size_t i, int64_t now)
     switch (r->skips[i]) {
     case SL_SKIP_THROTTLED:
         return (sl_wait_gate_t){.skip = SL_SKIP_THROTTLED,
-                                .recovery_ms = sl_throttle_recovery_ms(&up->throttle, now)};
+                                .recovery_ms = sl_shared_pause_of(r->gw->shared, up, now).recovery_ms};
     case SL_SKIP_BUSY:
         return (sl_wait_gate_t){.skip = SL_SKIP_BUSY, .recovery_ms = now};
     case SL_SKIP_WINDOW_FULL:
@@ -190,6 +175,28 @@ gate_of(const request_t *r, size_t i, int64_t now)
     default:
         return (sl_wait_gate_t){.skip = r->skips[i], .recovery_ms = SL_THROTTLE_NEVER};
     }
+}
+
+/* Joined its lines, or not (the gateway is draining: it ends here, its client may retry elsewhere at once).
+ */
+static void
+on_lines_joined(void *ctx, const sl_lines_joined_t *result)
+{
+    request_t *r = ctx;
+    if (!result->joined)
+        sl__refuse_to_wait(r, SL_CODE_GW_SHUTTING_DOWN, "1");
+}
+
+/* Waits in lines (n of them) for the gates (for RequestQueued) until woken, or timer_ms at the latest. */
+static void
+wait_in_lines(request_t *r, int64_t now, const sl_line_t *lines, size_t n, const sl_bus_gate_t *gates,
+              size_t n_gates, int64_t timer_ms)
+{
+    if (r->wait.waiter == NULL)
+        r->wait.waiter = sl_waiter_new(r->io->inbox, r, r->id);
+    start_waiting(r, now, gates, n_gates, timer_ms);
+    sl_shared_join_lines(r->gw->shared, r->wait.waiter, lines, n, sl__shared_call(r, &r->wait.call),
+                         on_lines_joined, r);
 }
 
 /*
@@ -205,23 +212,20 @@ sl__wait_or_give_up(request_t *r)
         sl__answer_token_estimate(r);
         return;
     }
+    /*
+     * Draining: nothing starts to wait, and whoever waits is woken to end
+     * here (joining a line checks again, under the lock the drain's wake-up
+     * takes). A waiting request would be cut at the end of the grace;
+     * answered now, its client can retry elsewhere at once.
+     */
+    if (atomic_load(&r->gw->stopping)) {
+        sl__refuse_to_wait(r, SL_CODE_GW_SHUTTING_DOWN, "1");
+        return;
+    }
     size_t n = r->n_cands;
     int64_t now = sl_now_ms();
     sl_wait_gate_t gates[n + 1];
     bool wait_on[n + 1];
-    sl_waitq_lock();
-    /*
-     * Draining: nothing starts to wait, and whoever waits is woken to end
-     * here (read under the wait lock, which the drain's wake-up takes after
-     * setting stopping, so no one joins unseen). A waiting request would be
-     * cut at the end of the grace; answered now, its client can retry
-     * elsewhere at once.
-     */
-    if (atomic_load(&r->gw->stopping)) {
-        sl_waitq_unlock();
-        sl__refuse_to_wait(r, SL_CODE_GW_SHUTTING_DOWN, "1");
-        return;
-    }
     for (size_t i = 0; i < n; i++)
         gates[i] = gate_of(r, i, now);
     size_t own = sl__pinned_candidate(r);
@@ -233,31 +237,7 @@ sl__wait_or_give_up(request_t *r)
     if (!sl__may_wait(r))
         req.deadline_ms = now;
     sl_wait_decision_t d = sl_wait_decide(gates, n, &req, wait_on);
-    /*
-     * A request behind others in a paused upstream's line waits for the
-     * line (a busy gate: woken as it moves), but what holds the line is the
-     * pause: RequestQueued says so, with the pause's end.
-     */
-    int64_t behind_pause_until[n + 1];
-    for (size_t i = 0; i < n; i++) {
-        const sl_throttle_t *t = &r->snapshot->upstreams[r->cands[i].provider]->throttle;
-        behind_pause_until[i] = gates[i].skip == SL_SKIP_BUSY && sl_throttle_kind(t) != SL_THROTTLE_FREE
-                                    ? sl_throttle_recovery_ms(t, now)
-                                    : -1;
-    }
-    bool joined = false;
-    if (d.action == SL_WAIT_WAIT && may_start_waiting(r)) {
-        if (r->wait.waiter == NULL)
-            r->wait.waiter = sl_waiter_new(r->io->inbox, r, r->id);
-        for (size_t i = 0; i < n; i++) {
-            if (wait_on[i])
-                sl_waiter_join(r->wait.waiter, &r->snapshot->upstreams[r->cands[i].provider]->waitq);
-        }
-        joined = true;
-    }
-    sl_waitq_unlock();
-
-    if (d.action == SL_WAIT_WAIT && !joined) {
+    if (d.action == SL_WAIT_WAIT && !may_start_waiting(r)) {
         sl__refuse_to_wait(r, SL_CODE_GW_WAIT_OVERLOADED, "5");
         return;
     }
@@ -265,27 +245,41 @@ sl__wait_or_give_up(request_t *r)
     case SL_WAIT_SEND_NOW:
     case SL_WAIT_WAIT: {
         sl_bus_gate_t bus_gates[n + 1];
-        size_t k = 0;
+        sl_line_t lines[n + 1];
+        size_t k = 0, n_lines = 0;
         int64_t wall = sl_wall_ms();
         for (size_t i = 0; i < n; i++) {
+            sl_upstream_t *up = r->snapshot->upstreams[r->cands[i].provider];
+            if (d.action == SL_WAIT_WAIT && wait_on[i])
+                lines[n_lines++] = (sl_line_t){.up = up};
             if (!wait_on[i] && d.action == SL_WAIT_WAIT)
                 continue;
             if (gates[i].out_of_round || !sl_skip_may_pass(gates[i].skip) ||
                 gates[i].skip == SL_SKIP_PERIOD_USED_UP)
                 continue;
-            bool paused = behind_pause_until[i] >= 0;
+            /*
+             * A request behind others in a paused upstream's line waits for
+             * the line (a busy gate: woken as it moves), but what holds the
+             * line is the pause: RequestQueued says so, with the pause's end.
+             */
+            sl_pause_t pause = gates[i].skip == SL_SKIP_BUSY ? sl_shared_pause_of(r->gw->shared, up, now)
+                                                             : (sl_pause_t){.kind = SL_THROTTLE_FREE};
+            bool paused = pause.kind != SL_THROTTLE_FREE;
             bool timed = gates[i].skip != SL_SKIP_BUSY;
             bus_gates[k++] = (sl_bus_gate_t){
                 .upstream = sl__provider_of(r, i)->name,
                 .skip = paused ? SL_SKIP_THROTTLED : gates[i].skip,
-                .until_ms = paused  ? sl__wall_of(now, wall, behind_pause_until[i])
+                .until_ms = paused  ? sl__wall_of(now, wall, pause.recovery_ms)
                             : timed ? sl__wall_of(now, wall, gates[i].recovery_ms)
                                     : -1,
             };
         }
         /* Woken by a message when a slot frees or a probe passes; the timer covers pauses, windows and the
          * deadline. */
-        start_waiting(r, now, bus_gates, k, d.action == SL_WAIT_SEND_NOW ? now : d.wake_ms);
+        if (d.action == SL_WAIT_SEND_NOW)
+            start_waiting(r, now, bus_gates, k, now);
+        else
+            wait_in_lines(r, now, lines, n_lines, bus_gates, k, d.wake_ms);
         break;
     }
     case SL_WAIT_FINAL_429: {
@@ -305,44 +299,22 @@ sl__wait_or_give_up(request_t *r)
     }
 }
 
-/*
- * A client key's limits (§7), once per request before any candidate: a
- * full minute/hour window holds the request in the key's queue (gate
- * key_window, in arrival order) within its deadline; a used-up period or a
- * request larger than a whole limit is answered 429 at once. Admitted, the
- * key is charged the estimate; sl__end_request settles the real figure. Returns
- * true when the request goes on to its candidates now.
- */
-bool
-sl__admit_key(request_t *r)
+/* The key's verdict: admitted (routing starts), waiting in the key's line, or answered 429. */
+static void
+on_key_claimed(void *ctx, const sl_key_claim_result_t *res)
 {
-    sl_limit_set_t *set = r->acct.key_limits;
-    if (set == NULL || r->acct.key_charge.set != NULL)
-        return true;
+    request_t *r = ctx;
     int64_t now = sl_now_ms(), wall = sl_wall_ms();
-    sl_amounts_t need = sl__usage_estimate(r, r->in.model);
-    sl_waitq_lock();
-    if (set->n == 0) {
-        sl_waitq_unlock();
-        return true;
-    }
-    if (atomic_load(&r->gw->stopping)) {
-        sl_waitq_unlock();
+    if (res->draining) {
         sl__refuse_to_wait(r, SL_CODE_GW_SHUTTING_DOWN, "1");
-        return false;
+        return;
     }
-    /* Nobody overtakes the key's queue. */
-    bool first = r->wait.waiter != NULL ? sl_waitq_is_head(&set->queue, r->wait.waiter) : set->queue.len == 0;
-    sl_limits_check_t c = sl_limits_check(set->states, set->n, wall, &need);
-    if (c.verdict == SL_LIMIT_OK && first) {
-        sl__charge_locked(&r->acct.key_charge, set, wall, &need);
-        r->acct.key_counts_tokens = sl__counts_tokens(set);
-        if (r->wait.waiter != NULL) {
-            sl_waiter_leave_all(r->wait.waiter);
-            sl_waitq_wake(&set->queue, 1);
+    if (res->admitted) {
+        if (res->charge.set != NULL) {
+            r->acct.key_charge = res->charge;
+            r->acct.key_counts_tokens = res->counts_tokens;
+            sl__persist_usage(r, res->charge.set, res->charge.at_ms, &res->charge.amounts);
         }
-        sl_waitq_unlock();
-        sl__persist_usage(r, set, wall, &need);
         if (r->wait.key_waiting) {
             /* Its wait for upstreams, if any, is a queueing of its own. */
             r->wait.key_waiting = false;
@@ -350,49 +322,43 @@ sl__admit_key(request_t *r)
             r->wait.queued = false;
             sl__emit_dequeued(r, NULL);
         }
-        return true;
+        r->next = 0;
+        sl__next_hop(r);
+        return;
     }
-    sl_limit_t which = set->states[c.which].limit;
+    const sl_limits_check_t *c = &res->check;
     sl_wait_gate_t gate = {.skip = SL_SKIP_BUSY, .recovery_ms = now}; /* room, but others are first */
-    if (c.verdict == SL_LIMIT_WINDOW_FULL)
+    if (c->verdict == SL_LIMIT_WINDOW_FULL)
         gate = (sl_wait_gate_t){.skip = SL_SKIP_WINDOW_FULL,
-                                .recovery_ms = sl__mono_of(now, wall, c.recovery_ms)};
-    else if (c.verdict == SL_LIMIT_PERIOD_USED_UP)
+                                .recovery_ms = sl__mono_of(now, wall, c->recovery_ms)};
+    else if (c->verdict == SL_LIMIT_PERIOD_USED_UP)
         gate = (sl_wait_gate_t){.skip = SL_SKIP_PERIOD_USED_UP,
-                                .recovery_ms = sl__mono_of(now, wall, c.recovery_ms)};
-    else if (c.verdict == SL_LIMIT_NEVER)
+                                .recovery_ms = sl__mono_of(now, wall, c->recovery_ms)};
+    else if (c->verdict == SL_LIMIT_NEVER)
         gate = (sl_wait_gate_t){.skip = SL_SKIP_WINDOW_FULL, .recovery_ms = SL_THROTTLE_NEVER};
     sl_wait_request_t wr = {
         .now_ms = now, .deadline_ms = sl__may_wait(r) ? r->retry.deadline_ms : now, .own = SL_WAIT_NO_OWN};
     bool wait_on[1];
     sl_wait_decision_t d = sl_wait_decide(&gate, 1, &wr, wait_on);
-    bool joined = d.action == SL_WAIT_WAIT && may_start_waiting(r);
-    if (joined) {
-        if (r->wait.waiter == NULL)
-            r->wait.waiter = sl_waiter_new(r->io->inbox, r, r->id);
-        sl_waiter_join(r->wait.waiter, &set->queue);
-    }
-    sl_waitq_unlock();
-
     char limit[SL_LIMIT_TEXT_MAX];
-    sl_limit_describe(&which, limit, sizeof(limit));
-    if (d.action == SL_WAIT_WAIT && !joined) {
+    sl_limit_describe(&res->limit, limit, sizeof(limit));
+    if (d.action == SL_WAIT_WAIT && !may_start_waiting(r)) {
         sl__refuse_to_wait(r, SL_CODE_GW_WAIT_OVERLOADED, "5");
-        return false;
+        return;
     }
     if (d.action != SL_WAIT_WAIT) {
-        if (c.verdict == SL_LIMIT_NEVER) {
+        if (c->verdict == SL_LIMIT_NEVER) {
             snprintf(r->wait.too_large_limit, sizeof(r->wait.too_large_limit), "%s", limit);
             sl__answer_too_large(r, &d, "this key");
-        } else if (c.verdict == SL_LIMIT_PERIOD_USED_UP) {
+        } else if (c->verdict == SL_LIMIT_PERIOD_USED_UP) {
             char until[64];
-            sl_text_local_time(r->config->tz, c.recovery_ms, until, sizeof(until));
+            sl_text_local_time(r->config->tz, c->recovery_ms, until, sizeof(until));
             sl__answer_final_429(r, &d,
                                  sl_msg_make(SL_CODE_GW_KEY_USED_UP, "limit", limit, "until", until, NULL));
         } else {
             sl__answer_final_429(r, &d, sl_msg_make(SL_CODE_GW_KEY_WINDOW_FULL, "limit", limit, NULL));
         }
-        return false;
+        return;
     }
     r->wait.key_waiting = true;
     sl_bus_gate_t bus_gate = {
@@ -400,108 +366,101 @@ sl__admit_key(request_t *r)
         .skip = SL_SKIP_KEY_WINDOW,
         .until_ms = gate.skip == SL_SKIP_WINDOW_FULL ? sl__wall_of(now, wall, gate.recovery_ms) : -1,
     };
-    start_waiting(r, now, &bus_gate, 1, d.wake_ms);
-    return false;
+    wait_in_lines(r, now, &(sl_line_t){.key = r->acct.key_limits}, 1, &bus_gate, 1, d.wake_ms);
 }
 
 /*
- * Takes the upstream for a hop: room in its usage limits (charged with the
- * request's estimate), a slot under its max_concurrent and, unless the
- * breaker is bypassed, its permission (or its half-open probe). Returns
- * SL_SKIP_NONE when taken, else why it is skipped now (with
- * r->wait.recovery_ms[cand] set for a limit).
+ * A client key's limits (§7), once per request before any candidate: a
+ * full minute/hour window holds the request in the key's line (gate
+ * key_window, in arrival order) within its deadline; a used-up period or a
+ * request larger than a whole limit is answered 429 at once. Admitted, the
+ * key is charged the estimate; sl__end_request settles the real figure.
  */
-sl_skip_t
+void
+sl__admit_key_then_route(request_t *r)
+{
+    sl_limit_set_t *set = r->acct.key_limits;
+    if (set == NULL || r->acct.key_charge.set != NULL) {
+        r->next = 0;
+        sl__next_hop(r);
+        return;
+    }
+    sl_key_claim_t claim = {.key = set,
+                            .need = sl__usage_estimate(r, r->in.model),
+                            .waiter = r->wait.waiter,
+                            .wall_ms = sl_wall_ms()};
+    sl_shared_claim_key(r->gw->shared, &claim, sl__shared_call(r, &r->wait.call), on_key_claimed, r);
+}
+
+/* The shared state's answer to a claim: what the hop took (kept in the request), or why it is skipped. */
+static void
+on_upstream_claimed(request_t *r, size_t cand, const sl_upstream_claim_result_t *res)
+{
+    sl_upstream_t *up = r->snapshot->upstreams[r->cands[cand].provider];
+    if (res->reached_limits)
+        r->acct.hop_needs_usage = r->acct.key_counts_tokens || res->counts_tokens;
+    if (res->skip == SL_SKIP_NONE) {
+        r->up = up;
+        r->is_probe = res->breaker_probe;
+        r->wait.throttle_probe = res->throttle_probe;
+        r->wait.dispatching = res->dispatching ? up : NULL;
+        r->acct.up_charge = res->charge;
+        r->acct.up_charge_persisted = false;
+    } else if (res->skip == SL_SKIP_WINDOW_FULL || res->skip == SL_SKIP_PERIOD_USED_UP) {
+        r->wait.recovery_ms[cand] = res->recovery_ms;
+        if (res->recovery_ms == SL_THROTTLE_NEVER) {
+            char text[SL_LIMIT_TEXT_MAX];
+            sl_limit_describe(&res->limit, text, sizeof(text));
+            snprintf(r->wait.too_large_limit, sizeof(r->wait.too_large_limit), "%s", text);
+        }
+    }
+    if (res->throttle_changed)
+        sl__emit_throttle(r, up->name, &res->throttle);
+    if (res->limits_changed)
+        sl__emit_limit_throttle(r, up->name, res->shown, res->shown_until_ms, &res->limit, &res->throttle);
+    if (res->breaker_changed)
+        sl__emit_health(r, up->name, res->breaker);
+}
+
+static void
+on_claimed(void *ctx, const sl_upstream_claim_result_t *res)
+{
+    request_t *r = ctx;
+    size_t cand = r->wait.claiming;
+    on_upstream_claimed(r, cand, res);
+    if (res->skip == SL_SKIP_NONE) {
+        sl__send_hop(r);
+        return;
+    }
+    sl__skip_attempt(r, &r->attempts[r->n_attempts - 1], res->skip);
+    r->next = cand + 1;
+    sl__next_hop(r);
+}
+
+/*
+ * Takes the upstream for a hop: its line, its throttle, room in its usage
+ * limits (reserving the request's estimate), a slot under its
+ * max_concurrent and, unless the breaker is bypassed, its permission (or
+ * its half-open probe).
+ */
+void
 sl__claim_upstream(request_t *r, size_t cand)
 {
     sl_upstream_t *up = r->snapshot->upstreams[r->cands[cand].provider];
     sl_limit_set_t *set =
         r->snapshot->limits.providers != NULL ? r->snapshot->limits.providers[r->cands[cand].provider] : NULL;
-    uint32_t max_concurrent = sl__provider_of(r, cand)->max_concurrent;
-    sl_amounts_t need = {0}; /* the estimate, made only for an upstream with limits */
-    int64_t now = sl_now_ms(), wall = sl_wall_ms();
-    sl_limits_check_t limits = {.verdict = SL_LIMIT_OK};
-    bool limits_changed = false;
-    sl_limit_t limit = {0};
-    sl_waitq_lock();
-    bool throttle_changed = sl_throttle_check(&up->throttle, now);
-    /* Waiters go in arrival order: a request that is not first in the queue lets the first go. */
-    bool first = r->wait.waiter != NULL ? sl_waitq_is_head(&up->waitq, r->wait.waiter) : up->waitq.len == 0;
-    bool throttle_probe = false;
-    /*
-     * Whoever waits is served first, in arrival order: nobody overtakes the
-     * queue's head, and the head goes only once the one released before it
-     * is on its way — so the upstream receives them in arrival order.
-     */
-    bool in_line = !first || up->dispatching;
-    bool admitted = !in_line && sl_throttle_admit(&up->throttle, now, first, &throttle_probe);
-    sl_throttle_t throttle = up->throttle;
-    /* Behind others in line it waits as for a slot: woken when the line moves, not by a timer. */
-    sl_skip_t skip = admitted ? SL_SKIP_NONE : in_line ? SL_SKIP_BUSY : SL_SKIP_THROTTLED;
-    bool breaker_changed = false;
-    sl_breaker_t breaker = {0};
-    if (admitted && set != NULL && set->n > 0) {
-        need = sl__usage_estimate(r, r->cands[cand].model);
-        limits = sl_limits_check(set->states, set->n, wall, &need);
-        limit = set->states[limits.which].limit;
-        if (sl__shown_verdict(limits.verdict) != set->shown && limits.verdict != SL_LIMIT_NEVER) {
-            set->shown = sl__shown_verdict(limits.verdict);
-            set->shown_until_ms = limits.recovery_ms;
-            set->shown_limit = set->states[limits.which].limit;
-            limits_changed = true;
-        }
-        if (limits.verdict != SL_LIMIT_OK) {
-            skip = limits.verdict == SL_LIMIT_PERIOD_USED_UP ? SL_SKIP_PERIOD_USED_UP : SL_SKIP_WINDOW_FULL;
-            r->wait.recovery_ms[cand] = limits.verdict == SL_LIMIT_NEVER
-                                            ? SL_THROTTLE_NEVER
-                                            : sl__mono_of(now, wall, limits.recovery_ms);
-        }
-    }
-    if (admitted && skip == SL_SKIP_NONE) {
-        pthread_mutex_lock(&up->lock);
-        if (max_concurrent > 0 && up->in_flight >= max_concurrent) {
-            skip = SL_SKIP_BUSY;
-        } else {
-            bool is_probe = false;
-            sl_breaker_state_t state = sl_breaker_check(&up->breaker, now, &is_probe, &breaker_changed);
-            /* A single candidate bypasses the breaker; so does a request whose candidates are all cooling. */
-            if (state == SL_BREAKER_CLOSED || is_probe || r->cooling_ignored || r->n_offered == 1) {
-                up->in_flight++;
-                r->is_probe = is_probe;
-            } else {
-                skip = SL_SKIP_COOLING;
-            }
-        }
-        breaker = up->breaker;
-        pthread_mutex_unlock(&up->lock);
-    }
-    if (admitted) {
-        if (skip != SL_SKIP_NONE && throttle_probe)
-            sl_throttle_probe_abandoned(&up->throttle);
-        else
-            r->wait.throttle_probe = throttle_probe;
-        if (skip == SL_SKIP_NONE && r->wait.waiter != NULL) {
-            up->dispatching = true;
-            r->wait.dispatching = up;
-        }
-        if (skip == SL_SKIP_NONE && set != NULL && set->n > 0)
-            sl__charge_locked(&r->acct.up_charge, set, wall, &need);
-        r->acct.hop_needs_usage = r->acct.key_counts_tokens || sl__counts_tokens(set);
-    }
-    sl_waitq_unlock();
-    if (r->acct.up_charge.set != NULL && skip == SL_SKIP_NONE)
-        sl__persist_usage(r, set, wall, &need);
-    if (limits.verdict == SL_LIMIT_NEVER) {
-        char text[SL_LIMIT_TEXT_MAX];
-        sl_limit_describe(&limit, text, sizeof(text));
-        snprintf(r->wait.too_large_limit, sizeof(r->wait.too_large_limit), "%s", text);
-    }
-    if (throttle_changed)
-        sl__emit_throttle(r, up->name, &throttle);
-    if (limits_changed)
-        sl__emit_limit_throttle(r, up->name, sl__shown_verdict(limits.verdict), limits.recovery_ms, &limit,
-                                &throttle);
-    if (breaker_changed)
-        sl__emit_health(r, up->name, breaker);
-    return skip;
+    sl_upstream_claim_t claim = {
+        .up = up,
+        .limits = set,
+        /* The estimate, made only for an upstream with limits. */
+        .need = set != NULL ? sl__usage_estimate(r, r->cands[cand].model) : (sl_amounts_t){0},
+        .max_concurrent = sl__provider_of(r, cand)->max_concurrent,
+        /* A single candidate bypasses the breaker; so does a request whose candidates are all cooling. */
+        .bypass_breaker = r->cooling_ignored || r->n_offered == 1,
+        .waiter = r->wait.waiter,
+        .now_ms = sl_now_ms(),
+        .wall_ms = sl_wall_ms(),
+    };
+    r->wait.claiming = cand;
+    sl_shared_claim_upstream(r->gw->shared, &claim, sl__shared_call(r, &r->wait.call), on_claimed, r);
 }

@@ -42,6 +42,7 @@
 #include "core/text.h"
 #include "core/xalloc.h"
 #include "hop.h"
+#include "shared_state.h"
 #include "waitq.h"
 #include "intake.h"
 #include "log.h"
@@ -129,13 +130,6 @@ typedef struct {
     int64_t backoff_ms;      /* the pause before its round, on the round's first hop only; -1 = none */
 } attempt_t;
 
-/* What a usage limit set was charged for this request (behaviour.md §7), settled when it is over. */
-typedef struct {
-    sl_limit_set_t *set; /* NULL: nothing charged */
-    int64_t at_ms;       /* wall clock: when it was charged; the settlement lands there too */
-    sl_amounts_t amounts;
-} charge_t;
-
 /* Why the last hop failed, kept for the final answer when no candidate is left. */
 typedef struct {
     bool any;
@@ -173,7 +167,7 @@ typedef struct {
     /* The hop in flight (request.c, upstream_write.c). */
     size_t cur; /* its candidate */
     sl_hop_t *hop;
-    sl_upstream_t *up;      /* its upstream; in_flight counted while set */
+    sl_upstream_t *up;      /* its upstream; its claim (a slot, probes, the charge) held while set */
     bool is_probe;          /* it is its upstream's half-open breaker probe */
     bool fresh;             /* it goes out on a connection opened for it (a stale keep-alive's resend) */
     char *head;             /* the upstream request head (malloc) */
@@ -240,19 +234,23 @@ typedef struct {
         int64_t queued_since_ms;
         bool counts_waiting; /* its body counts against limits.max_waiting_bytes */
         sl_upstream_t
-            *dispatching;     /* it left this upstream's queue for a hop: the next goes once it is sent */
-        bool throttle_probe;  /* the hop in flight is its upstream's probe after a 429 pause */
-        bool key_waiting;     /* it waits in the key's queue (gate key_window) */
-        int64_t key_pause_ms; /* time it waited for its key: part of the first hop's pause_ms */
-        int64_t *recovery_ms; /* per candidate: when its full window has room, its period resets */
+            *dispatching;      /* it left this upstream's queue for a hop: the next goes once it is sent */
+        bool throttle_probe;   /* the hop in flight is its upstream's probe after a 429 pause */
+        bool key_waiting;      /* it waits in the key's queue (gate key_window) */
+        int64_t key_pause_ms;  /* time it waited for its key: part of the first hop's pause_ms */
+        int64_t *recovery_ms;  /* per candidate: when its full window has room, its period resets */
+        sl_shared_call_t call; /* the shared state's answer awaited: a claim, the key's admission, a line */
+        size_t claiming;       /* the candidate whose upstream is being claimed */
         char too_large_limit[SL_LIMIT_TEXT_MAX]; /* the limit a request too large for it met */
     } wait;
 
     /* Usage limits (behaviour.md §7; accounting.c). */
     struct {
         sl_limit_set_t *key_limits; /* the client key's limits; NULL: none */
-        charge_t key_charge;        /* the key's charge, once, at admission */
-        charge_t up_charge;         /* the current hop's upstream charge, from when it was sent */
+        sl_charge_t key_charge;     /* the key's charge, once, at admission */
+        sl_charge_t up_charge;      /* the current hop's upstream charge, from when it was sent */
+        bool up_charge_persisted;   /* the request DB counts up_charge (from when the hop was sent) */
+        sl_shared_call_t news;      /* the shared state's news of the hop's 429 state awaited */
         bool hop_uncounted;         /* a 429: its upstream charge is taken back */
         bool key_counts_tokens;     /* the key's limits count tokens or cost: its usage must be reported */
         uint32_t hops_sent;         /* a request answered by the gateway alone costs its key nothing */
@@ -290,8 +288,10 @@ int64_t sl__mono_of(int64_t now, int64_t wall, int64_t t);
 const sl_provider_t *sl__provider_of(const request_t *r, size_t cand);
 /* sl_headers_t's accessor over an h2o_headers_t. */
 bool sl__header_at(const void *ctx, size_t i, sl_header_t *out);
-/* Sends a hop to candidate cand (claiming its upstream first; a skip moves on to the next). */
+/* Starts a hop to candidate cand: its attempt, then its upstream's claim (a skip moves on to the next). */
 void sl__start_hop(request_t *r, size_t cand);
+/* The claimed hop (r->cur, r->up) is built and sent. */
+void sl__send_hop(request_t *r);
 /* The next candidate of the round from r->next on, else waiting, else the last failure. */
 void sl__next_hop(request_t *r);
 /* Lets the hop in flight go: its connection, its upstream's slot and charge, its buffers. */
@@ -308,10 +308,14 @@ void sl__remember_response(request_t *r);
 
 /* ---- admission.c: claiming, waiting, the key's limits ---- */
 
-/* Takes candidate cand's upstream for a hop; SL_SKIP_NONE when taken, else why not now. */
-sl_skip_t sl__claim_upstream(request_t *r, size_t cand);
-/* The client key's limits, once per request: true when it goes on to its candidates now. */
-bool sl__admit_key(request_t *r);
+/*
+ * Claims candidate cand's upstream for a hop from the shared state; then
+ * sl__send_hop with r->up set, or the skip recorded and the next candidate.
+ */
+void sl__claim_upstream(request_t *r, size_t cand);
+/* The client key's limits, once per request; admitted (or without limits), routing starts at the first
+ * candidate. */
+void sl__admit_key_then_route(request_t *r);
 /* No candidate can take it now: wait on the ones that may recover, or give up (final 429, last failure). */
 void sl__wait_or_give_up(request_t *r);
 /* Leaves every queue; leaving for a hop, the next in line goes once this one is sent. */
@@ -417,20 +421,17 @@ void sl__answer_token_estimate(request_t *r);
 
 /* ---- accounting.c: usage and the upstream's books ---- */
 
+/* Starts a shared-state call on call: one left pending there is cancelled first. Returns call. */
+sl_shared_call_t *sl__shared_call(request_t *r, sl_shared_call_t *call);
+
 /* The estimate (bytes / 4 + max_tokens) priced for model, before the upstream reports usage. */
 sl_amounts_t sl__usage_estimate(const request_t *r, const char *model);
 /* What was really used: the reported usage, else the estimate when served, else one request. */
-sl_amounts_t sl__usage_real(const request_t *r, const charge_t *c, bool served);
+sl_amounts_t sl__usage_real(const request_t *r, const sl_charge_t *c, bool served);
 /* Adds a to the request DB's per-minute usage buckets of set. */
 void sl__persist_usage(request_t *r, const sl_limit_set_t *set, int64_t at_ms, const sl_amounts_t *a);
-/* With the wait lock held: whether set's limits count tokens or cost. */
-bool sl__counts_tokens(const sl_limit_set_t *set);
-/* With the wait lock held: set is charged a at now_wall. */
-void sl__charge_locked(charge_t *c, sl_limit_set_t *set, int64_t now_wall, const sl_amounts_t *a);
-/* The hop's bytes go out now: its upstream charge moves to now. */
-void sl__recharge_at_send(request_t *r);
-/* Replaces c's estimate with real; the head of waiters (may be NULL) may go when room came free. */
-void sl__settle(request_t *r, charge_t *c, const sl_amounts_t *real, sl_waitq_t *waiters);
+/* The hop's bytes go out now: its upstream charge moves to now (counted from here), its line moves on. */
+void sl__hop_sent(request_t *r);
 /* Settles the key's charge once the request is over (served: the upstream's answer went out). */
 void sl__settle_key(request_t *r, bool served);
 /* Lets the hop's upstream go: its charge settles, its slot and probe are freed, its queue moves. */
@@ -477,8 +478,6 @@ void sl__first_token(request_t *r);
 void sl__emit_end(request_t *r, sl_row_outcome_t outcome, int status, const sl_msg_t *msg);
 void sl__emit_health(request_t *r, const char *provider, sl_breaker_t b);
 void sl__emit_throttle(request_t *r, const char *provider, const sl_throttle_t *t);
-/* What a set's limits show (ThrottleChanged): a full window or a used-up period, else nothing. */
-sl_limit_verdict_t sl__shown_verdict(sl_limit_verdict_t v);
 void sl__emit_limit_throttle(request_t *r, const char *provider, sl_limit_verdict_t v, int64_t until_wall,
                              const sl_limit_t *limit, const sl_throttle_t *t);
 /* The request's row (msg: the error the client got, NULL for none); once. */

@@ -256,8 +256,6 @@ unusable_hop(request_t *r, sl_code_t code, const char *what)
 void
 sl__start_hop(request_t *r, size_t cand)
 {
-    const sl_provider_t *p = sl__provider_of(r, cand);
-    sl_upstream_t *up = r->snapshot->upstreams[r->cands[cand].provider];
     r->cur = cand;
     attempt_t *a = sl__new_attempt(r, cand);
     if (a == NULL) {
@@ -266,16 +264,17 @@ sl__start_hop(request_t *r, size_t cand)
     }
     a->backoff_ms = r->retry.round_backoff_ms;
     r->retry.round_backoff_ms = -1;
-    sl_skip_t skip = sl__claim_upstream(r, cand);
-    if (skip != SL_SKIP_NONE) {
-        sl__skip_attempt(r, a, skip);
-        r->next = cand + 1;
-        sl__next_hop(r);
-        return;
-    }
-    r->up = up;
+    sl__claim_upstream(r, cand);
+}
+
+void
+sl__send_hop(request_t *r)
+{
+    size_t cand = r->cur;
+    const sl_provider_t *p = sl__provider_of(r, cand);
+    sl_upstream_t *up = r->up;
     r->acct.hop_uncounted = false;
-    sl__note_queued_time(r, a, p->name);
+    sl__note_queued_time(r, &r->attempts[r->n_attempts - 1], p->name);
     sl_strbuf_t head = {0};
     sl_upstream_head_t info;
     sl_head_status_t built = sl__build_hop_request(r, cand, &head, &info);
@@ -354,9 +353,7 @@ static void
 on_start(sl_timer_t *t)
 {
     request_t *r = H2O_STRUCT_FROM_MEMBER(request_t, start_timer, t);
-    r->next = 0;
-    if (sl__admit_key(r))
-        sl__next_hop(r);
+    sl__admit_key_then_route(r);
 }
 
 /* ---- a request's life in the pool ----------------------------------------------------------- */
@@ -522,6 +519,7 @@ sl_gateway_init(sl_gateway_t *gw, sl_recorder_t *recorder)
     gw->recorder = recorder;
     gw->bus = sl_bus_new(SL_BUS_DEFAULT_CAP);
     gw->retry_params = (sl_retry_params_t){.time_scale = 1};
+    gw->shared = sl_shared_local_new(&gw->stopping);
     const char *scale = getenv("SLUICE_TEST_TIME_SCALE");
     if (scale != NULL) {
         char *end;

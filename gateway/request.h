@@ -19,6 +19,7 @@
 #include "core/retry.h"
 #include "bus.h"
 #include "recorder.h"
+#include "shared_state.h"
 #include "snapshot.h"
 #include "worker.h"
 
@@ -41,6 +42,8 @@ typedef struct {
      * keep-alive, and to turn jitter off, so the suite stays fast.
      */
     sl_retry_params_t retry_params;
+    /* Pauses, probes, slots, lines and usage windows (shared_state.h); this process's own for now. */
+    sl_shared_state_t *shared;
 } sl_gateway_t;
 
 /* The wake-up of a waiting request, on its worker's loop (the inbox callback of waitq.h). */

@@ -37,6 +37,8 @@ struct sl_runtime {
     char *store_path;
     char *control_key;
     sl_bus_batch_t batch; /* events of changes, flushed at once */
+    sl_shared_call_t
+        operator_call; /* an operator's pause or resume, announced when the shared state answers */
 };
 
 /* ---- events ------------------------------------------------------------------------------------- */
@@ -751,8 +753,14 @@ out:
 
 /* ThrottleChanged after an operator's pause or resume. */
 static void
-announce_throttle(sl_runtime_t *rt, const char *name, const sl_throttle_t *t, int64_t mono, int64_t wall)
+announce_throttle(void *ctx, const sl_throttle_news_t *news)
 {
+    sl_runtime_t *rt = ctx;
+    if (!news->changed)
+        return;
+    const char *name = news->up->name;
+    const sl_throttle_t *t = &news->throttle;
+    int64_t mono = sl_now_ms(), wall = sl_wall_ms();
     int64_t shown = sl_throttle_shown_until_ms(t);
     sl_snapshot_t *s = sl_snapshot_acquire(&rt->holder);
     sl_bus_throttle_facts_t f = {
@@ -768,6 +776,14 @@ announce_throttle(sl_runtime_t *rt, const char *name, const sl_throttle_t *t, in
     sl_snapshot_release(s);
 }
 
+/* Control commands run one at a time: a pause or resume still unanswered is only announced by the next. */
+static sl_shared_call_t *
+operator_call(sl_runtime_t *rt)
+{
+    sl_shared_cancel(rt->gw->shared, &rt->operator_call);
+    return &rt->operator_call;
+}
+
 int
 sl_runtime_pause(sl_runtime_t *rt, const char *name, int64_t until_wall_ms, sl_msg_t *err)
 {
@@ -777,12 +793,10 @@ sl_runtime_pause(sl_runtime_t *rt, const char *name, int64_t until_wall_ms, sl_m
     }
     int64_t mono = sl_now_ms(), wall = sl_wall_ms();
     int64_t until = until_wall_ms == 0 ? SL_THROTTLE_NEVER : mono + (until_wall_ms - wall);
-    sl_throttle_t after;
-    bool changed = false;
-    sl_upstreams_pause(rt->upstreams, name, until, mono, &after, &changed);
+    sl_upstream_t *up = sl_upstreams_find(rt->upstreams, name);
     sl_log_info("upstream %s: paused by an operator %s", name, until_wall_ms == 0 ? "until resumed" : "");
-    if (changed)
-        announce_throttle(rt, name, &after, mono, wall);
+    if (up != NULL)
+        sl_shared_pause_upstream(rt->gw->shared, up, until, mono, operator_call(rt), announce_throttle, rt);
     return 0;
 }
 
@@ -793,13 +807,10 @@ sl_runtime_resume(sl_runtime_t *rt, const char *name, sl_msg_t *err)
         *err = unknown_name(SL_BUCKET_PROVIDER, name);
         return -1;
     }
-    int64_t mono = sl_now_ms(), wall = sl_wall_ms();
-    sl_throttle_t after;
-    bool changed = false;
-    sl_upstreams_resume(rt->upstreams, name, mono, &after, &changed);
+    sl_upstream_t *up = sl_upstreams_find(rt->upstreams, name);
     sl_log_info("upstream %s: resumed by an operator", name);
-    if (changed)
-        announce_throttle(rt, name, &after, mono, wall);
+    if (up != NULL)
+        sl_shared_resume_upstream(rt->gw->shared, up, sl_now_ms(), operator_call(rt), announce_throttle, rt);
     return 0;
 }
 
@@ -808,8 +819,8 @@ sl_runtime_resume(sl_runtime_t *rt, const char *name, sl_msg_t *err)
 #define VIEW_MAX_LIMITS 32
 
 static void
-provider_view(sl_proto_provider_view_t *out, const sl_provider_t *p, sl_upstream_t *up, sl_limit_set_t *set,
-              const sl_tz_t *tz, int64_t mono, int64_t wall)
+provider_view(sl_proto_provider_view_t *out, sl_shared_state_t *shared, const sl_provider_t *p,
+              sl_upstream_t *up, sl_limit_set_t *set, const sl_tz_t *tz, int64_t mono, int64_t wall)
 {
     sl_limit_view_t limits[VIEW_MAX_LIMITS];
     size_t n_limits = set != NULL ? sl_limit_set_views(set, wall, limits, VIEW_MAX_LIMITS) : 0;
@@ -818,25 +829,20 @@ provider_view(sl_proto_provider_view_t *out, const sl_provider_t *p, sl_upstream
         .limits = limits,
         .n_limits = n_limits < VIEW_MAX_LIMITS ? n_limits : VIEW_MAX_LIMITS,
     };
-    sl_waitq_lock();
-    sl_throttle_t t = up->throttle;
-    f.queued = (uint32_t)up->waitq.len;
-    sl_limit_verdict_t shown = set != NULL ? set->shown : SL_LIMIT_OK;
-    sl_limit_t shown_limit = set != NULL ? set->shown_limit : (sl_limit_t){0};
-    int64_t shown_until = set != NULL ? set->shown_until_ms : -1;
-    sl_waitq_unlock();
-    int64_t t_until = sl_throttle_shown_until_ms(&t);
+    sl_upstream_view_t v = sl_shared_upstream_view(shared, up, set);
+    f.queued = v.queued;
+    f.in_flight = v.in_flight;
+    int64_t t_until = sl_throttle_shown_until_ms(&v.throttle);
     f.throttle = (sl_bus_throttle_facts_t){
-        .t = &t,
+        .t = &v.throttle,
         .t_until_ms = t_until < 0 || t_until == SL_THROTTLE_NEVER ? -1 : wall + (t_until - mono),
-        .limits = shown,
-        .limit = &shown_limit,
-        .limits_until_ms = shown_until,
+        .limits = v.shown,
+        .limit = &v.shown_limit,
+        .limits_until_ms = v.shown_until_ms,
         .tz = tz,
     };
     pthread_mutex_lock(&up->lock);
     f.health = up->breaker.state;
-    f.in_flight = up->in_flight;
     pthread_mutex_unlock(&up->lock);
     sl_bus_provider_view(out, &f);
 }
@@ -849,7 +855,7 @@ sl_runtime_provider_views(sl_runtime_t *rt, sl_proto_provider_view_t **out)
     *out = n > 0 ? sl_xcalloc(n, sizeof(**out)) : NULL;
     int64_t mono = sl_now_ms(), wall = sl_wall_ms();
     for (size_t i = 0; i < n; i++)
-        provider_view(&(*out)[i], &s->config->providers[i], s->upstreams[i],
+        provider_view(&(*out)[i], rt->gw->shared, &s->config->providers[i], s->upstreams[i],
                       s->limits.providers != NULL ? s->limits.providers[i] : NULL, s->config->tz, mono, wall);
     sl_snapshot_release(s);
     return n;

@@ -437,14 +437,6 @@ sl__emit_throttle(request_t *r, const char *provider, const sl_throttle_t *t)
     sl__emit(r, sl_bus_throttle_changed(&ev, sl_wall_ms(), provider, sl_bus_throttle_view(provider, &f)));
 }
 
-/* What a set's limits show for an upstream (ThrottleChanged): a full window or a used-up period, else
- * nothing. */
-sl_limit_verdict_t
-sl__shown_verdict(sl_limit_verdict_t v)
-{
-    return v == SL_LIMIT_WINDOW_FULL || v == SL_LIMIT_PERIOD_USED_UP ? v : SL_LIMIT_OK;
-}
-
 /*
  * An upstream's usage limits started or stopped holding it back (§7): its
  * Throttle shows window_full / period_used_up until the room comes back;

@@ -161,50 +161,17 @@ sl_upstreams_clear_auth_holds(sl_upstreams_t *reg, void (*on_change)(const sl_up
     pthread_mutex_unlock(&reg->lock);
 }
 
-static sl_upstream_t *
-find_by_name(sl_upstreams_t *reg, const char *name)
+sl_upstream_t *
+sl_upstreams_find(sl_upstreams_t *reg, const char *name)
 {
-    for (size_t i = 0; i < reg->n; i++) {
+    pthread_mutex_lock(&reg->lock);
+    sl_upstream_t *found = NULL;
+    for (size_t i = 0; i < reg->n && found == NULL; i++) {
         if (strcmp(reg->items[i]->name, name) == 0)
-            return reg->items[i];
-    }
-    return NULL;
-}
-
-/* Lock order: the registry, then the wait lock (as bind: the registry, then an upstream's lock). */
-bool
-sl_upstreams_pause(sl_upstreams_t *reg, const char *name, int64_t until_ms, int64_t now_ms,
-                   sl_throttle_t *after, bool *changed)
-{
-    pthread_mutex_lock(&reg->lock);
-    sl_upstream_t *u = find_by_name(reg, name);
-    if (u != NULL) {
-        sl_waitq_lock();
-        *changed = sl_throttle_pause_manual(&u->throttle, until_ms, now_ms);
-        *after = u->throttle;
-        sl_waitq_wake(&u->waitq, SIZE_MAX);
-        sl_waitq_unlock();
+            found = reg->items[i];
     }
     pthread_mutex_unlock(&reg->lock);
-    return u != NULL;
-}
-
-bool
-sl_upstreams_resume(sl_upstreams_t *reg, const char *name, int64_t now_ms, sl_throttle_t *after,
-                    bool *changed)
-{
-    pthread_mutex_lock(&reg->lock);
-    sl_upstream_t *u = find_by_name(reg, name);
-    if (u != NULL) {
-        sl_waitq_lock();
-        *changed = sl_throttle_resume(&u->throttle, now_ms);
-        *after = u->throttle;
-        /* The queue moves one at a time: the head goes (as the probe when one is due), then the next. */
-        sl_waitq_wake(&u->waitq, 1);
-        sl_waitq_unlock();
-    }
-    pthread_mutex_unlock(&reg->lock);
-    return u != NULL;
+    return found;
 }
 
 void

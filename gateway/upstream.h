@@ -25,13 +25,13 @@ typedef struct {
     bool pool_ready; /* h2o_socketpool_set_timeout has run (on the loop of the first hop) */
     bool by_address; /* the base URL names an IP address, not a host */
     char *origin;    /* "https://host:port" of the pool */
-    /* Guarded by the wait lock (waitq.h): waiting decisions read both. */
+    /* The shared state of this process (shared_local.c) keeps these, under the wait lock (waitq.h). */
     sl_throttle_t throttle;
     sl_waitq_t waitq;
     bool dispatching;     /* a request just released from the queue is being sent: the next waits for it */
     pthread_mutex_t lock; /* guards what follows */
     sl_breaker_t breaker;
-    uint32_t in_flight;
+    uint32_t in_flight; /* slots taken (shared_local.c) */
 } sl_upstream_t;
 
 typedef struct sl_upstreams sl_upstreams_t;
@@ -60,27 +60,8 @@ h2o_socketpool_t *sl_upstream_pool(sl_upstream_t *up, h2o_loop_t *loop, bool *by
  */
 void sl_upstreams_clear_auth_holds(sl_upstreams_t *reg, void (*on_change)(const sl_upstream_t *up));
 
-/*
- * An operator pauses the upstream named name (the control plane's
- * pause_provider): until until_ms on sl_now_ms's clock, or until resumed
- * when until_ms is 0; its 429 throttle runs on below (core/throttle.h).
- * Every request waiting for it is woken to decide again: it goes to another
- * candidate, or answers its final 429 when none can take it before its
- * deadline. Returns false when no upstream has that name; else true, with
- * *after the throttle as it now is and *changed whether what a Throttle
- * shows changed (the caller emits ThrottleChanged).
- */
-bool sl_upstreams_pause(sl_upstreams_t *reg, const char *name, int64_t until_ms, int64_t now_ms,
-                        sl_throttle_t *after, bool *changed);
-
-/*
- * An operator resumes the upstream named name (resume_provider): the
- * operator's pause ends, and so does a running 429 pause, into one probe
- * (sl_throttle_resume); the head of its queue is woken. Returns as
- * sl_upstreams_pause.
- */
-bool sl_upstreams_resume(sl_upstreams_t *reg, const char *name, int64_t now_ms, sl_throttle_t *after,
-                         bool *changed);
+/* The upstream named name (it lives as long as the registry), or NULL when none has that name. */
+sl_upstream_t *sl_upstreams_find(sl_upstreams_t *reg, const char *name);
 
 /* Every request waiting for any upstream is woken to decide again (the gateway is shutting down). */
 void sl_upstreams_wake_all(sl_upstreams_t *reg);

@@ -481,9 +481,7 @@ sl__reset_answer(request_t *r)
 static void
 on_hop_sent(void *data)
 {
-    request_t *r = data;
-    sl__end_dispatch(r);
-    sl__recharge_at_send(r);
+    sl__hop_sent(data);
 }
 
 const sl_hop_callbacks_t sl__hop_callbacks = {on_hop_sent, on_hop_head, on_hop_body, on_hop_end};

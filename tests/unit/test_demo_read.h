@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/dialect.h"
 #include "core/eventstream.h"
 #include "core/sse.h"
 #include "core/stream_bedrock.h"

@@ -1,4 +1,4 @@
-/* The upstream registry's operator entry points: pause_provider and resume_provider. */
+/* The upstream registry: upstreams bound from a config, found by name (pause_provider, resume_provider). */
 #include <criterion/criterion.h>
 #include <string.h>
 
@@ -40,56 +40,12 @@ teardown(void)
     sl_config_free(config);
 }
 
-TestSuite(upstreams_operator, .init = setup, .fini = teardown);
+TestSuite(upstreams, .init = setup, .fini = teardown);
 
-Test(upstreams_operator, a_pause_shows_as_manual_until_its_end_then_resume_frees_it)
+Test(upstreams, an_upstream_is_found_by_its_name_and_an_unknown_name_finds_none)
 {
-    sl_throttle_t after;
-    bool changed = false;
-    cr_assert(sl_upstreams_pause(reg, "a", 61000, 1000, &after, &changed));
-    cr_assert(changed);
-    cr_assert_eq(sl_throttle_kind(&after), SL_THROTTLE_MANUAL);
-    cr_assert_eq(sl_throttle_recovery_ms(&bound[0]->throttle, 2000), 61000);
-    /* Only the named upstream is paused. */
-    cr_assert_eq(sl_throttle_kind(&bound[1]->throttle), SL_THROTTLE_FREE);
-
-    cr_assert(sl_upstreams_resume(reg, "a", 2000, &after, &changed));
-    cr_assert(changed);
-    cr_assert_eq(sl_throttle_kind(&after), SL_THROTTLE_FREE);
-    cr_assert(sl_upstreams_resume(reg, "a", 3000, &after, &changed));
-    cr_assert_not(changed, "resuming a free upstream changes nothing");
-}
-
-Test(upstreams_operator, a_pause_without_an_end_lasts_until_resumed)
-{
-    sl_throttle_t after;
-    bool changed = false;
-    cr_assert(sl_upstreams_pause(reg, "b", 0, 1000, &after, &changed));
-    cr_assert(changed);
-    cr_assert_eq(sl_throttle_recovery_ms(&bound[1]->throttle, 999999), SL_THROTTLE_NEVER);
-    cr_assert(sl_upstreams_resume(reg, "b", 5000, &after, &changed));
-    cr_assert_eq(sl_throttle_kind(&after), SL_THROTTLE_FREE);
-}
-
-Test(upstreams_operator, a_resume_ends_a_running_429_pause_into_one_probe)
-{
-    sl_retry_params_t params = {0};
-    sl_throttle_on_429(&bound[0]->throttle, 1000, -1, 60, &params);
-    sl_throttle_t after;
-    bool changed = false;
-    cr_assert(sl_upstreams_resume(reg, "a", 2000, &after, &changed));
-    cr_assert(changed);
-    cr_assert_eq(sl_throttle_kind(&after), SL_THROTTLE_PROBING);
-    cr_assert_eq(after.consecutive, 1, "the streak is kept");
-}
-
-Test(upstreams_operator, an_unknown_name_is_refused_and_nothing_changes)
-{
-    sl_throttle_t after = {0};
-    bool changed = false;
-    cr_assert_not(sl_upstreams_pause(reg, "nope", 61000, 1000, &after, &changed));
-    cr_assert_not(sl_upstreams_resume(reg, "nope", 1000, &after, &changed));
-    cr_assert_not(changed);
-    cr_assert_eq(sl_throttle_kind(&bound[0]->throttle), SL_THROTTLE_FREE);
-    cr_assert_eq(sl_throttle_kind(&bound[1]->throttle), SL_THROTTLE_FREE);
+    cr_assert_eq(sl_upstreams_find(reg, "a"), bound[0]);
+    cr_assert_eq(sl_upstreams_find(reg, "b"), bound[1]);
+    cr_assert_null(sl_upstreams_find(reg, "nope"));
+    cr_assert_null(sl_upstreams_find(reg, "A"), "names are exact");
 }

@@ -20,26 +20,12 @@ static const unsigned out_moves[OUT_COUNT] = {
 
 static const char *const out_names[OUT_COUNT] = {"none", "keepalive", "answer", "final", "closed"};
 
-bool
-sl__client_out_may_move(client_out_t from, client_out_t to)
-{
-    return from < OUT_COUNT && to < OUT_COUNT && (out_moves[from] & TO(to)) != 0;
-}
-
-const char *
-sl__client_out_name(client_out_t state)
-{
-    return state < OUT_COUNT ? out_names[state] : "?";
-}
+const req_moves_t sl__client_out_moves = {"client output", out_moves, out_names, OUT_COUNT};
 
 void
 sl__set_client_out(request_t *r, client_out_t to)
 {
-    if (!sl__client_out_may_move(r->out.state, to)) {
-        sl_log_error("request %llu: client output %s -> %s is not a move of the request path",
-                     (unsigned long long)r->id, sl__client_out_name(r->out.state), sl__client_out_name(to));
-        assert(!"illegal client output move");
-    }
+    sl__check_move(&sl__client_out_moves, r->id, r->out.state, to);
     r->out.state = to;
     /* Past this, h2o owns the request: nothing may touch it. */
     if (to == OUT_CLOSED)

@@ -265,11 +265,22 @@ typedef struct {
 
 /* ---- request.c: phases, hops, the one exit ---- */
 
-/* Whether a request's phase may move from from to to (the table in request.c). */
-bool sl__phase_may_move(req_phase_t from, req_phase_t to);
-const char *sl__phase_name(req_phase_t phase);
-/* The only way a phase moves: checked against the table (an illegal move is logged, and aborts under assert).
- */
+/* A state machine of the request path: moves[s] has bit t set when state s may move to state t. */
+typedef struct {
+    const char *what; /* for the log: "phase", "client output" */
+    const unsigned *moves;
+    const char *const *names;
+    unsigned count;
+} req_moves_t;
+
+/* The phases' table (request.c) and the client output's (hold.c). */
+extern const req_moves_t sl__phase_moves, sl__client_out_moves;
+/* Whether m lets from move to to (states out of range never move). */
+bool sl__may_move(const req_moves_t *m, unsigned from, unsigned to);
+const char *sl__state_name(const req_moves_t *m, unsigned state);
+/* A move about to be made by request id: an illegal one is logged, and aborts under assert. */
+void sl__check_move(const req_moves_t *m, uint64_t id, unsigned from, unsigned to);
+/* The only way a phase moves: checked against its table. */
 void sl__set_phase(request_t *r, req_phase_t to);
 /*
  * The one exit: closes the open attempt, lets the hop go, leaves timers and
@@ -369,9 +380,6 @@ int64_t sl__failure_hint(const sl_headers_t *headers, const char *body, size_t l
 
 /* ---- hold.c: what goes to the client ---- */
 
-/* Whether the client's output may move from from to to (the table in hold.c). */
-bool sl__client_out_may_move(client_out_t from, client_out_t to);
-const char *sl__client_out_name(client_out_t state);
 /* The only way out.state moves: checked against the table; OUT_CLOSED lets go of r->req. */
 void sl__set_client_out(request_t *r, client_out_t to);
 bool sl__is_hop_by_hop(const h2o_iovec_t *name);

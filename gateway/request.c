@@ -29,26 +29,34 @@ static const unsigned phase_moves[PHASE_COUNT] = {
 static const char *const phase_names[PHASE_COUNT] = {"routing", "backoff",       "queued",    "waiting_head",
                                                      "held",    "reading_error", "streaming", "done"};
 
+const req_moves_t sl__phase_moves = {"phase", phase_moves, phase_names, PHASE_COUNT};
+
 bool
-sl__phase_may_move(req_phase_t from, req_phase_t to)
+sl__may_move(const req_moves_t *m, unsigned from, unsigned to)
 {
-    return from < PHASE_COUNT && to < PHASE_COUNT && (phase_moves[from] & TO(to)) != 0;
+    return from < m->count && to < m->count && (m->moves[from] & TO(to)) != 0;
 }
 
 const char *
-sl__phase_name(req_phase_t phase)
+sl__state_name(const req_moves_t *m, unsigned state)
 {
-    return phase < PHASE_COUNT ? phase_names[phase] : "?";
+    return state < m->count ? m->names[state] : "?";
+}
+
+void
+sl__check_move(const req_moves_t *m, uint64_t id, unsigned from, unsigned to)
+{
+    if (sl__may_move(m, from, to))
+        return;
+    sl_log_error("request %llu: %s %s -> %s is not a move of the request path", (unsigned long long)id,
+                 m->what, sl__state_name(m, from), sl__state_name(m, to));
+    assert(!"illegal move of the request path");
 }
 
 void
 sl__set_phase(request_t *r, req_phase_t to)
 {
-    if (!sl__phase_may_move(r->phase, to)) {
-        sl_log_error("request %llu: phase %s -> %s is not a move of the request path",
-                     (unsigned long long)r->id, sl__phase_name(r->phase), sl__phase_name(to));
-        assert(!"illegal phase move");
-    }
+    sl__check_move(&sl__phase_moves, r->id, r->phase, to);
     r->phase = to;
 }
 

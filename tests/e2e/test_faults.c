@@ -1101,6 +1101,22 @@ Test(faults, a_client_that_leaves_while_its_stream_is_held)
     assert_row(2, "served");
 }
 
+/* Reads fd into buf (cap bytes, NUL-terminated) until it holds needle, the peer closes, or buf is full. */
+static bool
+read_until(int fd, char *buf, size_t cap, const char *needle)
+{
+    size_t got = 0;
+    ssize_t n;
+    buf[0] = '\0';
+    while (got < cap - 1 && (n = read(fd, buf + got, cap - 1 - got)) > 0) {
+        got += (size_t)n;
+        buf[got] = '\0';
+        if (strstr(buf, needle) != NULL)
+            return true;
+    }
+    return strstr(buf, needle) != NULL;
+}
+
 Test(faults, a_client_that_leaves_while_streaming_after_content)
 {
     start_single_slot();
@@ -1109,15 +1125,7 @@ Test(faults, a_client_that_leaves_while_streaming_after_content)
     fake_push(up1, slow);
     int fd = send_request("claude-last", true, "");
     char buf[8192];
-    size_t got = 0;
-    ssize_t n;
-    while (got < sizeof(buf) - 1 && (n = read(fd, buf + got, sizeof(buf) - 1 - got)) > 0) {
-        got += (size_t)n;
-        buf[got] = '\0';
-        if (strstr(buf, "Hello") != NULL)
-            break;
-    }
-    cr_assert(strstr(buf, "Hello") != NULL, "the first content arrived: %s", buf);
+    cr_assert(read_until(fd, buf, sizeof(buf), "Hello"), "the first content arrived: %s", buf);
     close(fd);
     cr_assert(log_wait("event request_cancelled id=1\n", 3000), "%s", log_tail());
     next_is_served(2000);
@@ -1136,15 +1144,7 @@ Test(faults, a_client_that_leaves_a_silent_stream_ends_it_at_once)
     fake_push(up1, slow);
     int fd = send_request("claude-last", true, "");
     char buf[8192];
-    size_t got = 0;
-    ssize_t n;
-    while (got < sizeof(buf) - 1 && (n = read(fd, buf + got, sizeof(buf) - 1 - got)) > 0) {
-        got += (size_t)n;
-        buf[got] = '\0';
-        if (strstr(buf, "message_start") != NULL)
-            break;
-    }
-    cr_assert(strstr(buf, "message_start") != NULL, "the stream began: %s", buf);
+    cr_assert(read_until(fd, buf, sizeof(buf), "message_start"), "the stream began: %s", buf);
     int64_t left = now_ms();
     close(fd);
     cr_assert(log_wait("event request_cancelled id=1\n", 3000), "%s", log_tail());

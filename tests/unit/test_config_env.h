@@ -61,4 +61,16 @@ fake_file_readable(void *ctx, const char *path)
 
 static const sl_config_env_t test_env = {fake_getenv, fake_read_zone, fake_file_readable, NULL};
 
+/* The config yaml describes in the fake environment (the caller frees it), or NULL when it has problems. */
+static inline sl_config_t *
+test_config_of(const char *yaml)
+{
+    sl_config_result_t res = sl_config_parse(yaml, strlen(yaml), NULL, &test_env);
+    sl_config_t *c = res.errors.len == 0 ? res.config : NULL;
+    if (c != NULL)
+        res.config = NULL;
+    sl_config_result_free(&res);
+    return c;
+}
+
 #endif

@@ -102,12 +102,9 @@ start(double time_scale)
 static const sl_config_t *
 load(const char *yaml)
 {
-    sl_config_result_t res = sl_config_parse(yaml, strlen(yaml), NULL, &test_env);
-    cr_assert_eq(res.errors.len, 0, "the test config parses");
     cr_assert_lt(n_configs, N(configs));
-    configs[n_configs] = res.config;
-    res.config = NULL;
-    sl_config_result_free(&res);
+    configs[n_configs] = test_config_of(yaml);
+    cr_assert_not_null(configs[n_configs], "the test config parses");
     return configs[n_configs++];
 }
 

@@ -61,12 +61,12 @@ Test(moves, the_phase_table_is_exactly_the_moves_of_the_request_path)
 {
     for (int from = 0; from < PHASE_COUNT; from++) {
         for (int to = 0; to < PHASE_COUNT; to++) {
-            const char *f = sl__phase_name((req_phase_t)from), *t = sl__phase_name((req_phase_t)to);
-            cr_assert_eq(sl__phase_may_move((req_phase_t)from, (req_phase_t)to),
-                         listed(phase_moves, N(phase_moves), f, t), "%s -> %s", f, t);
+            const char *f = sl__state_name(&sl__phase_moves, from), *t = sl__state_name(&sl__phase_moves, to);
+            cr_assert_eq(sl__may_move(&sl__phase_moves, from, to), listed(phase_moves, N(phase_moves), f, t),
+                         "%s -> %s", f, t);
         }
     }
-    cr_assert_not(sl__phase_may_move(PHASE_COUNT, PHASE_DONE), "out of range");
+    cr_assert_not(sl__may_move(&sl__phase_moves, PHASE_COUNT, PHASE_DONE), "out of range");
 }
 
 /* Every phase reachable from `from` along the table. */
@@ -78,8 +78,7 @@ reachable_phases(req_phase_t from)
         grew = 0;
         for (int a = 0; a < PHASE_COUNT; a++) {
             for (int b = 0; b < PHASE_COUNT; b++) {
-                if ((seen & (1u << a)) && !(seen & (1u << b)) &&
-                    sl__phase_may_move((req_phase_t)a, (req_phase_t)b)) {
+                if ((seen & (1u << a)) && !(seen & (1u << b)) && sl__may_move(&sl__phase_moves, a, b)) {
                     seen |= 1u << b;
                     grew = 1;
                 }
@@ -94,19 +93,19 @@ Test(moves, every_phase_is_reached_from_routing_and_reaches_done_which_is_final)
     cr_assert_eq(reachable_phases(PHASE_ROUTING), (1u << PHASE_COUNT) - 1, "every phase is reachable");
     for (int p = 0; p < PHASE_COUNT; p++)
         cr_assert(reachable_phases((req_phase_t)p) & (1u << PHASE_DONE), "%s can end",
-                  sl__phase_name((req_phase_t)p));
+                  sl__state_name(&sl__phase_moves, p));
     for (int p = 0; p < PHASE_COUNT; p++)
-        cr_assert_not(sl__phase_may_move(PHASE_DONE, (req_phase_t)p), "done -> %s",
-                      sl__phase_name((req_phase_t)p));
+        cr_assert_not(sl__may_move(&sl__phase_moves, PHASE_DONE, p), "done -> %s",
+                      sl__state_name(&sl__phase_moves, p));
 }
 
 Test(moves, the_client_output_table_is_exactly_its_moves_and_only_goes_forward)
 {
     for (int from = 0; from < OUT_COUNT; from++) {
         for (int to = 0; to < OUT_COUNT; to++) {
-            const char *f = sl__client_out_name((client_out_t)from),
-                       *t = sl__client_out_name((client_out_t)to);
-            bool may = sl__client_out_may_move((client_out_t)from, (client_out_t)to);
+            const char *f = sl__state_name(&sl__client_out_moves, from),
+                       *t = sl__state_name(&sl__client_out_moves, to);
+            bool may = sl__may_move(&sl__client_out_moves, from, to);
             cr_assert_eq(may, listed(out_moves, N(out_moves), f, t), "%s -> %s", f, t);
             /* What went to a client cannot be taken back. */
             if (may)
@@ -114,6 +113,6 @@ Test(moves, the_client_output_table_is_exactly_its_moves_and_only_goes_forward)
         }
     }
     for (int s = 0; s < OUT_COUNT; s++)
-        cr_assert(sl__client_out_may_move((client_out_t)s, OUT_CLOSED), "a client can always go away (%s)",
-                  sl__client_out_name((client_out_t)s));
+        cr_assert(sl__may_move(&sl__client_out_moves, s, OUT_CLOSED), "a client can always go away (%s)",
+                  sl__state_name(&sl__client_out_moves, s));
 }

@@ -38,11 +38,8 @@ setup(void)
     static const char yaml[] = "providers:\n"
                                "  - {name: a, protocol: anthropic, base_url: \"http://127.0.0.1:9/\"}\n"
                                "  - {name: b, protocol: anthropic, base_url: \"https://example.com/\"}\n";
-    sl_config_result_t res = sl_config_parse(yaml, strlen(yaml), NULL, &test_env);
-    cr_assert_eq(res.errors.len, 0);
-    config = res.config;
-    res.config = NULL;
-    sl_config_result_free(&res);
+    config = test_config_of(yaml);
+    cr_assert_not_null(config);
     reg = sl_upstreams_new();
     ups = sl_upstreams_bind(reg, config);
     cr_assert_not_null(ups);

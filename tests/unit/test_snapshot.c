@@ -8,11 +8,8 @@
 static sl_config_t *
 config_with_wait(const char *yaml)
 {
-    sl_config_result_t res = sl_config_parse(yaml, strlen(yaml), NULL, &test_env);
-    cr_assert_eq(res.errors.len, 0);
-    sl_config_t *c = res.config;
-    res.config = NULL;
-    sl_config_result_free(&res);
+    sl_config_t *c = test_config_of(yaml);
+    cr_assert_not_null(c);
     return c;
 }
 

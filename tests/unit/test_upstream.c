@@ -11,11 +11,8 @@ two_providers(void)
     static const char yaml[] = "providers:\n"
                                "  - {name: a, protocol: anthropic, base_url: \"http://127.0.0.1:9/\"}\n"
                                "  - {name: b, protocol: anthropic, base_url: \"https://example.com/\"}\n";
-    sl_config_result_t res = sl_config_parse(yaml, strlen(yaml), NULL, &test_env);
-    cr_assert_eq(res.errors.len, 0);
-    sl_config_t *c = res.config;
-    res.config = NULL;
-    sl_config_result_free(&res);
+    sl_config_t *c = test_config_of(yaml);
+    cr_assert_not_null(c);
     return c;
 }
 

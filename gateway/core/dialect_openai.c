@@ -35,40 +35,29 @@ do_render_responses_stream_error(const sl_error_parts_t *e, sl_strbuf_t *out)
     return (sl_stream_error_t){.form = SL_STREAM_ERROR_READY};
 }
 
+/* Chat Completions and Responses share OpenAI's wire: its key, its paths, its errors, its keep-alive. */
+#define OPENAI_WIRE                                                                                          \
+    .key_places = {{SL_KEY_PLACE_BEARER, "authorization"}}, .n_key_places = 1,                               \
+    .key_hint = "Authorization: Bearer", .client_prefix = "/v1", .credential_header = "authorization",       \
+    .credential_scheme = "Bearer ", .error_types = error_types, .stream_content_type = "text/event-stream",  \
+    .keep_alive = ": keep-alive\n\n", .do_render_error = do_render_error
+
 const sl_dialect_def_t sl__dialect_openai_chat = {
+    OPENAI_WIRE,
     .id = SL_DIALECT_OPENAI_CHAT,
     .slug = "openai-chat",
-    .key_places = {{SL_KEY_PLACE_BEARER, "authorization"}},
-    .n_key_places = 1,
-    .key_hint = "Authorization: Bearer",
-    .client_prefix = "/v1",
-    .credential_header = "authorization",
-    .credential_scheme = "Bearer ",
     .stream = &sl__stream_openai_chat,
     .asks_for_usage = true,
-    .error_types = error_types,
-    .stream_content_type = "text/event-stream",
-    .keep_alive = ": keep-alive\n\n",
     .estimate_format = "{\"input_tokens\":%lld}",
-    .do_render_error = do_render_error,
     .stream_error_prefix = "data: ",
 };
 
 const sl_dialect_def_t sl__dialect_openai_responses = {
+    OPENAI_WIRE,
     .id = SL_DIALECT_OPENAI_RESPONSES,
     .slug = "openai-responses",
-    .key_places = {{SL_KEY_PLACE_BEARER, "authorization"}},
-    .n_key_places = 1,
-    .key_hint = "Authorization: Bearer",
-    .client_prefix = "/v1",
-    .credential_header = "authorization",
-    .credential_scheme = "Bearer ",
     .stream = &sl__stream_openai_responses,
     .names_response_id = true,
-    .error_types = error_types,
-    .stream_content_type = "text/event-stream",
-    .keep_alive = ": keep-alive\n\n",
     .estimate_format = "{\"object\":\"response.input_tokens\",\"input_tokens\":%lld}",
-    .do_render_error = do_render_error,
     .do_render_stream_error = do_render_responses_stream_error,
 };

@@ -192,6 +192,8 @@ sl__end_request(request_t *r, const req_end_t *end)
     sl_timer_cancel(&r->io->timers, &r->out.keepalive_timer);
     sl__unwatch_client(r);
     sl__stop_waiting(r, false);
+    /* News of the last hop's 429 state still to come is the shared state's to announce, not this request's. */
+    sl_shared_cancel(r->gw->shared, &r->acct.news);
     sl__settle_key(r, outcome == SL_ROW_SERVED);
     if (r->in.endpoint.op != SL_OP_LIST_MODELS)
         sl__emit_end(r, outcome, end->status, end->msg);

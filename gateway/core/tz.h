@@ -113,6 +113,7 @@ sl_tz_t *sl_tz_parse_tzif(const void *data, size_t len, char *err, size_t err_si
  */
 sl_tz_t *sl_tz_parse_posix(const char *spec, char *err, size_t err_size);
 
+/* Frees a zone sl_tz_parse_tzif or sl_tz_parse_posix returned; NULL is ignored. */
 void sl_tz_free(sl_tz_t *tz);
 
 /*

@@ -192,7 +192,8 @@ sl__end_request(request_t *r, const req_end_t *end)
     sl_timer_cancel(&r->io->timers, &r->out.keepalive_timer);
     sl__unwatch_client(r);
     sl__stop_waiting(r, false);
-    /* News of the last hop's 429 state still to come is the shared state's to announce, not this request's. */
+    /* News of the last hop's 429 state still to come is the shared state's to announce, not this request's.
+     */
     sl_shared_cancel(r->gw->shared, &r->acct.news);
     sl__settle_key(r, outcome == SL_ROW_SERVED);
     if (r->in.endpoint.op != SL_OP_LIST_MODELS)
@@ -415,6 +416,8 @@ request_new(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapshot_t 
     memset(r, 0, sizeof(*r)); /* phase PHASE_ROUTING, out.state OUT_NONE */
     r->req = req;
     r->io = io;
+    /* The shared state's answers come on this worker. */
+    r->wait.call.timers = r->acct.news.timers = &io->timers;
     r->out.client_fd = -1;
     if (req->version < 0x200) {
         h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
@@ -529,7 +532,13 @@ sl_gateway_init(sl_gateway_t *gw, sl_recorder_t *recorder)
     gw->recorder = recorder;
     gw->bus = sl_bus_new(SL_BUS_DEFAULT_CAP);
     gw->retry_params = (sl_retry_params_t){.time_scale = 1};
-    gw->shared = sl_shared_local_new(&gw->stopping);
+    /* Tests: every answer of the shared state comes a loop turn later, as a remote store's would. */
+    const char *shared = getenv("SLUICE_TEST_SHARED_STATE");
+    bool deferred = shared != NULL && strcmp(shared, "deferred") == 0;
+    if (deferred)
+        sl_log_warn(
+            "SLUICE_TEST_SHARED_STATE=deferred: the shared state answers a loop turn later (tests only)");
+    gw->shared = sl_shared_local_new(&gw->stopping, deferred);
     const char *scale = getenv("SLUICE_TEST_TIME_SCALE");
     if (scale != NULL) {
         char *end;

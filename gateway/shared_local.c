@@ -2,7 +2,8 @@
  * The shared state of one process (shared_state.h): every upstream's
  * throttle and line, every limit set's counters and line, under the wait
  * lock (waitq.h); slots and the breaker under the upstream's own lock. Every
- * call answers before it returns, so nothing is ever pending.
+ * call is carried out before it returns; its answer is given then too, or,
+ * deferring, at the next turn of the caller's loop (pending until then).
  */
 #include "shared_state.h"
 
@@ -14,12 +15,78 @@
 typedef struct {
     sl_shared_state_t base;
     const atomic_bool *stopping;
+    bool defer_answers;
 } local_state_t;
 
 static const atomic_bool *
 stopping_of(sl_shared_state_t *ss)
 {
     return ((local_state_t *)ss)->stopping;
+}
+
+/* ---- answers, at once or at the next turn of the caller's loop ----------------------------------- */
+
+typedef enum { ANSWER_CLAIM, ANSWER_KEY, ANSWER_NEWS, ANSWER_JOINED } answer_kind_t;
+
+typedef struct {
+    sl_timer_t timer; /* first: the timer callback finds the answer from it */
+    sl_shared_state_t *ss;
+    sl_shared_call_t *call;
+    answer_kind_t kind;
+    void *done; /* the callback of kind's type */
+    void *ctx;
+    sl_upstream_t *up;   /* a claim: whose slot it took */
+    sl_waiter_t *waiter; /* lines joined: who joined them */
+    union {
+        sl_upstream_claim_result_t claim;
+        sl_key_claim_result_t key;
+        sl_throttle_news_t news;
+        sl_lines_joined_t joined;
+    } result;
+} answer_t;
+
+static void
+deliver(const answer_t *a)
+{
+    switch (a->kind) {
+    case ANSWER_CLAIM:
+        ((sl_upstream_claim_cb)a->done)(a->ctx, &a->result.claim);
+        break;
+    case ANSWER_KEY:
+        ((sl_key_claim_cb)a->done)(a->ctx, &a->result.key);
+        break;
+    case ANSWER_NEWS:
+        ((sl_throttle_news_cb)a->done)(a->ctx, &a->result.news);
+        break;
+    case ANSWER_JOINED:
+        ((sl_lines_joined_cb)a->done)(a->ctx, &a->result.joined);
+        break;
+    }
+}
+
+static void
+on_answer_due(sl_timer_t *t)
+{
+    answer_t *a = (answer_t *)t;
+    a->call->pending = NULL;
+    deliver(a);
+    free(a);
+}
+
+/* Gives the answer a (a copy) to its caller: now, or deferring, once the call has returned. */
+static void
+answer(const answer_t *a)
+{
+    local_state_t *s = (local_state_t *)a->ss;
+    if (!s->defer_answers || a->call->timers == NULL) {
+        deliver(a);
+        return;
+    }
+    answer_t *later = sl_xmalloc(sizeof(*later));
+    *later = *a;
+    later->timer = (sl_timer_t){0};
+    a->call->pending = later;
+    sl_timer_arm(a->call->timers, &later->timer, 0, on_answer_due);
 }
 
 /* With the wait lock held: whether set's limits count tokens or cost, so the upstream must report usage. */
@@ -97,8 +164,6 @@ static void
 local_claim_upstream(sl_shared_state_t *ss, const sl_upstream_claim_t *c, sl_shared_call_t *call,
                      sl_upstream_claim_cb done, void *ctx)
 {
-    (void)ss;
-    (void)call;
     sl_upstream_t *up = c->up;
     sl_upstream_claim_result_t out = {.skip = SL_SKIP_NONE};
     bool has_limits = c->limits != NULL;
@@ -136,7 +201,13 @@ local_claim_upstream(sl_shared_state_t *ss, const sl_upstream_claim_t *c, sl_sha
         out.counts_tokens = counts_tokens(c->limits);
     }
     sl_waitq_unlock();
-    done(ctx, &out);
+    answer(&(answer_t){.ss = ss,
+                       .call = call,
+                       .kind = ANSWER_CLAIM,
+                       .done = (void *)done,
+                       .ctx = ctx,
+                       .up = up,
+                       .result.claim = out});
 }
 
 /* With the wait lock held: charge's estimate becomes used. Returns whether room came free. */
@@ -197,8 +268,6 @@ static void
 local_upstream_answered(sl_shared_state_t *ss, sl_upstream_t *up, int64_t now_ms, sl_shared_call_t *call,
                         sl_throttle_news_cb done, void *ctx)
 {
-    (void)ss;
-    (void)call;
     sl_waitq_lock();
     sl_throttle_news_t news = {.up = up, .changed = sl_throttle_on_answer(&up->throttle, now_ms)};
     news.throttle = up->throttle;
@@ -206,7 +275,8 @@ local_upstream_answered(sl_shared_state_t *ss, sl_upstream_t *up, int64_t now_ms
     if (news.changed)
         sl_waitq_wake(&up->waitq, 1);
     sl_waitq_unlock();
-    done(ctx, &news);
+    answer(&(answer_t){
+        .ss = ss, .call = call, .kind = ANSWER_NEWS, .done = (void *)done, .ctx = ctx, .result.news = news});
 }
 
 static void
@@ -214,82 +284,81 @@ local_upstream_rate_limited(sl_shared_state_t *ss, sl_upstream_t *up, int64_t no
                             uint32_t max_pause_secs, const sl_retry_params_t *params, sl_shared_call_t *call,
                             sl_throttle_news_cb done, void *ctx)
 {
-    (void)ss;
-    (void)call;
     sl_waitq_lock();
     sl_throttle_news_t news = {
         .up = up, .changed = sl_throttle_on_429(&up->throttle, now_ms, hint_ms, max_pause_secs, params)};
     news.throttle = up->throttle;
     sl_waitq_unlock();
-    done(ctx, &news);
+    answer(&(answer_t){
+        .ss = ss, .call = call, .kind = ANSWER_NEWS, .done = (void *)done, .ctx = ctx, .result.news = news});
 }
 
 static void
 local_pause_upstream(sl_shared_state_t *ss, sl_upstream_t *up, int64_t until_ms, int64_t now_ms,
                      sl_shared_call_t *call, sl_throttle_news_cb done, void *ctx)
 {
-    (void)ss;
-    (void)call;
     sl_waitq_lock();
     sl_throttle_news_t news = {.up = up,
                                .changed = sl_throttle_pause_manual(&up->throttle, until_ms, now_ms)};
     news.throttle = up->throttle;
     sl_waitq_wake(&up->waitq, SIZE_MAX);
     sl_waitq_unlock();
-    done(ctx, &news);
+    answer(&(answer_t){
+        .ss = ss, .call = call, .kind = ANSWER_NEWS, .done = (void *)done, .ctx = ctx, .result.news = news});
 }
 
 static void
 local_resume_upstream(sl_shared_state_t *ss, sl_upstream_t *up, int64_t now_ms, sl_shared_call_t *call,
                       sl_throttle_news_cb done, void *ctx)
 {
-    (void)ss;
-    (void)call;
     sl_waitq_lock();
     sl_throttle_news_t news = {.up = up, .changed = sl_throttle_resume(&up->throttle, now_ms)};
     news.throttle = up->throttle;
     /* The line moves one at a time: the head goes (as the probe when one is due), then the next. */
     sl_waitq_wake(&up->waitq, 1);
     sl_waitq_unlock();
-    done(ctx, &news);
+    answer(&(answer_t){
+        .ss = ss, .call = call, .kind = ANSWER_NEWS, .done = (void *)done, .ctx = ctx, .result.news = news});
+}
+
+/* With the wait lock held: room in the key's limits, and the key's line. */
+static void
+check_key(const sl_key_claim_t *c, sl_key_claim_result_t *out)
+{
+    sl_limit_set_t *set = c->key;
+    /* Nobody overtakes the key's line. */
+    bool first = c->waiter != NULL ? sl_waitq_is_head(&set->queue, c->waiter) : set->queue.len == 0;
+    out->check = sl_limits_check(set->states, set->n, c->wall_ms, &c->need);
+    if (out->check.verdict == SL_LIMIT_OK && first) {
+        out->admitted = true;
+        out->charge = reserve(set, c->wall_ms, &c->need);
+        out->counts_tokens = counts_tokens(set);
+        if (c->waiter != NULL) {
+            sl_waiter_leave_all(c->waiter);
+            sl_waitq_wake(&set->queue, 1);
+        }
+    } else {
+        out->limit = set->states[out->check.which].limit;
+    }
 }
 
 static void
 local_claim_key(sl_shared_state_t *ss, const sl_key_claim_t *c, sl_shared_call_t *call, sl_key_claim_cb done,
                 void *ctx)
 {
-    (void)call;
     sl_limit_set_t *set = c->key;
     sl_key_claim_result_t out = {0};
     sl_waitq_lock();
     if (set->n == 0) {
-        sl_waitq_unlock();
         out.admitted = true;
-        done(ctx, &out);
-        return;
-    }
-    if (atomic_load(stopping_of(ss))) {
-        sl_waitq_unlock();
+    } else if (atomic_load(stopping_of(ss))) {
         out.draining = true;
-        done(ctx, &out);
-        return;
-    }
-    /* Nobody overtakes the key's line. */
-    bool first = c->waiter != NULL ? sl_waitq_is_head(&set->queue, c->waiter) : set->queue.len == 0;
-    out.check = sl_limits_check(set->states, set->n, c->wall_ms, &c->need);
-    if (out.check.verdict == SL_LIMIT_OK && first) {
-        out.admitted = true;
-        out.charge = reserve(set, c->wall_ms, &c->need);
-        out.counts_tokens = counts_tokens(set);
-        if (c->waiter != NULL) {
-            sl_waiter_leave_all(c->waiter);
-            sl_waitq_wake(&set->queue, 1);
-        }
     } else {
-        out.limit = set->states[out.check.which].limit;
+        check_key(c, &out);
     }
     sl_waitq_unlock();
-    done(ctx, &out);
+    answer(&(answer_t){
+        .ss = ss, .call = call, .kind = ANSWER_KEY, .done = (void *)done, .ctx = ctx, .result.key = out});
 }
 
 static void
@@ -316,7 +385,6 @@ static void
 local_join_lines(sl_shared_state_t *ss, sl_waiter_t *waiter, const sl_line_t *lines, size_t n,
                  sl_shared_call_t *call, sl_lines_joined_cb done, void *ctx)
 {
-    (void)call;
     sl_lines_joined_t out = {0};
     sl_waitq_lock();
     /*
@@ -331,7 +399,13 @@ local_join_lines(sl_shared_state_t *ss, sl_waiter_t *waiter, const sl_line_t *li
         out.joined = true;
     }
     sl_waitq_unlock();
-    done(ctx, &out);
+    answer(&(answer_t){.ss = ss,
+                       .call = call,
+                       .kind = ANSWER_JOINED,
+                       .done = (void *)done,
+                       .ctx = ctx,
+                       .waiter = waiter,
+                       .result.joined = out});
 }
 
 static void
@@ -388,13 +462,42 @@ local_upstream_view(sl_shared_state_t *ss, sl_upstream_t *up, sl_limit_set_t *li
     return v;
 }
 
-/* Nothing is ever pending here: every call answered before it returned. */
+/* An answer that will not be delivered: what its call took is given back (what it reported stands). */
 static void
 local_cancel(sl_shared_state_t *ss, sl_shared_call_t *call)
 {
-    (void)ss;
-    assert(call->pending == NULL);
-    (void)call;
+    answer_t *a = call->pending;
+    if (a == NULL)
+        return;
+    call->pending = NULL;
+    sl_timer_cancel(call->timers, &a->timer);
+    switch (a->kind) {
+    case ANSWER_CLAIM:
+        if (a->result.claim.skip == SL_SKIP_NONE) {
+            if (a->result.claim.dispatching)
+                local_end_dispatch(ss, a->up);
+            local_release_upstream(ss,
+                                   &(sl_upstream_release_t){.up = a->up,
+                                                            .charge = &a->result.claim.charge,
+                                                            .throttle_probe = a->result.claim.throttle_probe,
+                                                            .breaker_probe = a->result.claim.breaker_probe,
+                                                            .wall_ms = a->result.claim.charge.at_ms});
+        }
+        break;
+    case ANSWER_KEY:
+        local_settle(ss, &a->result.key.charge, &(sl_amounts_t){0}, true, a->result.key.charge.at_ms);
+        break;
+    case ANSWER_JOINED:
+        if (a->result.joined.joined) {
+            sl_waitq_lock();
+            sl_waiter_leave_all(a->waiter);
+            sl_waitq_unlock();
+        }
+        break;
+    case ANSWER_NEWS:
+        break;
+    }
+    free(a);
 }
 
 static void
@@ -423,10 +526,11 @@ static const sl_shared_state_ops_t local_ops = {
 };
 
 sl_shared_state_t *
-sl_shared_local_new(const atomic_bool *stopping)
+sl_shared_local_new(const atomic_bool *stopping, bool defer_answers)
 {
     local_state_t *s = sl_xcalloc(1, sizeof(*s));
     s->base.ops = &local_ops;
     s->stopping = stopping;
+    s->defer_answers = defer_answers;
     return &s->base;
 }

@@ -37,15 +37,21 @@
 #include "core/outcome.h"
 #include "core/retry.h"
 #include "core/throttle.h"
+#include "core/timerheap.h"
 #include "limiter.h"
 #include "upstream.h"
 #include "waitq.h"
 
 typedef struct sl_shared_state sl_shared_state_t;
 
-/* A call not answered yet. Zero it once; the implementation owns what it points to while pending. */
+/*
+ * A call not answered yet. Zero it once and set timers to the caller's
+ * worker's timer heap (NULL: the caller runs on no worker loop, e.g. the
+ * control thread); the implementation owns what pending points to.
+ */
 typedef struct {
     void *pending;
+    sl_timerheap_t *timers; /* where an answer that comes later is delivered */
 } sl_shared_call_t;
 
 /* Usage reserved in one limit set (behaviour.md §7), settled with the real figure when it is over. */
@@ -345,7 +351,13 @@ sl_shared_state_free(sl_shared_state_t *ss)
  * process's memory under the wait lock (waitq.h). stopping is the
  * gateway's shutdown flag: once it is set, nobody joins a line or is
  * admitted from one (read under the same lock the drain's wake-up takes).
+ *
+ * With defer_answers (tests: SLUICE_TEST_SHARED_STATE=deferred), each
+ * answer is delivered at the next turn of the caller's loop instead of
+ * before the call returns, as a remote store's would be, so the suite can
+ * show that the request path never reads an answer before it comes and
+ * that a cancelled call gives back what it took.
  */
-sl_shared_state_t *sl_shared_local_new(const atomic_bool *stopping);
+sl_shared_state_t *sl_shared_local_new(const atomic_bool *stopping, bool defer_answers);
 
 #endif

@@ -44,7 +44,7 @@ setup(void)
     ups = sl_upstreams_bind(reg, config);
     cr_assert_not_null(ups);
     atomic_init(&stopping, false);
-    ss = sl_shared_local_new(&stopping);
+    ss = sl_shared_local_new(&stopping, false);
     loop = h2o_evloop_create();
     inbox = sl_waitq_inbox_new(h2o_multithread_create_queue(loop), on_wake);
     call = (sl_shared_call_t){0};
@@ -410,4 +410,105 @@ Test(shared_local, a_resume_ends_a_running_429_pause_into_one_probe)
     cr_assert(got.news.changed);
     cr_assert_eq(sl_throttle_kind(&got.news.throttle), SL_THROTTLE_PROBING);
     cr_assert_eq(got.news.throttle.consecutive, 1, "the streak is kept");
+}
+
+/* ---- answers a loop turn late, as a remote store's ----------------------------------------------------- */
+
+static sl_timerheap_t turn; /* the caller's loop: its next turn runs what is due */
+
+static void
+deferred_setup(void)
+{
+    setup();
+    sl_shared_state_free(ss);
+    ss = sl_shared_local_new(&stopping, true);
+    turn = (sl_timerheap_t){0};
+    call = (sl_shared_call_t){.timers = &turn};
+    got.calls = 0;
+}
+
+static void
+deferred_teardown(void)
+{
+    free(turn.items);
+    teardown();
+}
+
+TestSuite(shared_deferred, .init = deferred_setup, .fini = deferred_teardown);
+
+static void
+next_turn(void)
+{
+    sl_timerheap_run(&turn, NOW);
+}
+
+Test(shared_deferred, a_claim_is_carried_out_at_once_and_answered_at_the_next_turn)
+{
+    sl_upstream_claim_t c = {.up = ups[0], .max_concurrent = 1, .now_ms = NOW, .wall_ms = WALL};
+    sl_shared_claim_upstream(ss, &c, &call, on_claim, &got);
+    cr_assert_eq(got.calls, 0, "no answer before the call returns");
+    cr_assert_not_null(call.pending);
+    cr_assert_eq(sl_shared_upstream_view(ss, ups[0], NULL).in_flight, 1, "the slot is taken already");
+    next_turn();
+    cr_assert_eq(got.calls, 1);
+    cr_assert_null(call.pending);
+    cr_assert_eq(got.claim.skip, SL_SKIP_NONE);
+}
+
+Test(shared_deferred, a_cancelled_claim_is_never_answered_and_gives_back_its_slot_and_reservation)
+{
+    sl_limit_set_t *set = requests_per_minute(1);
+    sl_upstream_claim_t c = {.up = ups[0],
+                             .limits = set,
+                             .need = one_request,
+                             .max_concurrent = 1,
+                             .now_ms = NOW,
+                             .wall_ms = WALL};
+    sl_shared_claim_upstream(ss, &c, &call, on_claim, &got);
+    sl_shared_cancel(ss, &call);
+    cr_assert_null(call.pending);
+    next_turn();
+    cr_assert_eq(got.calls, 0, "a cancelled call is never answered");
+    cr_assert_eq(sl_shared_upstream_view(ss, ups[0], NULL).in_flight, 0, "its slot is free");
+    sl_shared_claim_upstream(ss, &c, &call, on_claim, &got);
+    next_turn();
+    cr_assert_eq(got.claim.skip, SL_SKIP_NONE, "its request is back in the window");
+    set_free(set);
+}
+
+Test(shared_deferred, a_cancelled_key_admission_gives_back_its_reservation)
+{
+    sl_limit_set_t *key = requests_per_minute(1);
+    key->kind = SL_BUCKET_CLIENT;
+    sl_key_claim_t c = {.key = key, .need = one_request, .wall_ms = WALL};
+    sl_shared_claim_key(ss, &c, &call, on_key, &got);
+    sl_shared_cancel(ss, &call);
+    sl_shared_claim_key(ss, &c, &call, on_key, &got);
+    next_turn();
+    cr_assert_eq(got.calls, 1);
+    cr_assert(got.key.admitted);
+    set_free(key);
+}
+
+Test(shared_deferred, a_cancelled_join_leaves_the_lines)
+{
+    static int id;
+    sl_waiter_t *w = sl_waiter_new(inbox, &id, 10);
+    sl_line_t lines[] = {{.up = ups[0]}, {.up = ups[1]}};
+    sl_shared_join_lines(ss, w, lines, 2, &call, on_joined, &got);
+    cr_assert_eq(sl_shared_upstream_view(ss, ups[1], NULL).queued, 1);
+    sl_shared_cancel(ss, &call);
+    cr_assert_eq(sl_shared_upstream_view(ss, ups[0], NULL).queued, 0);
+    cr_assert_eq(sl_shared_upstream_view(ss, ups[1], NULL).queued, 0);
+    next_turn();
+    cr_assert_eq(got.calls, 0);
+    sl_shared_leave_lines(ss, w, NULL, 0);
+}
+
+Test(shared_deferred, a_caller_without_a_loop_is_answered_at_once)
+{
+    sl_shared_call_t control = {0};
+    sl_shared_pause_upstream(ss, ups[0], NOW + SEC, NOW, &control, on_news, &got);
+    cr_assert_eq(got.calls, 1);
+    cr_assert_null(control.pending);
 }

@@ -70,11 +70,20 @@ start_h2o_response(request_t *r, int status)
 bool
 sl__is_hop_by_hop(const h2o_iovec_t *name)
 {
-    static const char *const drop[] = {"connection", "keep-alive", "transfer-encoding", "te",
-                                       "trailer",    "upgrade",    "content-length",    "date",
-                                       "server"};
+#define HEADER(s)                                                                                            \
+    {                                                                                                        \
+        s, sizeof(s) - 1                                                                                     \
+    }
+    static const struct {
+        const char *name;
+        size_t len;
+    } drop[] = {HEADER("connection"), HEADER("keep-alive"), HEADER("transfer-encoding"), HEADER("te"),
+                HEADER("trailer"),    HEADER("upgrade"),    HEADER("content-length"),    HEADER("date"),
+                HEADER("server")};
+#undef HEADER
+    /* h2o gives header names in lower case. */
     for (size_t i = 0; i < sizeof(drop) / sizeof(drop[0]); i++) {
-        if (h2o_memis(name->base, name->len, drop[i], strlen(drop[i])))
+        if (name->len == drop[i].len && memcmp(name->base, drop[i].name, drop[i].len) == 0)
             return true;
     }
     return name->len >= 6 && strncasecmp(name->base, "proxy-", 6) == 0;

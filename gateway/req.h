@@ -276,10 +276,21 @@ typedef struct {
 /* The phases' table (request.c) and the client output's (hold.c). */
 extern const req_moves_t sl__phase_moves, sl__client_out_moves;
 /* Whether m lets from move to to (states out of range never move). */
-bool sl__may_move(const req_moves_t *m, unsigned from, unsigned to);
+static inline bool
+sl__may_move(const req_moves_t *m, unsigned from, unsigned to)
+{
+    return from < m->count && to < m->count && (m->moves[from] & (1u << to)) != 0;
+}
 const char *sl__state_name(const req_moves_t *m, unsigned state);
+/* Logs request id's illegal move from -> to of m, and aborts under assert. */
+void sl__illegal_move(const req_moves_t *m, uint64_t id, unsigned from, unsigned to);
 /* A move about to be made by request id: an illegal one is logged, and aborts under assert. */
-void sl__check_move(const req_moves_t *m, uint64_t id, unsigned from, unsigned to);
+static inline void
+sl__check_move(const req_moves_t *m, uint64_t id, unsigned from, unsigned to)
+{
+    if (!sl__may_move(m, from, to))
+        sl__illegal_move(m, id, from, to);
+}
 /* The only way a phase moves: checked against its table. */
 void sl__set_phase(request_t *r, req_phase_t to);
 /*

@@ -31,12 +31,6 @@ static const char *const phase_names[PHASE_COUNT] = {"routing", "backoff",      
 
 const req_moves_t sl__phase_moves = {"phase", phase_moves, phase_names, PHASE_COUNT};
 
-bool
-sl__may_move(const req_moves_t *m, unsigned from, unsigned to)
-{
-    return from < m->count && to < m->count && (m->moves[from] & TO(to)) != 0;
-}
-
 const char *
 sl__state_name(const req_moves_t *m, unsigned state)
 {
@@ -44,10 +38,8 @@ sl__state_name(const req_moves_t *m, unsigned state)
 }
 
 void
-sl__check_move(const req_moves_t *m, uint64_t id, unsigned from, unsigned to)
+sl__illegal_move(const req_moves_t *m, uint64_t id, unsigned from, unsigned to)
 {
-    if (sl__may_move(m, from, to))
-        return;
     sl_log_error("request %llu: %s %s -> %s is not a move of the request path", (unsigned long long)id,
                  m->what, sl__state_name(m, from), sl__state_name(m, to));
     assert(!"illegal move of the request path");

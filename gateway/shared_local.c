@@ -467,8 +467,6 @@ static void
 local_cancel(sl_shared_state_t *ss, sl_shared_call_t *call)
 {
     answer_t *a = call->pending;
-    if (a == NULL)
-        return;
     call->pending = NULL;
     sl_timer_cancel(call->timers, &a->timer);
     switch (a->kind) {

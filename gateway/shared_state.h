@@ -336,7 +336,8 @@ sl_shared_upstream_view(sl_shared_state_t *ss, sl_upstream_t *up, sl_limit_set_t
 static inline void
 sl_shared_cancel(sl_shared_state_t *ss, sl_shared_call_t *call)
 {
-    ss->ops->cancel(ss, call);
+    if (call->pending != NULL)
+        ss->ops->cancel(ss, call);
 }
 
 static inline void

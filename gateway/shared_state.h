@@ -9,8 +9,11 @@
  *
  * Asynchronous: a call with an answer gives it through its callback, on the
  * caller's worker. The local implementation answers before the call
- * returns; a remote one later, so a caller continues in the callback, never
- * after the call. Each call takes a sl_shared_call_t of the caller's (zeroed
+ * returns (or, for tests, a loop turn later); a remote one later, so a
+ * caller continues in the callback, never after the call. Calls that give
+ * something back (a release, a settlement, leaving lines) answer nothing:
+ * they are the implementation's to complete. A call with an answer takes a
+ * sl_shared_call_t of the caller's (zeroed
  * once; one call at a time per handle): a caller that goes away, or starts
  * another call on the same handle, first cancels it (sl_shared_cancel). A
  * cancelled call's callback never runs, and what it took (a slot, a

@@ -17,6 +17,7 @@
 
 #include "core/arena.h"
 #include "core/dialect.h"
+#include "core/mask.h"
 #include "core/text.h"
 #include "core/xalloc.h"
 
@@ -1298,6 +1299,325 @@ set_timezone(walker_t *w, yaml_node_t *value, void *target)
     c->timezone = s;
 }
 
+/* ---- cluster ------------------------------------------------------------- */
+
+/* Why a Redis URL was refused, as the message's reason (never quoting the userinfo). */
+static void bad_redis_url(walker_t *w, yaml_node_t *node, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void
+bad_redis_url(walker_t *w, yaml_node_t *node, const char *fmt, ...)
+{
+    char reason[160];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(reason, sizeof(reason), fmt, ap);
+    va_end(ap);
+    ERROR(w, node, SL_CODE_CONFIG_CLUSTER_BAD_REDIS_URL, "reason", reason);
+}
+
+/*
+ * A decimal in s[0..n) no larger than max into *out; false when it is empty,
+ * holds anything but digits or is too large (*too_large tells which).
+ */
+static bool
+url_number(const char *s, size_t n, uint32_t max, uint32_t *out, bool *too_large)
+{
+    *too_large = false;
+    if (n == 0)
+        return false;
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        if (v <= max)
+            v = v * 10 + (uint64_t)(s[i] - '0');
+    }
+    if (v > max) {
+        *too_large = true;
+        return false;
+    }
+    *out = (uint32_t)v;
+    return true;
+}
+
+/* The database number of s[0..n) ("db" in messages), 0..15 as Redis has by default. */
+static bool
+url_db(walker_t *w, yaml_node_t *node, const char *s, size_t n, uint32_t *db)
+{
+    bool too_large;
+    if (url_number(s, n, 15, db, &too_large))
+        return true;
+    if (too_large)
+        bad_redis_url(w, node, "the database %.*s is out of range 0..15", (int)(n > 20 ? 20 : n), s);
+    else
+        bad_redis_url(w, node, "the database '%.*s' is not a number 0..15", (int)(n > 32 ? 32 : n), s);
+    return false;
+}
+
+static bool
+valid_host_name(const char *s, size_t n)
+{
+    if (n == 0 || n > 253)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+              c == '-' || c == '_'))
+            return false;
+    }
+    return true;
+}
+
+/* host[:port][/db] of a redis:// URL into u. */
+static bool
+parse_redis_tcp(walker_t *w, yaml_node_t *node, const char *s, sl_cluster_config_t *u)
+{
+    const char *host = s, *end;
+    size_t host_len;
+    if (*s == '[') {
+        end = strchr(s, ']');
+        if (end == NULL) {
+            bad_redis_url(w, node, "the IPv6 address has no closing ']'");
+            return false;
+        }
+        host = s + 1;
+        host_len = (size_t)(end - host);
+        char ip[64];
+        int family = 0;
+        uint8_t addr[16];
+        if (host_len < sizeof(ip)) {
+            memcpy(ip, host, host_len);
+            ip[host_len] = '\0';
+        }
+        if (host_len >= sizeof(ip) || !sl_ip_parse(ip, &family, addr) || family != AF_INET6) {
+            bad_redis_url(w, node, "'%.*s' is not an IPv6 address", (int)(host_len > 64 ? 64 : host_len),
+                          host);
+            return false;
+        }
+        end++;
+        if (*end != '\0' && *end != ':' && *end != '/') {
+            bad_redis_url(w, node, "']' is not followed by ':port' or '/db'");
+            return false;
+        }
+    } else {
+        end = s + strcspn(s, ":/");
+        host_len = (size_t)(end - s);
+        if (host_len == 0) {
+            bad_redis_url(w, node, "there is no host");
+            return false;
+        }
+        if (!valid_host_name(s, host_len)) {
+            bad_redis_url(w, node, "'%.*s' is not a host name or IP address",
+                          (int)(host_len > 64 ? 64 : host_len), s);
+            return false;
+        }
+    }
+    u->redis_host = sl_arena_strndup(w->arena, host, host_len);
+    if (*end == ':') {
+        const char *port = end + 1;
+        size_t n = strcspn(port, "/");
+        uint32_t v = 0;
+        bool too_large;
+        bool number = url_number(port, n, 65535, &v, &too_large);
+        if (n == 0) {
+            bad_redis_url(w, node, "the port after ':' is missing");
+            return false;
+        }
+        if (!number && !too_large) {
+            bad_redis_url(w, node, "the port '%.*s' is not a number", (int)(n > 32 ? 32 : n), port);
+            return false;
+        }
+        if (!number || v == 0) {
+            bad_redis_url(w, node, "the port %.*s is out of range 1..65535", (int)(n > 20 ? 20 : n), port);
+            return false;
+        }
+        u->redis_port = (uint16_t)v;
+        end = port + n;
+    }
+    /* A lone trailing '/' names no database: the default one. */
+    if (*end == '/' && end[1] != '\0')
+        return url_db(w, node, end + 1, strlen(end + 1), &u->redis_db);
+    return true;
+}
+
+/* /absolute/path[?db=N] of a unix:// URL into u. */
+static bool
+parse_redis_unix(walker_t *w, yaml_node_t *node, const char *s, sl_cluster_config_t *u)
+{
+    size_t n = strcspn(s, "?");
+    if (s[0] != '/' || n < 2) {
+        bad_redis_url(w, node, "the socket path must be absolute, as in unix:///run/redis.sock");
+        return false;
+    }
+    u->redis_unix_path = sl_arena_strndup(w->arena, s, n);
+    if (s[n] == '\0')
+        return true;
+    const char *query = s + n + 1;
+    if (strncmp(query, "db=", 3) != 0) {
+        /* Only the parameter's name: its value could be anything. */
+        size_t name = strcspn(query, "=&");
+        bad_redis_url(w, node, "unknown parameter '%.*s' (only db=N is taken)", (int)(name > 32 ? 32 : name),
+                      query);
+        return false;
+    }
+    if (strchr(query, '&') != NULL) {
+        bad_redis_url(w, node, "db=N is the only parameter taken");
+        return false;
+    }
+    return url_db(w, node, query + 3, strlen(query + 3), &u->redis_db);
+}
+
+/*
+ * cluster.redis, once its ${VAR}s are expanded, into u's redis_* fields:
+ *
+ *   redis://[[user]:password@]host[:port][/db]
+ *   unix://[[user]:password@]/absolute/path[?db=N]
+ *
+ * The scheme in any case. The userinfo runs to the last '@' and the user to
+ * the first ':' in it (sl_url_password): a password may hold any character,
+ * taken as written (no %-decoding), so a ${VAR} password needs no escaping;
+ * an empty one is none, and a user without a password is refused (AUTH
+ * takes one). host is a name or IPv4 literal ([A-Za-z0-9._-], at most 253)
+ * or an IPv6 literal in brackets, kept without them; port 1..65535, 6379
+ * when absent; db 0..15, 0 when absent (a lone trailing '/' too). A unix
+ * path is absolute and runs to '?'; db is its only parameter. rediss:// has
+ * its own code: Debian's hiredis has no TLS. Reasons never quote the
+ * userinfo. Returns false after reporting the problem, u half-set.
+ */
+static bool
+parse_redis_url(walker_t *w, yaml_node_t *node, const char *url, sl_cluster_config_t *u)
+{
+    const char *sep = strstr(url, "://");
+    size_t scheme = sep != NULL ? (size_t)(sep - url) : 0;
+    bool tcp = scheme == 5 && strncasecmp(url, "redis", 5) == 0;
+    bool unix_socket = scheme == 4 && strncasecmp(url, "unix", 4) == 0;
+    if (scheme == 6 && strncasecmp(url, "rediss", 6) == 0) {
+        ERROR0(w, node, SL_CODE_CONFIG_CLUSTER_TLS_UNSUPPORTED);
+        return false;
+    }
+    if (!tcp && !unix_socket) {
+        bool shown = sep != NULL && scheme > 0 && scheme <= 16 &&
+                     strspn(url, "abcdefghijklmnopqrstuvwxyz"
+                                 "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                 "0123456789+-.") == scheme;
+        if (shown)
+            bad_redis_url(w, node, "the scheme '%.*s' is neither redis nor unix", (int)scheme, url);
+        else
+            bad_redis_url(w, node, "it does not start with redis:// or unix://");
+        return false;
+    }
+    const char *rest = sep + 3;
+    size_t at, n;
+    if (sl_url_password(url, strlen(url), &at, &n)) {
+        const char *user = rest, *colon = url + at - 1;
+        if (colon > user)
+            u->redis_user = sl_arena_strndup(w->arena, user, (size_t)(colon - user));
+        if (n > 0)
+            u->redis_password = sl_arena_strndup(w->arena, url + at, n);
+        rest = url + at + n + 1;
+    } else if (*rest != '/' && strchr(rest, '@') != NULL) {
+        bad_redis_url(w, node, "the part before '@' has no ':' (write user:password@, or :password@)");
+        return false;
+    }
+    if (u->redis_user != NULL && u->redis_password == NULL) {
+        bad_redis_url(w, node, "a user name needs a password (user:password@)");
+        return false;
+    }
+    return tcp ? parse_redis_tcp(w, node, rest, u) : parse_redis_unix(w, node, rest, u);
+}
+
+static void
+set_cluster_redis(walker_t *w, yaml_node_t *value, void *target)
+{
+    char *raw = get_string(w, value);
+    char *url = raw != NULL ? expand_vars(w, value, raw) : NULL;
+    sl_cluster_config_t u = {.redis_port = 6379};
+    if (url == NULL || !parse_redis_url(w, value, url, &u))
+        return;
+    sl_cluster_config_t *c = target;
+    c->redis_host = u.redis_host;
+    c->redis_port = u.redis_port;
+    c->redis_unix_path = u.redis_unix_path;
+    c->redis_user = u.redis_user;
+    c->redis_password = u.redis_password;
+    c->redis_db = u.redis_db;
+}
+
+/* 1..max characters of letters, digits and the bytes of extra: they go into Redis key names and events. */
+static bool
+valid_token(const char *s, size_t max, const char *extra)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > max)
+        return false;
+    for (; *s; s++) {
+        if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+              strchr(extra, *s) != NULL))
+            return false;
+    }
+    return true;
+}
+
+static void
+set_cluster_name(walker_t *w, yaml_node_t *value, void *target)
+{
+    char *s = get_string(w, value);
+    if (s == NULL)
+        return;
+    if (!valid_token(s, 64, "._-")) {
+        ERROR(w, value, SL_CODE_CONFIG_CLUSTER_BAD_NAME, "value", s);
+        return;
+    }
+    ((sl_cluster_config_t *)target)->name = s;
+}
+
+static void
+set_cluster_instance(walker_t *w, yaml_node_t *value, void *target)
+{
+    char *s = get_secret(w, value);
+    if (s == NULL)
+        return;
+    if (!valid_token(s, 128, "._:-")) {
+        ERROR(w, value, SL_CODE_CONFIG_CLUSTER_BAD_INSTANCE, "value", s);
+        return;
+    }
+    ((sl_cluster_config_t *)target)->instance = s;
+}
+
+static const char *const redis_down_slugs[] = {
+    [SL_REDIS_DOWN_LOCAL] = "local", [SL_REDIS_DOWN_CLOSED] = "closed"};
+
+static void
+set_cluster_when_redis_down(walker_t *w, yaml_node_t *value, void *target)
+{
+    int i = get_enum(w, value, redis_down_slugs, NFIELDS(redis_down_slugs));
+    if (i >= 0)
+        ((sl_cluster_config_t *)target)->when_redis_down = (sl_redis_down_t)i;
+}
+
+static const field_t cluster_fields[] = {
+    {"redis", F_CUSTOM, .required = true, .custom = set_cluster_redis},
+    {"name", F_CUSTOM, .custom = set_cluster_name},
+    {"instance", F_CUSTOM, .custom = set_cluster_instance},
+    {"timeout_ms", U(sl_cluster_config_t, timeout_ms, 1, 10000)},
+    {"when_redis_down", F_CUSTOM, .custom = set_cluster_when_redis_down},
+};
+
+/* The section is taken whole or not at all: a config with errors keeps the defaults (cluster off). */
+static void
+set_cluster(walker_t *w, yaml_node_t *value, void *target)
+{
+    sl_config_t *cfg = target;
+    sl_cluster_config_t c = cfg->cluster;
+    size_t errors_before = w->errors->len;
+    if (!walk_fields(w, value, cluster_fields, NFIELDS(cluster_fields), &c, NULL) ||
+        w->errors->len != errors_before)
+        return;
+    c.enabled = true;
+    cfg->cluster = c;
+}
+
 static const field_t store_fields[] = {
     {"path", .kind = F_STRING, .offset = offsetof(sl_config_t, store_path)},
     {"retention_days", U(sl_config_t, retention_days, 1, 36500)},
@@ -1333,6 +1653,7 @@ static const field_t root_fields[] = {
     {"store", F_CUSTOM, .custom = set_store},
     {"security", F_CUSTOM, .custom = set_security},
     {"limits", F_CUSTOM, .custom = set_size_limits},
+    {"cluster", F_CUSTOM, .custom = set_cluster},
     {"shutdown_grace_secs", U(sl_config_t, shutdown_grace_secs, 0, 3600)},
 };
 
@@ -1366,6 +1687,12 @@ config_with_defaults(const char *source_path, const sl_config_env_t *env)
     c->max_body_bytes = 32u * 1024 * 1024;
     c->max_waiting_bytes = 1024u * 1024 * 1024;
     c->shutdown_grace_secs = 30;
+    c->cluster = (sl_cluster_config_t){
+        .redis_port = 6379,
+        .name = "sluice",
+        .timeout_ms = 50,
+        .when_redis_down = SL_REDIS_DOWN_LOCAL,
+    };
     c->tz = system_zone(env);
     return c;
 }
@@ -1572,6 +1899,15 @@ sl_config_summary(const sl_config_t *c, uint16_t gateway_port, uint16_t control_
         c->n_routes, c->n_routes == 1 ? "" : "s", c->has_routes ? "" : " (models decide)", c->n_clients,
         c->n_clients == 1 ? "" : "s", c->gateway.bind, gateway_port, c->gateway.tls_cert ? " (tls)" : "",
         c->control.bind, control_port, c->control.tls_cert ? " (tls)" : "", c->failover.wait_secs);
+    /* Where Redis is, never who logs in to it. */
+    const sl_cluster_config_t *k = &c->cluster;
+    if (k->enabled && k->redis_unix_path != NULL)
+        sl_strbuf_appendf(&s, "; cluster %s on unix:%s", k->name, k->redis_unix_path);
+    else if (k->enabled)
+        sl_strbuf_appendf(&s, "; cluster %s on %s%s%s:%u", k->name, strchr(k->redis_host, ':') ? "[" : "",
+                          k->redis_host, strchr(k->redis_host, ':') ? "]" : "", k->redis_port);
+    if (k->enabled && k->redis_db != 0)
+        sl_strbuf_appendf(&s, " db %" PRIu32, k->redis_db);
     return sl_strbuf_finish(&s);
 }
 

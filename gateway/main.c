@@ -316,6 +316,7 @@ main(int argc, char **argv)
     runtime = sl_runtime_start(opt.config_path, demo_yaml, &gateway);
     free(demo_yaml);
     sl_runtime_set_ports(runtime, opt.port, opt.control_port);
+    sl_runtime_join_cluster(runtime);
     bool safe_mode = sl_runtime_safe_mode(runtime);
     sl_control_t *control = start_control();
     /* Without a control endpoint, the debug log still shows the events. */

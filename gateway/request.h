@@ -42,8 +42,9 @@ typedef struct {
      * keep-alive, and to turn jitter off, so the suite stays fast.
      */
     sl_retry_params_t retry_params;
-    /* Pauses, probes, slots, lines and usage windows (shared_state.h); this process's own for now. */
+    /* Pauses, probes, slots, lines and usage windows (shared_state.h): this process's, or its cluster's. */
     sl_shared_state_t *shared;
+    struct sl_cluster *cluster; /* the connection to the cluster's Redis (cluster.h); NULL: one process */
 } sl_gateway_t;
 
 /* The wake-up of a waiting request, on its worker's loop (the inbox callback of waitq.h). */

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "bus.h"
+#include "shared_state.h"
 #include "core/mask.h"
 #include "core/xalloc.h"
 #include "yamledit.h"
@@ -812,6 +813,65 @@ sl_runtime_resume(sl_runtime_t *rt, const char *name, sl_msg_t *err)
     if (up != NULL)
         sl_shared_resume_upstream(rt->gw->shared, up, sl_now_ms(), operator_call(rt), announce_throttle, rt);
     return 0;
+}
+
+/* ---- cluster mode ------------------------------------------------------------------------------ */
+
+static sl_upstream_t *
+cluster_find(void *ctx, const char *name)
+{
+    sl_runtime_t *rt = ctx;
+    return sl_upstreams_find(rt->upstreams, name);
+}
+
+static void
+cluster_each(void *ctx, void (*each)(void *each_ctx, sl_upstream_t *up), void *each_ctx)
+{
+    sl_runtime_t *rt = ctx;
+    sl_snapshot_t *s = sl_snapshot_acquire(&rt->holder);
+    for (size_t i = 0; i < s->config->n_providers; i++)
+        each(each_ctx, s->upstreams[i]);
+    sl_snapshot_release(s);
+}
+
+void
+sl_runtime_join_cluster(sl_runtime_t *rt)
+{
+    sl_snapshot_t *s = sl_snapshot_acquire(&rt->holder);
+    const sl_cluster_config_t *cc = &s->config->cluster;
+    if (rt->safe_mode || !cc->enabled) {
+        sl_snapshot_release(s);
+        return;
+    }
+    /* Unique per instance: the hostname and the gateway's port (its pid when the port is chosen at start). */
+    char instance[192];
+    if (cc->instance != NULL) {
+        snprintf(instance, sizeof(instance), "%s", cc->instance);
+    } else {
+        char host[128] = "localhost";
+        gethostname(host, sizeof(host) - 1);
+        if (rt->gateway_listen.port != 0)
+            snprintf(instance, sizeof(instance), "%s:%u", host, rt->gateway_listen.port);
+        else
+            snprintf(instance, sizeof(instance), "%s:pid%ld", host, (long)getpid());
+    }
+    sl_gateway_t *gw = rt->gw;
+    sl_shared_cluster_hooks_t hooks = {
+        .find = cluster_find, .each = cluster_each, .announce = announce_throttle, .ctx = rt};
+    sl_shared_state_t *shared =
+        sl_shared_cluster_new(sl_shared_local_new(&gw->stopping, false), cc, instance, &hooks, &gw->cluster);
+    if (shared == NULL) {
+        sl_log_error("cluster %s: cannot start its connection thread: this instance runs alone", cc->name);
+    } else {
+        sl_shared_state_free(gw->shared);
+        gw->shared = shared;
+        if (cc->redis_unix_path != NULL)
+            sl_log_info("cluster %s: instance %s, Redis at unix:%s", cc->name, instance, cc->redis_unix_path);
+        else
+            sl_log_info("cluster %s: instance %s, Redis at %s:%u", cc->name, instance, cc->redis_host,
+                        cc->redis_port);
+    }
+    sl_snapshot_release(s);
 }
 
 /* ---- provider views ---------------------------------------------------------------------------- */

@@ -102,4 +102,11 @@ void sl_runtime_provider_views_free(sl_proto_provider_view_t *views, size_t n);
 /* The request DB's path (for history), or NULL when there is none. Owned by rt. */
 const char *sl_runtime_store_path(const sl_runtime_t *rt);
 
+/*
+ * With a cluster: section (and not in safe mode), this instance joins its
+ * cluster (cluster.md): the gateway's shared state becomes the cluster's.
+ * Call once, after the ports are set and before the server starts.
+ */
+void sl_runtime_join_cluster(sl_runtime_t *rt);
+
 #endif

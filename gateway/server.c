@@ -23,6 +23,7 @@
 #include "core/resetguard.h"
 #include "core/xalloc.h"
 #include "accept.h"
+#include "cluster.h"
 #include "linger.h"
 #include "log.h"
 #include "refusal.h"
@@ -131,8 +132,9 @@ send_json(h2o_req_t *req, int status, const char *reason, json_t *body, const ch
 }
 
 static void
-send_health(h2o_req_t *req, const sl_snapshot_t *snapshot, bool stopping)
+send_health(h2o_req_t *req, const sl_snapshot_t *snapshot, const sl_gateway_t *gw)
 {
+    bool stopping = atomic_load(&gw->stopping);
     if (stopping) {
         send_json(req, 503, "Service Unavailable", json_pack("{s:s}", "status", "shutting_down"),
                   sl_code_slug(SL_CODE_GW_SHUTTING_DOWN));
@@ -140,7 +142,12 @@ send_health(h2o_req_t *req, const sl_snapshot_t *snapshot, bool stopping)
         send_json(req, 503, "Service Unavailable", json_pack("{s:s}", "status", "safe_mode"),
                   sl_code_slug(SL_CODE_GW_SAFE_MODE));
     } else {
-        send_json(req, 200, "OK", json_pack("{s:s}", "status", "ok"), NULL);
+        json_t *body = json_pack("{s:s}", "status", "ok");
+        /* Degraded is still serving (cluster.md, "Redis down"): 200, with the cluster's state said. */
+        if (gw->cluster != NULL)
+            json_object_set_new(body, "cluster",
+                                json_string(sl_cluster_state_slug(sl_cluster_state(gw->cluster))));
+        send_json(req, 200, "OK", body, NULL);
     }
 }
 
@@ -175,7 +182,7 @@ on_req(h2o_handler_t *self, h2o_req_t *req)
     if (h2o_memis(req->path_normalized.base, req->path_normalized.len, H2O_STRLIT("/healthz")) &&
         (h2o_memis(req->method.base, req->method.len, H2O_STRLIT("GET")) ||
          h2o_memis(req->method.base, req->method.len, H2O_STRLIT("HEAD")))) {
-        send_health(req, g->snapshot, atomic_load(&server->gateway->stopping));
+        send_health(req, g->snapshot, server->gateway);
         return 0;
     }
     const char *ws_key = NULL;
@@ -428,6 +435,7 @@ init_worker_io(sl_worker_io_t *io, h2o_loop_t *loop, h2o_multithread_queue_t *qu
     io->client_ctx_by_address = io->client_ctx;
     io->watch = sl_watch_new(loop);
     io->inbox = sl_waitq_inbox_new(queue, sl_request_wake);
+    io->shared_inbox = sl_shared_inbox_new(queue);
     io->client_ctx_by_address.ssl_ctx = upstream_ssl_by_address;
 }
 

@@ -52,10 +52,27 @@ typedef struct sl_shared_state sl_shared_state_t;
  * worker's timer heap (NULL: the caller runs on no worker loop, e.g. the
  * control thread); the implementation owns what pending points to.
  */
+typedef struct sl_shared_inbox sl_shared_inbox_t;
+
 typedef struct {
     void *pending;
-    sl_timerheap_t *timers; /* where an answer that comes later is delivered */
+    sl_timerheap_t *timers;   /* where an answer that comes later is delivered */
+    sl_shared_inbox_t *inbox; /* where an answer made on another thread is handed over; NULL: none */
 } sl_shared_call_t;
+
+/*
+ * An answer made on another thread (a remote store's reply) for a caller on
+ * a worker: posted to that worker's inbox, opened on its loop.
+ */
+typedef struct sl_shared_letter {
+    h2o_multithread_message_t super;
+    void (*open)(struct sl_shared_letter *letter); /* on the inbox's worker; owns the letter */
+} sl_shared_letter_t;
+
+/* A worker's inbox on its loop's queue (lives as long as the process). */
+sl_shared_inbox_t *sl_shared_inbox_new(h2o_multithread_queue_t *queue);
+/* From any thread: letter->open runs on the inbox's worker. */
+void sl_shared_inbox_post(sl_shared_inbox_t *inbox, sl_shared_letter_t *letter);
 
 /* Usage reserved in one limit set (behaviour.md §7), settled with the real figure when it is over. */
 typedef struct {
@@ -363,5 +380,32 @@ sl_shared_state_free(sl_shared_state_t *ss)
  * that a cancelled call gives back what it took.
  */
 sl_shared_state_t *sl_shared_local_new(const atomic_bool *stopping, bool defer_answers);
+
+/* ---- a cluster's instance (shared_cluster.c) ---------------------------------------------------- */
+
+struct sl_cluster;
+
+/* How the cluster's state reaches this instance's upstreams and control stream (from the cluster's thread).
+ */
+typedef struct {
+    /* The upstream named name in the running config, or NULL. */
+    sl_upstream_t *(*find)(void *ctx, const char *name);
+    /* Calls each(each_ctx, up) for every upstream of the running config. */
+    void (*each)(void *ctx, void (*each)(void *each_ctx, sl_upstream_t *up), void *each_ctx);
+    /* ThrottleChanged for a change another instance made. */
+    void (*announce)(void *ctx, const sl_throttle_news_t *news);
+    void *ctx;
+} sl_shared_cluster_hooks_t;
+
+/*
+ * The state of an instance of the cluster config names (cluster.md): local
+ * (sl_shared_local_new, answering at once) for what this instance decides,
+ * kept in step with the others through Redis. Takes local; starts the
+ * connection (*cluster, owned by the result: freeing it stops it). NULL when
+ * the connection's thread cannot start.
+ */
+sl_shared_state_t *sl_shared_cluster_new(sl_shared_state_t *local, const sl_cluster_config_t *config,
+                                         const char *instance, const sl_shared_cluster_hooks_t *hooks,
+                                         struct sl_cluster **cluster);
 
 #endif

@@ -23,9 +23,10 @@ typedef struct {
     h2o_http1client_ctx_t client_ctx_by_address; /* upstreams named by an IP address (TLS 1.3 only) */
     h2o_timeout_t io_timeout; /* a backstop: the hop arms its own connect / idle / total timers */
     h2o_multithread_receiver_t getaddr_receiver;
-    sl_bus_batch_t events;        /* this loop iteration's events, flushed to the bus once per iteration */
-    sl_watch_t *watch;            /* HTTP/1.1 clients that leave before their response starts */
-    sl_waitq_inbox_t *inbox;      /* wake-ups of this worker's waiting requests */
+    sl_bus_batch_t events;   /* this loop iteration's events, flushed to the bus once per iteration */
+    sl_watch_t *watch;       /* HTTP/1.1 clients that leave before their response starts */
+    sl_waitq_inbox_t *inbox; /* wake-ups of this worker's waiting requests */
+    struct sl_shared_inbox *shared_inbox; /* answers of the shared state made on another thread */
     h2o_socketpool_t *turns_pool; /* this worker's internal socket: Responses WebSocket turns (wsturns.h) */
     h2o_linklist_t requests;      /* this worker's live requests (an operator may cancel one by id) */
 } sl_worker_io_t;

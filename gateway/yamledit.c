@@ -18,6 +18,7 @@
 #include <strings.h>
 #include <yaml.h>
 
+#include "core/mask.h"
 #include "core/xalloc.h"
 
 #define NONE SIZE_MAX
@@ -828,27 +829,44 @@ sl_yamledit_set_limits(const char *yaml, size_t len, const char *section, const 
 /* ---- secrets ------------------------------------------------------------- */
 
 /*
- * Where secrets stand (config.md). "[]" is each item of a list, labelled by
- * its name; "*" each entry of a mapping, labelled by its key in lower case
- * (header names are matched in any case).
+ * What of a value at a secret position is the secret: all of it, or the
+ * password inside a URL (scheme://user:password@host, sl_url_password).
  */
-static const char *const secret_paths[][5] = {
-    {"listen", "control", "key"},
-    {"clients", "[]", "key"},
-    {"providers", "[]", "key"},
-    {"providers", "[]", "aws", "secret_access_key"},
-    {"providers", "[]", "aws", "session_token"},
-    {"providers", "[]", "headers", "*"},
+typedef enum { SECRET_WHOLE, SECRET_URL_PASSWORD } secret_kind_t;
+
+/*
+ * Where secrets stand (config.md, cluster.md). "[]" is each item of a list,
+ * labelled by its name; "*" each entry of a mapping, labelled by its key in
+ * lower case (header names are matched in any case).
+ */
+static const struct {
+    secret_kind_t kind;
+    const char *seg[5];
+} secret_paths[] = {
+    {SECRET_WHOLE, {"listen", "control", "key"}},
+    {SECRET_WHOLE, {"clients", "[]", "key"}},
+    {SECRET_WHOLE, {"providers", "[]", "key"}},
+    {SECRET_WHOLE, {"providers", "[]", "aws", "secret_access_key"}},
+    {SECRET_WHOLE, {"providers", "[]", "aws", "session_token"}},
+    {SECRET_WHOLE, {"providers", "[]", "headers", "*"}},
+    {SECRET_URL_PASSWORD, {"cluster", "redis"}},
+    {SECRET_URL_PASSWORD, {"store", "url"}},
 };
 
-/* Called for every node at or under a secret position, map keys aside; false stops the walk. */
-typedef bool (*on_secret_fn)(void *ctx, doc_t *d, size_t node, const char *path);
+/*
+ * Called for every node at or under a secret position, map keys aside; false
+ * stops the walk. kind is SECRET_URL_PASSWORD only for the node standing at
+ * a URL's position itself: anything under it (the loader rejects a
+ * collection there) is a whole secret.
+ */
+typedef bool (*on_secret_fn)(void *ctx, doc_t *d, size_t node, const char *path, secret_kind_t kind);
 
 typedef struct {
     doc_t *d;
     on_secret_fn fn;
     void *ctx;
     sl_strbuf_t path;
+    secret_kind_t kind; /* of the pattern being walked */
 } secret_walk_t;
 
 /* Appends ".s" (just "s" at the start) or, with sep '[', "[s]". */
@@ -905,9 +923,9 @@ path_push_item(secret_walk_t *w, size_t item, size_t i)
 }
 
 static bool
-walk_under(secret_walk_t *w, size_t node)
+walk_under(secret_walk_t *w, size_t node, secret_kind_t kind)
 {
-    if (!w->fn(w->ctx, w->d, node, w->path.data))
+    if (!w->fn(w->ctx, w->d, node, w->path.data, kind))
         return false;
     const node_t *n = &w->d->nodes[node];
     size_t saved = w->path.len;
@@ -915,7 +933,7 @@ walk_under(secret_walk_t *w, size_t node)
     if (n->kind == N_SEQ) {
         for (size_t i = 0; i < n->n_kids && ok; i++) {
             path_push_place(w, i);
-            ok = walk_under(w, kid(w->d, node, i));
+            ok = walk_under(w, kid(w->d, node, i), SECRET_WHOLE);
             path_pop(w, saved);
         }
     } else if (n->kind == N_MAP) {
@@ -923,7 +941,7 @@ walk_under(secret_walk_t *w, size_t node)
             if (key_of(w->d, node, p)->kind != N_SCALAR)
                 continue;
             path_push_key(w, key_of(w->d, node, p), false);
-            ok = walk_under(w, value_of(w->d, node, p));
+            ok = walk_under(w, value_of(w->d, node, p), SECRET_WHOLE);
             path_pop(w, saved);
         }
     }
@@ -934,7 +952,7 @@ static bool
 walk_pattern(secret_walk_t *w, size_t node, const char *const *seg)
 {
     if (*seg == NULL)
-        return walk_under(w, node);
+        return walk_under(w, node, w->kind);
     const node_t *n = &w->d->nodes[node];
     size_t saved = w->path.len;
     bool ok = true;
@@ -965,8 +983,10 @@ walk_secrets(doc_t *d, on_secret_fn fn, void *ctx)
     secret_walk_t w = {.d = d, .fn = fn, .ctx = ctx};
     sl_strbuf_append(&w.path, "", 0);
     bool ok = true;
-    for (size_t i = 0; d->root != NONE && ok && i < sizeof(secret_paths) / sizeof(secret_paths[0]); i++)
-        ok = walk_pattern(&w, d->root, secret_paths[i]);
+    for (size_t i = 0; d->root != NONE && ok && i < sizeof(secret_paths) / sizeof(secret_paths[0]); i++) {
+        w.kind = secret_paths[i].kind;
+        ok = walk_pattern(&w, d->root, secret_paths[i].seg);
+    }
     free(w.path.data);
     return ok;
 }
@@ -981,11 +1001,22 @@ has_value(const doc_t *d, const node_t *n)
     return !n->plain || (strcmp(v, "~") != 0 && strcasecmp(v, "null") != 0);
 }
 
+/* Whether s[0..n) holds a ${VAR} reference. */
+static bool
+contains_var(const char *s, size_t n)
+{
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (s[i] == '$' && s[i + 1] == '{')
+            return true;
+    }
+    return false;
+}
+
 /* A value written out in the file, not a ${VAR} reference. */
 static bool
 is_literal(const doc_t *d, const node_t *n)
 {
-    return has_value(d, n) && strstr(value_text(d, n), "${") == NULL;
+    return has_value(d, n) && !contains_var(value_text(d, n), n->value_len);
 }
 
 typedef struct {
@@ -1002,15 +1033,59 @@ reject_anchor(const node_t *n, const char *path, char *err, size_t err_size)
     return fail(err, err_size, "%s: anchors and aliases are not supported at a secret", path);
 }
 
+/* value[0..len) double-quoted on one line, for YAML. */
+static void
+append_quoted(sl_strbuf_t *b, const char *value, size_t len)
+{
+    sl_strbuf_append(b, "\"", 1);
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)value[i];
+        if (c == '"' || c == '\\')
+            sl_strbuf_appendf(b, "\\%c", c);
+        else if (c < 0x20 || c == 0x7F)
+            sl_strbuf_appendf(b, "\\x%02X", c);
+        else
+            sl_strbuf_append(b, (const char *)&c, 1);
+    }
+    sl_strbuf_append(b, "\"", 1);
+}
+
+/* Where the password of a URL scalar is, in its decoded value; false when it has none (or an empty one). */
 static bool
-redact_one(void *ctx, doc_t *d, size_t node, const char *path)
+url_password(const doc_t *d, const node_t *n, size_t *at, size_t *len)
+{
+    return n->kind == N_SCALAR && sl_url_password(value_text(d, n), n->value_len, at, len) && *len > 0;
+}
+
+/* value[0..len) with its bytes [at, at + n) replaced by with[0..with_len), double-quoted. */
+static void
+append_quoted_spliced(sl_strbuf_t *b, const char *value, size_t len, size_t at, size_t n, const char *with,
+                      size_t with_len)
+{
+    sl_strbuf_t v = {0};
+    sl_strbuf_append(&v, value, at);
+    sl_strbuf_append(&v, with, with_len);
+    sl_strbuf_append(&v, value + at + n, len - at - n);
+    append_quoted(b, v.data, v.len);
+    free(v.data);
+}
+
+static bool
+redact_one(void *ctx, doc_t *d, size_t node, const char *path, secret_kind_t kind)
 {
     redact_t *r = ctx;
     const node_t *n = &d->nodes[node];
     if (!reject_anchor(n, path, r->err, r->err_size))
         return false;
-    if (is_literal(d, n))
+    size_t at, len;
+    if (kind == SECRET_WHOLE && is_literal(d, n)) {
         edits_replace(&r->edits, n->start, n->end - n->start, LIT("\"" SL_YAMLEDIT_SECRET_SENTINEL "\""));
+    } else if (kind == SECRET_URL_PASSWORD && url_password(d, n, &at, &len) &&
+               !contains_var(value_text(d, n) + at, len)) {
+        sl_strbuf_t b = {0};
+        append_quoted_spliced(&b, value_text(d, n), n->value_len, at, len, LIT(SL_YAMLEDIT_SECRET_SENTINEL));
+        edits_replace_buf(&r->edits, n->start, n->end - n->start, &b);
+    }
     return true;
 }
 
@@ -1031,6 +1106,7 @@ sl_yamledit_redact_secrets(const char *yaml, size_t len, char *err, size_t err_s
 typedef struct {
     char *path;
     size_t node;
+    secret_kind_t kind;
 } secret_ref_t;
 
 typedef struct {
@@ -1039,12 +1115,12 @@ typedef struct {
 } secret_refs_t;
 
 static bool
-collect_one(void *ctx, doc_t *d, size_t node, const char *path)
+collect_one(void *ctx, doc_t *d, size_t node, const char *path, secret_kind_t kind)
 {
     secret_refs_t *refs = ctx;
     (void)d;
     refs->items = grow(refs->items, &refs->cap, refs->n + 1, sizeof(secret_ref_t));
-    refs->items[refs->n++] = (secret_ref_t){sl_xstrdup(path), node};
+    refs->items[refs->n++] = (secret_ref_t){sl_xstrdup(path), node, kind};
     return true;
 }
 
@@ -1099,23 +1175,6 @@ typedef struct {
     size_t err_size;
 } restore_t;
 
-/* value[0..len) double-quoted on one line, for YAML. */
-static void
-append_quoted(sl_strbuf_t *b, const char *value, size_t len)
-{
-    sl_strbuf_append(b, "\"", 1);
-    for (size_t i = 0; i < len; i++) {
-        unsigned char c = (unsigned char)value[i];
-        if (c == '"' || c == '\\')
-            sl_strbuf_appendf(b, "\\%c", c);
-        else if (c < 0x20 || c == 0x7F)
-            sl_strbuf_appendf(b, "\\x%02X", c);
-        else
-            sl_strbuf_append(b, (const char *)&c, 1);
-    }
-    sl_strbuf_append(b, "\"", 1);
-}
-
 /*
  * The current value as it is written, unless it would not read the same
  * where it goes: a value over several lines depends on the indentation
@@ -1134,15 +1193,53 @@ restore_text(const restore_t *r, const node_t *to, const node_t *from, sl_strbuf
         sl_strbuf_append(b, src, len);
 }
 
+static bool
+no_secret_there(const restore_t *r, const char *path)
+{
+    return fail(r->err, r->err_size,
+                "%s: '" SL_YAMLEDIT_SECRET_SENTINEL "' but the current configuration has no secret there",
+                path);
+}
+
 /*
- * Gives a "***" at path the value of the current text there. Of duplicate
+ * A URL whose password is "***" gets the current URL's password: the whole
+ * current value as written when that is what results (the common round
+ * trip), else the new URL double-quoted.
+ */
+static bool
+restore_url_password(restore_t *r, const doc_t *d, const node_t *n, size_t at, size_t len, const node_t *cur,
+                     const char *path)
+{
+    const doc_t *c = &r->current;
+    size_t cur_at, cur_len;
+    if (cur == NULL || !url_password(c, cur, &cur_at, &cur_len))
+        return no_secret_there(r, path);
+    const char *v = value_text(d, n), *cv = value_text(c, cur);
+    sl_strbuf_t b = {0};
+    if (n->value_len - len == cur->value_len - cur_len && at == cur_at && memcmp(v, cv, at) == 0 &&
+        memcmp(v + at + len, cv + cur_at + cur_len, n->value_len - at - len) == 0)
+        restore_text(r, n, cur, &b);
+    else
+        append_quoted_spliced(&b, v, n->value_len, at, len, cv + cur_at, cur_len);
+    edits_replace_buf(&r->edits, n->start, n->end - n->start, &b);
+    return true;
+}
+
+/*
+ * Gives a "***" at path the value of the current text there (at a URL's
+ * position, a "***" password the current URL's password). Of duplicate
  * entries (which the loader rejects), the nth one gets the nth one's.
  */
 static bool
-restore_one(restore_t *r, doc_t *d, size_t node, const char *path, size_t nth)
+restore_one(restore_t *r, doc_t *d, size_t node, const char *path, secret_kind_t kind, size_t nth)
 {
     const node_t *n = &d->nodes[node];
-    if (!scalar_is(d, n, LIT(SL_YAMLEDIT_SECRET_SENTINEL)))
+    size_t url_at, url_len;
+    bool whole = scalar_is(d, n, LIT(SL_YAMLEDIT_SECRET_SENTINEL));
+    bool in_url = !whole && kind == SECRET_URL_PASSWORD && url_password(d, n, &url_at, &url_len) &&
+                  url_len == strlen(SL_YAMLEDIT_SECRET_SENTINEL) &&
+                  memcmp(value_text(d, n) + url_at, LIT(SL_YAMLEDIT_SECRET_SENTINEL)) == 0;
+    if (!whole && !in_url)
         return true;
     if (!reject_anchor(n, path, r->err, r->err_size))
         return false;
@@ -1150,11 +1247,11 @@ restore_one(restore_t *r, doc_t *d, size_t node, const char *path, size_t nth)
     const node_t *cur = at != NONE ? &r->current.nodes[at] : NULL;
     if (cur != NULL && !reject_anchor(cur, path, r->err, r->err_size))
         return false;
+    if (in_url)
+        return restore_url_password(r, d, n, url_at, url_len, cur, path);
     /* A ${VAR} reference is kept too: "***" asks for whatever stands there now. */
     if (cur == NULL || !has_value(&r->current, cur))
-        return fail(r->err, r->err_size,
-                    "%s: '" SL_YAMLEDIT_SECRET_SENTINEL "' but the current configuration has no secret there",
-                    path);
+        return no_secret_there(r, path);
     sl_strbuf_t b = {0};
     restore_text(r, n, cur, &b);
     edits_replace_buf(&r->edits, n->start, n->end - n->start, &b);
@@ -1168,7 +1265,7 @@ restore_all(restore_t *r, doc_t *d)
     bool ok = true;
     for (size_t i = 0, nth = 0; i < pushed.n && ok; i++) {
         nth = i > 0 && strcmp(pushed.items[i].path, pushed.items[i - 1].path) == 0 ? nth + 1 : 0;
-        ok = restore_one(r, d, pushed.items[i].node, pushed.items[i].path, nth);
+        ok = restore_one(r, d, pushed.items[i].node, pushed.items[i].path, pushed.items[i].kind, nth);
     }
     secret_refs_free(&pushed);
     return ok;

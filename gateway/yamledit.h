@@ -45,10 +45,12 @@ char *sl_yamledit_set_limits(const char *yaml, size_t len, const char *section, 
 /*
  * The text with every literal secret replaced by "***" (quoted): the keys of
  * clients and providers, providers' aws.secret_access_key and
- * aws.session_token, header values, listen.control.key. A value holding a
- * ${VAR} reference is not a literal and is kept, and so is an empty one.
- * Fails when the text does not parse or an anchor or alias stands at a
- * secret position.
+ * aws.session_token, header values, listen.control.key; and, in the URLs of
+ * cluster.redis and store.url, only the password (sl_url_password), the URL
+ * double-quoted: `"redis://:***@127.0.0.1:6379/0"`. A value (a URL's
+ * password) holding a ${VAR} reference is not a literal and is kept, and so
+ * is an empty one. Fails when the text does not parse or an anchor or alias
+ * stands at a secret position.
  */
 char *sl_yamledit_redact_secrets(const char *yaml, size_t len, char *err, size_t err_size);
 
@@ -56,12 +58,15 @@ char *sl_yamledit_redact_secrets(const char *yaml, size_t len, char *err, size_t
  * new_yaml with every secret position whose value is exactly "***" given the
  * value written at the same position of current_yaml, as it is written there
  * (quotes included; a value spread over several lines, or a plain one
- * moving into a flow collection, is re-quoted on one line). Positions are
- * logical: list items are matched by name, headers by name (any case),
- * listen.control.key by its path; of duplicate entries, the nth gets the
- * nth. Fails, naming the path, when current_yaml has no value (or an empty
- * one) at such a position, when an anchor or alias stands at either end,
- * and when either text does not parse.
+ * moving into a flow collection, is re-quoted on one line). A URL position
+ * whose password is exactly "***" gets the current URL's password: the
+ * current value as written when the rest of the URL is unchanged, else the
+ * new URL with that password, double-quoted. Positions are logical: list
+ * items are matched by name, headers by name (any case), listen.control.key
+ * and the URLs by their paths; of duplicate entries, the nth gets the nth.
+ * Fails, naming the path, when current_yaml has no value (or an empty one;
+ * at a URL position, no password) at such a position, when an anchor or
+ * alias stands at either end, and when either text does not parse.
  */
 char *sl_yamledit_restore_secrets(const char *new_yaml, size_t new_len, const char *current_yaml,
                                   size_t current_len, char *err, size_t err_size);

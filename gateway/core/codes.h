@@ -71,6 +71,17 @@
     X(SL_CODE_CONFIG_ROUTE_MIXED_PROTOCOLS, "config.route.mixed_protocols", 0,                               \
       "{path} (line {line}): route mixes protocols ({protocols}); a client is only sent to upstreams of "    \
       "its own dialect")                                                                                     \
+    X(SL_CODE_CONFIG_CLUSTER_BAD_REDIS_URL, "config.cluster.bad_redis_url", 0,                               \
+      "{path} (line {line}): not a Redis URL: {reason}; expected "                                           \
+      "redis://[[user]:password@]host[:port][/db] or unix://[[user]:password@]/path[?db=N]")                 \
+    X(SL_CODE_CONFIG_CLUSTER_TLS_UNSUPPORTED, "config.cluster.tls_unsupported", 0,                           \
+      "{path} (line {line}): rediss:// (Redis over TLS) is not supported: Debian's hiredis has no TLS; "     \
+      "reach Redis through a local TLS tunnel such as stunnel, or over a unix socket (unix:///path)")        \
+    X(SL_CODE_CONFIG_CLUSTER_BAD_NAME, "config.cluster.bad_name", 0,                                         \
+      "{path} (line {line}): '{value}' is not a cluster name (1 to 64 letters, digits, '.', '_', '-')")      \
+    X(SL_CODE_CONFIG_CLUSTER_BAD_INSTANCE, "config.cluster.bad_instance", 0,                                 \
+      "{path} (line {line}): '{value}' is not an instance name (1 to 128 letters, digits, '.', '_', "        \
+      "':', '-')")                                                                                           \
     X(SL_CODE_CONFIG_NO_PROVIDERS, "config.no_providers", 0,                                                 \
       "no providers are configured: every model request will answer 404")                                    \
     X(SL_CODE_CONFIG_RELOADED, "config.reloaded", 0, "configuration reloaded from {path}")                   \

@@ -1,5 +1,6 @@
 #include "mask.h"
 
+#include <stdbool.h>
 #include <string.h>
 #include <strings.h>
 
@@ -99,11 +100,117 @@ is_separator(char c)
     return c == ' ' || c == '"' || c == '\'' || c == ':' || c == '=' || c == '\\';
 }
 
+static int
+is_scheme_char(char c)
+{
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '+' ||
+           c == '-' || c == '.';
+}
+
+/* What a URL in free text may hold: not blanks, control characters, quotes or angle brackets. */
+static int
+is_url_char(char c)
+{
+    unsigned char u = (unsigned char)c;
+    return u > 0x20 && u != 0x7F && u != '"' && u != '\'' && u != '<' && u != '>' && u != '`';
+}
+
+/* The password in an authority and what follows it, s[0..len) starting just after "://". */
+static bool
+authority_password(const char *s, size_t len, size_t *at, size_t *n)
+{
+    if (len == 0 || s[0] == '/')
+        return false;
+    size_t amp = len;
+    while (amp > 0 && s[amp - 1] != '@')
+        amp--;
+    if (amp == 0)
+        return false;
+    amp--;
+    const char *colon = memchr(s, ':', amp);
+    if (colon == NULL)
+        return false;
+    *at = (size_t)(colon - s) + 1;
+    *n = amp - *at;
+    return true;
+}
+
+bool
+sl_url_password(const char *text, size_t len, size_t *at, size_t *n)
+{
+    size_t s = 0;
+    if (len == 0 || !((text[0] >= 'a' && text[0] <= 'z') || (text[0] >= 'A' && text[0] <= 'Z')))
+        return false;
+    while (s < len && is_scheme_char(text[s]))
+        s++;
+    if (len - s < 3 || memcmp(text + s, "://", 3) != 0)
+        return false;
+    size_t off, count;
+    if (!authority_password(text + s + 3, len - s - 3, &off, &count))
+        return false;
+    *at = s + 3 + off;
+    *n = count;
+    return true;
+}
+
+/* A password scrubbed before, or shown as "***" by the config's redaction, or a ${VAR} reference. */
+static int
+password_is_masked(const char *p, size_t n)
+{
+    if (n == 3 && memcmp(p, ELLIPSIS, 3) == 0)
+        return 1;
+    size_t stars = 0;
+    while (stars < n && p[stars] == '*')
+        stars++;
+    if (stars == n)
+        return 1;
+    for (size_t i = 0; i + 1 < n; i++) {
+        if (p[i] == '$' && p[i + 1] == '{')
+            return 1;
+    }
+    return 0;
+}
+
+/*
+ * At "://" (text[r]) after a scheme: masks the URL's password, copying what
+ * stands before it. Returns the bytes consumed from r (0: no password here,
+ * nothing written) and advances *w by what it wrote.
+ */
+static size_t
+scrub_url_password(char *text, size_t len, size_t r, size_t *w)
+{
+    if (r == 0 || len - r < 4 || text[r + 1] != '/' || text[r + 2] != '/' || !is_scheme_char(text[r - 1]))
+        return 0;
+    size_t span = run_len(text + r + 3, len - r - 3, is_url_char);
+    size_t at, n;
+    if (!authority_password(text + r + 3, span, &at, &n) || n == 0 ||
+        password_is_masked(text + r + 3 + at, n))
+        return 0;
+    size_t keep = 3 + at;
+    memmove(text + *w, text + r, keep);
+    *w += keep;
+    if (n >= 3) {
+        memcpy(text + *w, ELLIPSIS, 3);
+        *w += 3;
+    } else {
+        memset(text + *w, '*', n);
+        *w += n;
+    }
+    return keep + n;
+}
+
 size_t
 sl_scrub_secrets(char *text, size_t len)
 {
     size_t r = 0, w = 0;
     while (r < len) {
+        if (text[r] == ':') {
+            size_t used = scrub_url_password(text, len, r, &w);
+            if (used > 0) {
+                r += used;
+                continue;
+            }
+        }
         int at_boundary = r == 0 || !is_key_char(text[r - 1]);
         if (at_boundary) {
             size_t rest = len - r;

@@ -132,6 +132,24 @@ sl_throttle_on_429(sl_throttle_t *t, int64_t now_ms, int64_t hint_ms, uint32_t m
 }
 
 bool
+sl_throttle_adopt_pause(sl_throttle_t *t, int64_t now_ms, int64_t until_ms, uint32_t consecutive,
+                        int64_t grace_ms)
+{
+    view_t before = view_of(t);
+    advance(t, now_ms);
+    if (consecutive > t->consecutive)
+        t->consecutive = consecutive;
+    bool later = until_ms > now_ms && (t->state != SL_THROTTLE_PAUSED || until_ms > t->pause_until_ms);
+    if (later) {
+        t->pause_until_ms = until_ms;
+        t->grace_ms = grace_ms;
+        t->state = SL_THROTTLE_PAUSED;
+        t->probe_out = false;
+    }
+    return view_changed(before, t);
+}
+
+bool
 sl_throttle_on_answer(sl_throttle_t *t, int64_t now_ms)
 {
     view_t before = view_of(t);

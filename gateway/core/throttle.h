@@ -94,6 +94,18 @@ bool sl_throttle_on_429(sl_throttle_t *t, int64_t now_ms, int64_t hint_ms, uint3
                         const sl_retry_params_t *params);
 
 /*
+ * Another instance of the cluster paused the upstream after a 429
+ * (cluster.md): its end (until_ms, on this instance's clock), its streak and
+ * its grace, as that instance counted them, hold here too. A pause that ends
+ * later than the one running here replaces it (the probe not out, so the
+ * probe is asked for again when it ends); one that ends sooner is older
+ * news and only its streak counts. Under a manual pause the same happens
+ * below it. Returns whether the visible state changed.
+ */
+bool sl_throttle_adopt_pause(sl_throttle_t *t, int64_t now_ms, int64_t until_ms, uint32_t consecutive,
+                             int64_t grace_ms);
+
+/*
  * Any answer from the upstream that is not a 429 (a success or another
  * failure; for a held stream, its first content). Resets the streak, and
  * while probing the upstream is free again: the probe passed, the rest of

@@ -103,6 +103,30 @@ typedef struct {
     int64_t input, output, cache_read, cache_write;
 } sl_price_t;
 
+/* What an instance does while Redis cannot be reached (cluster.md "Redis down"). */
+typedef enum { SL_REDIS_DOWN_LOCAL, SL_REDIS_DOWN_CLOSED } sl_redis_down_t;
+
+/*
+ * `cluster:` (cluster.md "Config"): where the shared state lives. `redis` is
+ * kept as its parts, ${VAR}s expanded; the defaults stand when the section
+ * is absent or has problems.
+ */
+typedef struct {
+    bool enabled; /* a valid cluster: section is present; false: one instance on its own */
+    /* TCP: a name or an IP literal (IPv6 without its brackets); NULL with a unix socket */
+    char *redis_host;
+    uint16_t redis_port;   /* TCP; 6379 by default */
+    char *redis_unix_path; /* unix:///path: an absolute path; NULL over TCP */
+    /* NULL: none; redis://user:pass@ gives both, redis://:pass@ only the password */
+    char *redis_user, *redis_password;
+    uint32_t redis_db; /* /N (unix: ?db=N), 0..15; 0 by default */
+    char *name;        /* the key prefix, 1..64 of [A-Za-z0-9_.-]; "sluice" by default */
+    /* 1..128 of [A-Za-z0-9_.:-], unique per instance; NULL: the caller derives hostname:gateway-port */
+    char *instance;
+    uint32_t timeout_ms;             /* one Redis command, 1..10000; 50 by default */
+    sl_redis_down_t when_redis_down; /* local by default */
+} sl_cluster_config_t;
+
 typedef struct sl_config {
     char *source_path; /* NULL for the embedded default */
     uint32_t version;
@@ -125,6 +149,7 @@ typedef struct sl_config {
     bool redact;
     uint64_t max_body_bytes, max_waiting_bytes;
     uint32_t shutdown_grace_secs;
+    sl_cluster_config_t cluster;
     struct sl_arena *arena; /* owns every string and array above but tz */
 } sl_config_t;
 

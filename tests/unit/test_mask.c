@@ -63,6 +63,36 @@ Test(scrub, masks_long_tokens_after_secret_words)
     cr_assert_str_eq(scrub("client_secret=0123456789012345678901234"), "client_secret=…1234");
 }
 
+Test(scrub, masks_the_password_of_a_url)
+{
+    cr_assert_str_eq(scrub("redis: cannot connect to redis://:hunter2@127.0.0.1:6379/0 (refused)"),
+                     "redis: cannot connect to redis://:…@127.0.0.1:6379/0 (refused)");
+    cr_assert_str_eq(scrub("\"url\":\"postgres://sluice:pg-secret@db/sluice\""),
+                     "\"url\":\"postgres://sluice:…@db/sluice\"");
+    /* To the last '@' of the URL: a password may hold '@', '/' and ':'. */
+    cr_assert_str_eq(scrub("redis://app:p@ss:w/rd@h:1 then"), "redis://app:…@h:1 then");
+    cr_assert_str_eq(scrub("unix://:sockpass@/run/redis.sock?db=1"), "unix://:…@/run/redis.sock?db=1");
+    cr_assert_str_eq(scrub("REDIS://:ab@h"), "REDIS://:**@h", "a short one does not grow");
+    cr_assert_str_eq(scrub("'redis://:sk-ant-api03-AAAAAAAAAAAAAAAAAAAAAAAA@h'"), "'redis://:…@h'");
+}
+
+Test(scrub, leaves_urls_without_a_password_and_masked_ones_alone)
+{
+    const char *plain[] = {
+        "https://api.anthropic.com/v1/messages",
+        "redis://127.0.0.1:6379/0",
+        "unix:///tmp/a@b.sock",
+        "mailto://someone@example.com",
+        "redis://:@h",
+        "redis://:***@127.0.0.1:6379/0",
+        "redis://:${REDIS_PASSWORD}@127.0.0.1:6379/0",
+        "://:x@h",
+        "see: //:x@h",
+    };
+    for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++)
+        cr_assert_str_eq(scrub(plain[i]), plain[i]);
+}
+
 Test(scrub, leaves_ordinary_text_alone)
 {
     const char *plain[] = {
@@ -79,6 +109,7 @@ Test(scrub, leaves_ordinary_text_alone)
 Test(scrub, is_idempotent)
 {
     char once[256];
-    strcpy(once, scrub("x-api-key sk-ant-api03-ZZZZZZZZZZZZZZZZZZZZ-abcd and Bearer sk-abcdefghijklmnopq"));
+    strcpy(once, scrub("x-api-key sk-ant-api03-ZZZZZZZZZZZZZZZZZZZZ-abcd and Bearer sk-abcdefghijklmnopq "
+                       "redis://:hunter2@h redis://:ab@h"));
     cr_assert_str_eq(scrub(once), once);
 }

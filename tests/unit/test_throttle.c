@@ -719,3 +719,64 @@ Test(wait, the_throttles_recovery_feeds_the_decision)
     bool probe;
     cr_expect(sl_throttle_admit(&b, d.wake_ms, true, &probe) && probe);
 }
+
+/* ---- another instance's pause (cluster.md) ------------------------------------------------------ */
+
+Test(throttle, another_instances_pause_holds_here_with_its_end_streak_and_grace)
+{
+    sl_throttle_t t = {0};
+    cr_expect(sl_throttle_adopt_pause(&t, T0, T0 + 7 * SEC, 3, 2 * SEC), "a pause is a visible change");
+    cr_expect_eq(t.state, SL_THROTTLE_PAUSED);
+    cr_expect_eq(t.consecutive, 3, "the streak as the other instance counted it");
+    cr_expect_eq(sl_throttle_shown_until_ms(&t), T0 + 7 * SEC);
+    expect_admit(&t, T0 + SEC, true, false, false);
+    /* At its end the probe is asked for here too (the lease decides whose goes), with the other's grace. */
+    cr_expect(sl_throttle_check(&t, T0 + 7 * SEC));
+    expect_admit(&t, T0 + 7 * SEC, true, true, true);
+    expect_admit(&t, T0 + 7 * SEC + 2 * SEC - 1, true, false, false);
+    expect_admit(&t, T0 + 7 * SEC + 2 * SEC, true, true, false);
+}
+
+Test(throttle, an_older_pause_from_another_instance_changes_only_the_streak)
+{
+    sl_throttle_t t = {0};
+    pause_by_429(&t, T0, -1, &real, 5 * SEC);
+    cr_expect_not(sl_throttle_adopt_pause(&t, T0 + 100, T0 + 3 * SEC, 1, 10 * SEC),
+                  "ends sooner: older news");
+    cr_expect_eq(t.pause_until_ms, T0 + 5 * SEC);
+    cr_expect(sl_throttle_adopt_pause(&t, T0 + 100, T0 + 3 * SEC, 4, 10 * SEC), "a longer streak shows");
+    cr_expect_eq(t.consecutive, 4);
+    cr_expect_eq(t.pause_until_ms, T0 + 5 * SEC, "the later end stays");
+    cr_expect(sl_throttle_adopt_pause(&t, T0 + 200, T0 + 9 * SEC, 2, 10 * SEC), "ends later: replaces it");
+    cr_expect_eq(t.pause_until_ms, T0 + 9 * SEC);
+    cr_expect_eq(t.consecutive, 4, "a streak never goes back");
+}
+
+Test(throttle, a_pause_from_another_instance_that_already_ended_does_not_pause)
+{
+    sl_throttle_t t = {0};
+    cr_expect_not(sl_throttle_adopt_pause(&t, T0, T0 - 1, 0, 10 * SEC));
+    cr_expect_eq(t.state, SL_THROTTLE_FREE);
+    expect_admit(&t, T0, false, true, false);
+}
+
+Test(throttle, another_instances_pause_ends_a_probe_running_here_into_a_new_one)
+{
+    sl_throttle_t t = {0};
+    pause_by_429(&t, T0, -1, &real, 5 * SEC);
+    int64_t end = probe_at_end(&t);
+    cr_expect(t.probe_out);
+    /* The other instance's probe got a 429 and paused again: this one's probe is no longer the one. */
+    cr_expect(sl_throttle_adopt_pause(&t, end + 10, end + 10 * SEC, 2, 10 * SEC));
+    cr_expect_not(t.probe_out);
+    expect_admit(&t, end + 20, true, false, false);
+}
+
+Test(throttle, another_instances_pause_runs_below_a_manual_pause)
+{
+    sl_throttle_t t = {0};
+    cr_expect(sl_throttle_pause_manual(&t, T0 + 2 * SEC, T0));
+    sl_throttle_adopt_pause(&t, T0, T0 + 4 * SEC, 1, 10 * SEC);
+    cr_expect_eq(sl_throttle_kind(&t), SL_THROTTLE_MANUAL);
+    cr_expect_eq(sl_throttle_recovery_ms(&t, T0), T0 + 4 * SEC, "the later of the two ends");
+}

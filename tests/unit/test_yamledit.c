@@ -660,6 +660,137 @@ Test(yamledit_restore, leaves_a_sentinel_elsewhere_and_refuses_anchors)
     cr_assert_str_eq(err, "clients[a].key: anchors and aliases are not supported at a secret");
 }
 
+/* ---- a URL's password (cluster.redis, store.url) ---------------------------------- */
+
+Test(yamledit_url_secret, redact_masks_only_the_password_of_cluster_redis)
+{
+    const char *yaml = "cluster:\n"
+                       "  redis: redis://app:hunter2@10.0.0.5:6380/2   # the shared one\n"
+                       "  name: prod\n";
+    char *out = redact(yaml);
+    assert_edit(out, yaml, "redis://app:hunter2@10.0.0.5:6380/2", "\"redis://app:***@10.0.0.5:6380/2\"");
+    out = redact(yaml);
+    sl_config_result_t res = load(out);
+    cr_assert_str_eq(res.config->cluster.redis_password, "***");
+    cr_assert_str_eq(res.config->cluster.redis_user, "app");
+    cr_assert_str_eq(res.config->cluster.redis_host, "10.0.0.5");
+    sl_config_result_free(&res);
+    free(out);
+}
+
+Test(yamledit_url_secret, redact_in_every_quoting_and_store_url_too)
+{
+    const char *yaml = "cluster: {redis: 'redis://:p@ss\"w\\d@[::1]:6379', name: prod}\n"
+                       "store:\n"
+                       "  url: \"postgres://sluice:pg-secret@db.internal/sluice\"\n";
+    char *out = redact(yaml);
+    cr_assert_not_null(out, "%s", err);
+    cr_assert_str_eq(out, "cluster: {redis: \"redis://:***@[::1]:6379\", name: prod}\n"
+                          "store:\n"
+                          "  url: \"postgres://sluice:***@db.internal/sluice\"\n");
+    free(out);
+}
+
+Test(yamledit_url_secret, redact_keeps_references_urls_without_a_password_and_the_rest)
+{
+    const char *yaml = "cluster:\n"
+                       "  redis: \"redis://:${REDIS_PASSWORD}@127.0.0.1:6379/0\"\n"
+                       "  instance: \"${HOSTNAME}\"\n"
+                       "store: {url: \"unix:///run/pg\"}\n";
+    char *out = redact(yaml);
+    cr_assert_not_null(out, "%s", err);
+    cr_assert_str_eq(out, yaml);
+    free(out);
+    const char *plain = "cluster: {redis: redis://127.0.0.1:6379/0}\n";
+    out = redact(plain);
+    cr_assert_str_eq(out, plain);
+    free(out);
+    const char *empty = "cluster: {redis: \"redis://:@h\"}\n";
+    out = redact(empty);
+    cr_assert_str_eq(out, empty);
+    free(out);
+}
+
+Test(yamledit_url_secret, a_collection_at_the_url_is_redacted_whole_leaf_by_leaf)
+{
+    const char *yaml = "cluster:\n  redis: [redis://:pw@h, plain]\n";
+    char *out = redact(yaml);
+    cr_assert_not_null(out, "%s", err);
+    cr_assert_str_eq(out, "cluster:\n  redis: [\"***\", \"***\"]\n");
+    char *back = restore(out, yaml);
+    cr_assert_str_eq(back, yaml);
+    free(back);
+    free(out);
+    cr_assert_null(redact("x: &u redis://:pw@h\ncluster: {redis: *u}\n"));
+    cr_assert_str_eq(err, "cluster.redis: anchors and aliases are not supported at a secret");
+}
+
+Test(yamledit_url_secret, a_redacted_url_comes_back_byte_for_byte)
+{
+    const char *current = "version: 1\n"
+                          "cluster:\n"
+                          "  redis: redis://:hunter2@127.0.0.1:6379/0   # comment kept\n"
+                          "  name: prod\n"
+                          "store: {url: 'postgres://u:p''q@db/s'}\n";
+    char *redacted = redact(current);
+    cr_assert_not_null(redacted, "%s", err);
+    cr_assert_null(strstr(redacted, "hunter2"));
+    cr_assert_null(strstr(redacted, "p''q"));
+    char *out = restore(redacted, current);
+    cr_assert_not_null(out, "%s", err);
+    cr_assert_str_eq(out, current);
+    free(out);
+    free(redacted);
+}
+
+Test(yamledit_url_secret, an_edited_url_keeps_the_current_password)
+{
+    const char *current = "cluster:\n  redis: 'redis://app:hun\"ter2@10.0.0.5:6379/0'\n";
+    const char *pushed = "cluster:\n  redis: \"redis://app:***@10.0.0.9:6380/1\"\n  name: eu\n";
+    char *out = restore(pushed, current);
+    assert_edit(out, pushed, "\"redis://app:***@10.0.0.9:6380/1\"",
+                "\"redis://app:hun\\\"ter2@10.0.0.9:6380/1\"");
+    out = restore(pushed, current);
+    sl_config_result_t res = load(out);
+    cr_assert_str_eq(res.config->cluster.redis_password, "hun\"ter2");
+    cr_assert_str_eq(res.config->cluster.redis_host, "10.0.0.9");
+    cr_assert_eq(res.config->cluster.redis_port, 6380);
+    sl_config_result_free(&res);
+    free(out);
+    /* A reference stays a reference. */
+    out =
+        restore("cluster: {redis: \"redis://:***@h2\"}\n", "cluster: {redis: \"redis://:${REDIS_PW}@h1\"}\n");
+    cr_assert_str_eq(out, "cluster: {redis: \"redis://:${REDIS_PW}@h2\"}\n");
+    free(out);
+}
+
+Test(yamledit_url_secret, a_whole_sentinel_at_the_url_gets_the_current_url)
+{
+    const char *current = "cluster:\n  redis: redis://:pw@h:1\n";
+    char *out = restore("cluster: {redis: \"***\", name: x}\n", current);
+    cr_assert_not_null(out, "%s", err);
+    cr_assert_str_eq(out, "cluster: {redis: \"redis://:pw@h:1\", name: x}\n",
+                     "a plain value going into a flow is quoted");
+    free(out);
+}
+
+Test(yamledit_url_secret, a_sentinel_password_without_a_current_one_is_an_error)
+{
+    const char *pushed = "cluster:\n  redis: \"redis://:***@h\"\n";
+    cr_assert_null(restore(pushed, "cluster:\n  redis: redis://h\n"));
+    cr_assert_str_eq(err, "cluster.redis: '***' but the current configuration has no secret there");
+    cr_assert_null(restore(pushed, "version: 1\n"));
+    cr_assert_str_eq(err, "cluster.redis: '***' but the current configuration has no secret there");
+    cr_assert_null(
+        restore("store: {url: \"postgres://u:***@h/db\"}\n", "store: {url: \"postgres://u:@h/db\"}\n"));
+    cr_assert_str_eq(err, "store.url: '***' but the current configuration has no secret there");
+    /* A password that merely holds the sentinel is a new password. */
+    const char *new_pw = "cluster:\n  redis: \"redis://:***x@h\"\n";
+    char *out = restore(new_pw, "cluster:\n  redis: redis://:pw@h\n");
+    cr_assert_str_eq(out, new_pw);
+    free(out);
+}
+
 /* ---- delete_paths ------------------------------------------------------------- */
 
 /* The paths of the loader's unknown-field errors, the way safe mode collects them (caller frees). */

@@ -1,0 +1,135 @@
+#include "core/cluster_msg.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+static const char *const op_slugs[SL_CLUSTER_OP_COUNT] = {
+    [SL_CLUSTER_PAUSE_429] = "429",
+    [SL_CLUSTER_PAUSE_MANUAL] = "manual",
+    [SL_CLUSTER_RESUME] = "resume",
+    [SL_CLUSTER_ANSWERED] = "answered",
+    [SL_CLUSTER_PROBE_ABANDONED] = "abandoned",
+};
+
+size_t
+sl_cluster_msg_encode(const sl_cluster_msg_t *m, char *out, size_t size)
+{
+    char until[24];
+    if (m->until_ms == SL_CLUSTER_NEVER)
+        snprintf(until, sizeof(until), "never");
+    else if (m->until_ms < 0)
+        snprintf(until, sizeof(until), "-");
+    else
+        snprintf(until, sizeof(until), "%" PRId64, m->until_ms);
+    int n = snprintf(out, size, "v1 %.*s %s %s %" PRIu32 " %" PRId64 " %.*s", (int)m->origin_len, m->origin,
+                     op_slugs[m->op], until, m->consecutive, m->grace_ms < 0 ? 0 : m->grace_ms,
+                     (int)m->upstream_len, m->upstream);
+    return n > 0 && (size_t)n < size ? (size_t)n : 0;
+}
+
+/* The next space-separated field of [*p, end): false when there is none. */
+static bool
+next_field(const char **p, const char *end, const char **field, size_t *len)
+{
+    const char *s = *p;
+    const char *sp = memchr(s, ' ', (size_t)(end - s));
+    if (sp == NULL || sp == s)
+        return false;
+    *field = s;
+    *len = (size_t)(sp - s);
+    *p = sp + 1;
+    return true;
+}
+
+/* A decimal number of at most 18 digits (no sign): false otherwise. */
+static bool
+parse_number(const char *s, size_t len, int64_t *out)
+{
+    if (len == 0 || len > 18)
+        return false;
+    int64_t v = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (s[i] < '0' || s[i] > '9')
+            return false;
+        v = v * 10 + (s[i] - '0');
+    }
+    *out = v;
+    return true;
+}
+
+static bool
+field_is(const char *f, size_t len, const char *word)
+{
+    return len == strlen(word) && memcmp(f, word, len) == 0;
+}
+
+bool
+sl_cluster_msg_decode(const char *text, size_t len, sl_cluster_msg_t *out)
+{
+    const char *p = text, *end = text + len;
+    const char *f;
+    size_t n;
+    *out = (sl_cluster_msg_t){0};
+    if (!next_field(&p, end, &f, &n) || !field_is(f, n, "v1"))
+        return false;
+    if (!next_field(&p, end, &out->origin, &out->origin_len))
+        return false;
+    if (!next_field(&p, end, &f, &n))
+        return false;
+    size_t op = 0;
+    while (op < SL_CLUSTER_OP_COUNT && !field_is(f, n, op_slugs[op]))
+        op++;
+    if (op == SL_CLUSTER_OP_COUNT)
+        return false;
+    out->op = (sl_cluster_op_t)op;
+    if (!next_field(&p, end, &f, &n))
+        return false;
+    if (field_is(f, n, "never"))
+        out->until_ms = SL_CLUSTER_NEVER;
+    else if (field_is(f, n, "-"))
+        out->until_ms = -1;
+    else if (!parse_number(f, n, &out->until_ms))
+        return false;
+    int64_t v;
+    if (!next_field(&p, end, &f, &n) || !parse_number(f, n, &v) || v > UINT32_MAX)
+        return false;
+    out->consecutive = (uint32_t)v;
+    if (!next_field(&p, end, &f, &n) || !parse_number(f, n, &out->grace_ms))
+        return false;
+    if (p >= end)
+        return false;
+    out->upstream = p;
+    out->upstream_len = (size_t)(end - p);
+    return true;
+}
+
+size_t
+sl_cluster_key(char *out, size_t size, const char *name, const char *kind, const char *id)
+{
+    int n = id != NULL ? snprintf(out, size, "{sl:%s}:%s:%s", name, kind, id)
+                       : snprintf(out, size, "{sl:%s}:%s", name, kind);
+    return n > 0 && (size_t)n < size ? (size_t)n : 0;
+}
+
+int64_t
+sl_cluster_redis_ms_of(int64_t mono_ms, int64_t now_mono, int64_t now_wall, int64_t offset_ms)
+{
+    if (mono_ms == INT64_MAX)
+        return SL_CLUSTER_NEVER;
+    return mono_ms - now_mono + now_wall + offset_ms;
+}
+
+int64_t
+sl_cluster_mono_ms_of(int64_t redis_ms, int64_t now_mono, int64_t now_wall, int64_t offset_ms)
+{
+    if (redis_ms == SL_CLUSTER_NEVER)
+        return INT64_MAX;
+    return redis_ms - offset_ms - now_wall + now_mono;
+}
+
+int64_t
+sl_cluster_offset_ms(int64_t redis_ms, int64_t sent_wall, int64_t got_wall)
+{
+    return redis_ms - (sent_wall + (got_wall - sent_wall) / 2);
+}

@@ -1,0 +1,76 @@
+/*
+ * What instances of one cluster tell each other through Redis (cluster.md):
+ * the text of a published change of an upstream's pause, the names of the
+ * keys that hold shared state, and the conversion between this instance's
+ * clocks and Redis's. Pure: the shell (gateway/cluster.c,
+ * gateway/shared_cluster.c) does the I/O.
+ *
+ * A message is one line of text, fields separated by one space:
+ *
+ *     v1 ORIGIN OP UNTIL CONSECUTIVE GRACE UPSTREAM
+ *
+ * ORIGIN is the sending instance (no space: the config allows none);
+ * UNTIL a Redis-clock time in ms, "never" (a manual pause without end) or
+ * "-" (none); UPSTREAM comes last and may hold spaces.
+ */
+#ifndef SL_CLUSTER_MSG_H
+#define SL_CLUSTER_MSG_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+typedef enum {
+    SL_CLUSTER_PAUSE_429,       /* a 429 paused the upstream until UNTIL (CONSECUTIVE, GRACE as it counted) */
+    SL_CLUSTER_PAUSE_MANUAL,    /* an operator paused it until UNTIL */
+    SL_CLUSTER_RESUME,          /* an operator resumed it */
+    SL_CLUSTER_ANSWERED,        /* it answered something other than a 429: the probe passed */
+    SL_CLUSTER_PROBE_ABANDONED, /* the probe went away without an answer: another may go */
+    SL_CLUSTER_OP_COUNT
+} sl_cluster_op_t;
+
+/* "Never" as a Redis-clock time: a manual pause until resumed. */
+#define SL_CLUSTER_NEVER INT64_MAX
+
+typedef struct {
+    sl_cluster_op_t op;
+    const char *origin; /* decoded: points into the text */
+    size_t origin_len;
+    const char *upstream; /* decoded: points into the text */
+    size_t upstream_len;
+    int64_t until_ms; /* Redis clock; SL_CLUSTER_NEVER; -1: none */
+    uint32_t consecutive;
+    int64_t grace_ms;
+} sl_cluster_msg_t;
+
+/* The message as a line (NUL-terminated) in out; returns its length, 0 when it does not fit in size. */
+size_t sl_cluster_msg_encode(const sl_cluster_msg_t *m, char *out, size_t size);
+
+/* Parses a line; false when it is not a message of this version (it is then ignored). */
+bool sl_cluster_msg_decode(const char *text, size_t len, sl_cluster_msg_t *out);
+
+/*
+ * A key of the cluster named name: "{sl:NAME}:KIND" or, with id,
+ * "{sl:NAME}:KIND:ID" (the braces keep one cluster's keys in one Redis
+ * Cluster slot). Returns the length written (NUL-terminated), 0 when it does
+ * not fit.
+ */
+size_t sl_cluster_key(char *out, size_t size, const char *name, const char *kind, const char *id);
+
+/*
+ * Clocks. offset_ms is Redis's clock minus this instance's wall clock (as
+ * measured with the heartbeats); mono and wall are this instance's
+ * monotonic and wall clocks read together. SL_CLUSTER_NEVER and the
+ * throttle's "never" (INT64_MAX) map to each other.
+ */
+int64_t sl_cluster_redis_ms_of(int64_t mono_ms, int64_t now_mono, int64_t now_wall, int64_t offset_ms);
+int64_t sl_cluster_mono_ms_of(int64_t redis_ms, int64_t now_mono, int64_t now_wall, int64_t offset_ms);
+
+/*
+ * The offset from one TIME read: Redis said redis_ms while this instance's
+ * wall clock read sent_wall before the command and got_wall after its
+ * reply; the reply is taken to stand at the middle of the round trip.
+ */
+int64_t sl_cluster_offset_ms(int64_t redis_ms, int64_t sent_wall, int64_t got_wall);
+
+#endif

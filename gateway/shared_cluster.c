@@ -1,0 +1,582 @@
+/*
+ * The shared state of an instance of a cluster (cluster.md): this process's
+ * own state (shared_local.c) for what it decides alone, kept in step with
+ * the other instances through Redis (cluster.h) for an upstream's pause and
+ * the one probe that ends it.
+ *
+ *   - A pause of any instance (a 429's, an operator's) and its end (the
+ *     probe's verdict, a resume) are published on the events channel and
+ *     kept in a key until they end; every instance applies what another
+ *     published to its own throttle (sl_throttle_adopt_pause & co.), and
+ *     reads the keys when it joins.
+ *   - The probe after a pause is a lease: the request this instance would
+ *     send as the probe goes only if it takes `probe:UPSTREAM` (set if
+ *     absent, for the probe's grace); else the probe is out elsewhere and
+ *     the request waits for its verdict like the rest of the line.
+ *
+ * Not joined (Redis down or slow), every decision is this instance's own,
+ * as in one process. Nothing else makes a Redis round trip.
+ */
+#include "shared_state.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cluster.h"
+#include "core/cluster_msg.h"
+#include "core/xalloc.h"
+#include "log.h"
+#include "worker.h"
+
+typedef struct {
+    sl_shared_state_t base;
+    sl_shared_state_t *local;
+    sl_cluster_t *cluster;
+    sl_shared_cluster_hooks_t hooks;
+    atomic_uint_fast64_t next_token;
+} cluster_state_t;
+
+static cluster_state_t *
+state_of(sl_shared_state_t *ss)
+{
+    return (cluster_state_t *)ss;
+}
+
+/* ---- publishing this instance's changes ------------------------------------------------------- */
+
+static void
+publish(cluster_state_t *s, sl_cluster_op_t op, sl_upstream_t *up, int64_t until_mono, const sl_throttle_t *t)
+{
+    if (!sl_cluster_joined(s->cluster))
+        return;
+    int64_t mono = sl_now_ms(), wall = sl_wall_ms(), offset = sl_cluster_clock_offset_ms(s->cluster);
+    const char *instance = sl_cluster_instance(s->cluster);
+    sl_cluster_msg_t m = {
+        .op = op,
+        .origin = instance,
+        .origin_len = strlen(instance),
+        .upstream = up->name,
+        .upstream_len = strlen(up->name),
+        .until_ms = until_mono < 0 ? -1 : sl_cluster_redis_ms_of(until_mono, mono, wall, offset),
+        .consecutive = t != NULL ? t->consecutive : 0,
+        .grace_ms = t != NULL ? t->grace_ms : 0,
+    };
+    char line[512];
+    size_t len = sl_cluster_msg_encode(&m, line, sizeof(line));
+    if (len == 0)
+        return;
+    /* The pause is also kept in a key until it ends, for instances that join later. */
+    char key[400];
+    const char *kind = op == SL_CLUSTER_PAUSE_MANUAL ? "manual" : "pause";
+    sl_cluster_key(key, sizeof(key), sl_cluster_name(s->cluster), kind, up->name);
+    if (op == SL_CLUSTER_PAUSE_429 || (op == SL_CLUSTER_PAUSE_MANUAL && until_mono != SL_THROTTLE_NEVER)) {
+        char px[24];
+        snprintf(px, sizeof(px), "%lld", (long long)(until_mono - mono > 1 ? until_mono - mono : 1));
+        sl_cluster_commandv(s->cluster, NULL, NULL, 5, (const char *[]){"SET", key, line, "PX", px});
+    } else if (op == SL_CLUSTER_PAUSE_MANUAL) {
+        sl_cluster_commandv(s->cluster, NULL, NULL, 3, (const char *[]){"SET", key, line});
+    } else if (op == SL_CLUSTER_RESUME) {
+        char pause_key[400];
+        sl_cluster_key(pause_key, sizeof(pause_key), sl_cluster_name(s->cluster), "pause", up->name);
+        sl_cluster_key(key, sizeof(key), sl_cluster_name(s->cluster), "manual", up->name);
+        sl_cluster_commandv(s->cluster, NULL, NULL, 3, (const char *[]){"DEL", key, pause_key});
+    }
+    if (op == SL_CLUSTER_ANSWERED || op == SL_CLUSTER_PROBE_ABANDONED || op == SL_CLUSTER_RESUME) {
+        /* The probe is over: the next pause's probe takes the lease afresh. */
+        char probe_key[400];
+        sl_cluster_key(probe_key, sizeof(probe_key), sl_cluster_name(s->cluster), "probe", up->name);
+        sl_cluster_commandv(s->cluster, NULL, NULL, 2, (const char *[]){"DEL", probe_key});
+    }
+    sl_cluster_publish(s->cluster, line, len);
+}
+
+/* ---- what other instances published ------------------------------------------------------------ */
+
+/* Applies another instance's change to up's throttle here; returns the news for ThrottleChanged. */
+static sl_throttle_news_t
+apply(const sl_cluster_msg_t *m, sl_upstream_t *up, int64_t until_mono, int64_t now)
+{
+    sl_throttle_news_t news = {.up = up};
+    sl_waitq_lock();
+    switch (m->op) {
+    case SL_CLUSTER_PAUSE_429:
+        news.changed = sl_throttle_adopt_pause(&up->throttle, now, until_mono, m->consecutive, m->grace_ms);
+        break;
+    case SL_CLUSTER_PAUSE_MANUAL:
+        news.changed = sl_throttle_pause_manual(&up->throttle, until_mono, now);
+        sl_waitq_wake(&up->waitq, SIZE_MAX);
+        break;
+    case SL_CLUSTER_RESUME:
+        news.changed = sl_throttle_resume(&up->throttle, now);
+        sl_waitq_wake(&up->waitq, 1);
+        break;
+    case SL_CLUSTER_ANSWERED:
+        news.changed = sl_throttle_on_answer(&up->throttle, now);
+        if (news.changed)
+            sl_waitq_wake(&up->waitq, 1);
+        break;
+    case SL_CLUSTER_PROBE_ABANDONED:
+        sl_throttle_probe_abandoned(&up->throttle);
+        sl_waitq_wake(&up->waitq, 1);
+        break;
+    case SL_CLUSTER_OP_COUNT:
+        break;
+    }
+    news.throttle = up->throttle;
+    sl_waitq_unlock();
+    return news;
+}
+
+static void
+on_line(cluster_state_t *s, const char *line, size_t len)
+{
+    sl_cluster_msg_t m;
+    if (!sl_cluster_msg_decode(line, len, &m))
+        return;
+    const char *self = sl_cluster_instance(s->cluster);
+    if (m.origin_len == strlen(self) && memcmp(m.origin, self, m.origin_len) == 0)
+        return;
+    char name[256];
+    if (m.upstream_len >= sizeof(name))
+        return;
+    memcpy(name, m.upstream, m.upstream_len);
+    name[m.upstream_len] = '\0';
+    sl_upstream_t *up = s->hooks.find(s->hooks.ctx, name);
+    if (up == NULL)
+        return;
+    int64_t now = sl_now_ms();
+    int64_t until = m.until_ms < 0 ? 0
+                                   : sl_cluster_mono_ms_of(m.until_ms, now, sl_wall_ms(),
+                                                           sl_cluster_clock_offset_ms(s->cluster));
+    sl_throttle_news_t news = apply(&m, up, until, now);
+    if (news.changed && s->hooks.announce != NULL)
+        s->hooks.announce(s->hooks.ctx, &news);
+}
+
+static void
+on_message(void *ctx, const char *line, size_t len)
+{
+    on_line(ctx, line, len);
+}
+
+/* The pause keys read at a join: each holds the line that started the pause. */
+static void
+on_pause_keys(void *ctx, const redisReply *r)
+{
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY)
+        return;
+    for (size_t i = 0; i < r->elements; i++) {
+        if (r->element[i]->type == REDIS_REPLY_STRING)
+            on_line(ctx, r->element[i]->str, r->element[i]->len);
+    }
+}
+
+typedef struct {
+    cluster_state_t *s;
+    bool redis_restarted;
+    const char **keys; /* MGET's arguments */
+    char (*names)[400];
+    size_t n, cap;
+} join_t;
+
+static void
+on_join_upstream(void *ctx, sl_upstream_t *up)
+{
+    join_t *j = ctx;
+    if (j->n + 2 > j->cap) {
+        j->cap = j->cap * 2 + 8;
+        j->names = sl_xrealloc(j->names, j->cap * sizeof(*j->names));
+    }
+    sl_cluster_key(j->names[j->n++], sizeof(*j->names), sl_cluster_name(j->s->cluster), "pause", up->name);
+    sl_cluster_key(j->names[j->n++], sizeof(*j->names), sl_cluster_name(j->s->cluster), "manual", up->name);
+    if (!j->redis_restarted)
+        return;
+    /* Redis lost its data: this instance's own pauses are announced again. */
+    int64_t now = sl_now_ms();
+    sl_waitq_lock();
+    sl_throttle_t t = up->throttle;
+    sl_waitq_unlock();
+    if (t.state == SL_THROTTLE_PAUSED && t.pause_until_ms > now)
+        publish(j->s, SL_CLUSTER_PAUSE_429, up, t.pause_until_ms, &t);
+    if (t.manual_until_ms != 0 && t.manual_until_ms > now)
+        publish(j->s, SL_CLUSTER_PAUSE_MANUAL, up, t.manual_until_ms, &t);
+}
+
+static void
+on_joined(void *ctx, bool redis_restarted)
+{
+    cluster_state_t *s = ctx;
+    join_t j = {.s = s, .redis_restarted = redis_restarted};
+    s->hooks.each(s->hooks.ctx, on_join_upstream, &j);
+    if (j.n > 0) {
+        const char **argv = sl_xcalloc(j.n + 1, sizeof(*argv));
+        argv[0] = "MGET";
+        for (size_t i = 0; i < j.n; i++)
+            argv[i + 1] = j.names[i];
+        size_t *lens = sl_xcalloc(j.n + 1, sizeof(*lens));
+        for (size_t i = 0; i <= j.n; i++)
+            lens[i] = strlen(argv[i]);
+        sl_cluster_command(s->cluster, (int)j.n + 1, argv, lens, on_pause_keys, s);
+        free(argv);
+        free(lens);
+    }
+    free(j.names);
+}
+
+/* ---- the probe's lease ------------------------------------------------------------------------- */
+
+typedef enum { LEASE_WAITING, LEASE_DECIDED_HERE, LEASE_CANCELLED } lease_wait_t;
+
+/* A claim that made this instance's probe, waiting for Redis to say whether the probe is this one. */
+typedef struct {
+    sl_shared_letter_t letter; /* Redis's answer, handed to the claim's worker */
+    sl_timer_t timeout;        /* timeout_ms: then this instance decides alone */
+    cluster_state_t *s;
+    sl_shared_call_t *call;
+    sl_shared_inbox_t *inbox; /* the call's, as it was when the claim was made */
+    sl_upstream_claim_cb done;
+    void *ctx;
+    sl_upstream_claim_result_t result;
+    sl_upstream_t *up;
+    lease_wait_t wait;
+    int outcome; /* 1: the lease is this probe's; 0: another's probe is out; -1: no answer */
+    char key[400], token[160];
+} lease_t;
+
+static void
+capture_claim(void *ctx, const sl_upstream_claim_result_t *result)
+{
+    *(sl_upstream_claim_result_t *)ctx = *result;
+}
+
+/* The claim gave back, as far as the lease goes: the slot, the reservation, its place at the line's head. */
+static void
+give_back(cluster_state_t *s, sl_upstream_t *up, sl_upstream_claim_result_t *res, bool probe_too)
+{
+    if (res->dispatching)
+        sl_shared_end_dispatch(s->local, up);
+    sl_shared_release_upstream(s->local, &(sl_upstream_release_t){.up = up,
+                                                                  .charge = &res->charge,
+                                                                  .throttle_probe = probe_too,
+                                                                  .breaker_probe = res->breaker_probe,
+                                                                  .wall_ms = res->charge.at_ms});
+}
+
+/* Another instance's probe is out: this request waits in the line for its verdict, as the rest do here. */
+static void
+lose_lease(lease_t *l)
+{
+    give_back(l->s, l->up, &l->result, false);
+    l->result = (sl_upstream_claim_result_t){
+        .skip = SL_SKIP_THROTTLED,
+        .throttle_changed = l->result.throttle_changed,
+        .throttle = l->result.throttle,
+        .limits_changed = l->result.limits_changed,
+        .shown = l->result.shown,
+        .shown_until_ms = l->result.shown_until_ms,
+        .limit = l->result.limit,
+        .breaker_changed = l->result.breaker_changed,
+        .breaker = l->result.breaker,
+    };
+}
+
+static void
+release_lease(cluster_state_t *s, const char *key, const char *token)
+{
+    static const char script[] = "if redis.call('GET', KEYS[1]) == ARGV[1] then "
+                                 "return redis.call('DEL', KEYS[1]) end return 0";
+    sl_cluster_commandv(s->cluster, NULL, NULL, 5, (const char *[]){"EVAL", script, "1", key, token});
+}
+
+static void
+on_lease_letter(sl_shared_letter_t *letter)
+{
+    lease_t *l = (lease_t *)letter;
+    switch (l->wait) {
+    case LEASE_WAITING:
+        sl_timer_cancel(l->call->timers, &l->timeout);
+        l->call->pending = NULL;
+        if (l->outcome == 0)
+            lose_lease(l);
+        l->done(l->ctx, &l->result);
+        break;
+    case LEASE_DECIDED_HERE:
+        /* Sent already as the probe: if another instance's went too, both verdicts count alike. */
+        break;
+    case LEASE_CANCELLED:
+        if (l->outcome == 1)
+            release_lease(l->s, l->key, l->token);
+        break;
+    }
+    free(l);
+}
+
+/* On the cluster's thread. */
+static void
+on_lease_reply(void *ctx, const redisReply *r)
+{
+    lease_t *l = ctx;
+    l->outcome = r == NULL || r->type == REDIS_REPLY_ERROR ? -1 : r->type == REDIS_REPLY_STATUS ? 1 : 0;
+    sl_shared_inbox_post(l->inbox, &l->letter);
+}
+
+/* No answer within timeout_ms: this instance decides alone (the request goes as the probe). */
+static void
+on_lease_timeout(sl_timer_t *t)
+{
+    lease_t *l = H2O_STRUCT_FROM_MEMBER(lease_t, timeout, t);
+    l->wait = LEASE_DECIDED_HERE;
+    l->call->pending = NULL;
+    l->done(l->ctx, &l->result);
+}
+
+static void
+cluster_claim_upstream(sl_shared_state_t *ss, const sl_upstream_claim_t *c, sl_shared_call_t *call,
+                       sl_upstream_claim_cb done, void *ctx)
+{
+    cluster_state_t *s = state_of(ss);
+    sl_upstream_claim_result_t res;
+    sl_shared_call_t here = {0};
+    sl_shared_claim_upstream(s->local, c, &here, capture_claim, &res);
+    if (!res.throttle_probe || call->inbox == NULL || call->timers == NULL ||
+        !sl_cluster_joined(s->cluster)) {
+        done(ctx, &res);
+        return;
+    }
+    lease_t *l = sl_xcalloc(1, sizeof(*l));
+    l->letter.open = on_lease_letter;
+    l->s = s;
+    l->call = call;
+    l->inbox = call->inbox;
+    l->done = done;
+    l->ctx = ctx;
+    l->result = res;
+    l->up = c->up;
+    sl_cluster_key(l->key, sizeof(l->key), sl_cluster_name(s->cluster), "probe", c->up->name);
+    snprintf(l->token, sizeof(l->token), "%s:%llu", sl_cluster_instance(s->cluster),
+             (unsigned long long)atomic_fetch_add(&s->next_token, 1));
+    char px[24];
+    snprintf(px, sizeof(px), "%lld", (long long)(res.throttle.grace_ms > 0 ? res.throttle.grace_ms : 1));
+    call->pending = l;
+    sl_timer_arm(call->timers, &l->timeout, sl_now_ms() + sl_cluster_timeout_ms(s->cluster),
+                 on_lease_timeout);
+    sl_cluster_commandv(s->cluster, on_lease_reply, l, 6,
+                        (const char *[]){"SET", l->key, l->token, "NX", "PX", px});
+}
+
+static void
+cluster_cancel(sl_shared_state_t *ss, sl_shared_call_t *call)
+{
+    cluster_state_t *s = state_of(ss);
+    lease_t *l = call->pending;
+    call->pending = NULL;
+    sl_timer_cancel(call->timers, &l->timeout);
+    l->wait = LEASE_CANCELLED;
+    /* What the claim took is given back, the probe too: it will not go from here. */
+    give_back(s, l->up, &l->result, true);
+}
+
+/* ---- the rest: this instance's own decisions, and what others need to know of them ----------------- */
+
+static void
+cluster_release_upstream(sl_shared_state_t *ss, const sl_upstream_release_t *rel)
+{
+    cluster_state_t *s = state_of(ss);
+    sl_shared_release_upstream(s->local, rel);
+    if (rel->throttle_probe)
+        publish(s, SL_CLUSTER_PROBE_ABANDONED, rel->up, -1, NULL);
+}
+
+static void
+cluster_hop_sent(sl_shared_state_t *ss, sl_upstream_t *up, bool dispatching, sl_charge_t *charge,
+                 int64_t wall_ms)
+{
+    sl_shared_hop_sent(state_of(ss)->local, up, dispatching, charge, wall_ms);
+}
+
+/* The news of a change this instance made, published when the 429 state moved. */
+typedef struct {
+    cluster_state_t *s;
+    sl_cluster_op_t op;
+    sl_throttle_news_cb done;
+    void *ctx;
+    sl_throttle_state_t before;
+} news_relay_t;
+
+static void
+relay_news(void *ctx, const sl_throttle_news_t *news)
+{
+    news_relay_t *n = ctx;
+    if (news->changed) {
+        const sl_throttle_t *t = &news->throttle;
+        switch (n->op) {
+        case SL_CLUSTER_PAUSE_429:
+            if (t->state == SL_THROTTLE_PAUSED)
+                publish(n->s, n->op, news->up, t->pause_until_ms, t);
+            break;
+        case SL_CLUSTER_ANSWERED:
+            /* Only the probe's verdict is news to the others; a reset streak elsewhere is theirs to count. */
+            if (n->before == SL_THROTTLE_PROBING && t->state == SL_THROTTLE_FREE)
+                publish(n->s, n->op, news->up, -1, t);
+            break;
+        case SL_CLUSTER_PAUSE_MANUAL:
+            publish(n->s, n->op, news->up, t->manual_until_ms, t);
+            break;
+        default:
+            publish(n->s, n->op, news->up, -1, t);
+            break;
+        }
+    }
+    n->done(n->ctx, news);
+}
+
+static sl_throttle_state_t
+state_now(sl_upstream_t *up)
+{
+    sl_waitq_lock();
+    sl_throttle_state_t st = up->throttle.state;
+    sl_waitq_unlock();
+    return st;
+}
+
+static void
+cluster_upstream_answered(sl_shared_state_t *ss, sl_upstream_t *up, int64_t now_ms, sl_shared_call_t *call,
+                          sl_throttle_news_cb done, void *ctx)
+{
+    cluster_state_t *s = state_of(ss);
+    (void)call;
+    news_relay_t n = {s, SL_CLUSTER_ANSWERED, done, ctx, state_now(up)};
+    sl_shared_call_t here = {0};
+    sl_shared_upstream_answered(s->local, up, now_ms, &here, relay_news, &n);
+}
+
+static void
+cluster_upstream_rate_limited(sl_shared_state_t *ss, sl_upstream_t *up, int64_t now_ms, int64_t hint_ms,
+                              uint32_t max_pause_secs, const sl_retry_params_t *params,
+                              sl_shared_call_t *call, sl_throttle_news_cb done, void *ctx)
+{
+    cluster_state_t *s = state_of(ss);
+    (void)call;
+    news_relay_t n = {s, SL_CLUSTER_PAUSE_429, done, ctx, state_now(up)};
+    sl_shared_call_t here = {0};
+    sl_shared_upstream_rate_limited(s->local, up, now_ms, hint_ms, max_pause_secs, params, &here, relay_news,
+                                    &n);
+}
+
+static void
+cluster_pause_upstream(sl_shared_state_t *ss, sl_upstream_t *up, int64_t until_ms, int64_t now_ms,
+                       sl_shared_call_t *call, sl_throttle_news_cb done, void *ctx)
+{
+    cluster_state_t *s = state_of(ss);
+    (void)call;
+    news_relay_t n = {s, SL_CLUSTER_PAUSE_MANUAL, done, ctx, state_now(up)};
+    sl_shared_call_t here = {0};
+    sl_shared_pause_upstream(s->local, up, until_ms, now_ms, &here, relay_news, &n);
+}
+
+static void
+cluster_resume_upstream(sl_shared_state_t *ss, sl_upstream_t *up, int64_t now_ms, sl_shared_call_t *call,
+                        sl_throttle_news_cb done, void *ctx)
+{
+    cluster_state_t *s = state_of(ss);
+    (void)call;
+    news_relay_t n = {s, SL_CLUSTER_RESUME, done, ctx, state_now(up)};
+    sl_shared_call_t here = {0};
+    sl_shared_resume_upstream(s->local, up, now_ms, &here, relay_news, &n);
+}
+
+static void
+cluster_claim_key(sl_shared_state_t *ss, const sl_key_claim_t *c, sl_shared_call_t *call,
+                  sl_key_claim_cb done, void *ctx)
+{
+    (void)call;
+    sl_shared_call_t here = {0};
+    sl_shared_claim_key(state_of(ss)->local, c, &here, done, ctx);
+}
+
+static void
+cluster_settle(sl_shared_state_t *ss, sl_charge_t *charge, const sl_amounts_t *used, bool wake_line,
+               int64_t wall_ms)
+{
+    sl_shared_settle(state_of(ss)->local, charge, used, wake_line, wall_ms);
+}
+
+static void
+cluster_join_lines(sl_shared_state_t *ss, sl_waiter_t *waiter, const sl_line_t *lines, size_t n,
+                   sl_shared_call_t *call, sl_lines_joined_cb done, void *ctx)
+{
+    (void)call;
+    sl_shared_call_t here = {0};
+    sl_shared_join_lines(state_of(ss)->local, waiter, lines, n, &here, done, ctx);
+}
+
+static void
+cluster_leave_lines(sl_shared_state_t *ss, sl_waiter_t *waiter, const sl_line_t *wake, size_t n)
+{
+    sl_shared_leave_lines(state_of(ss)->local, waiter, wake, n);
+}
+
+static void
+cluster_end_dispatch(sl_shared_state_t *ss, sl_upstream_t *up)
+{
+    sl_shared_end_dispatch(state_of(ss)->local, up);
+}
+
+static sl_pause_t
+cluster_pause_of(sl_shared_state_t *ss, sl_upstream_t *up, int64_t now_ms)
+{
+    return sl_shared_pause_of(state_of(ss)->local, up, now_ms);
+}
+
+static sl_upstream_view_t
+cluster_upstream_view(sl_shared_state_t *ss, sl_upstream_t *up, sl_limit_set_t *limits)
+{
+    return sl_shared_upstream_view(state_of(ss)->local, up, limits);
+}
+
+static void
+cluster_free(sl_shared_state_t *ss)
+{
+    cluster_state_t *s = state_of(ss);
+    sl_cluster_stop(s->cluster);
+    sl_shared_state_free(s->local);
+    free(s);
+}
+
+static const sl_shared_state_ops_t cluster_ops = {
+    .claim_upstream = cluster_claim_upstream,
+    .release_upstream = cluster_release_upstream,
+    .hop_sent = cluster_hop_sent,
+    .upstream_answered = cluster_upstream_answered,
+    .upstream_rate_limited = cluster_upstream_rate_limited,
+    .pause_upstream = cluster_pause_upstream,
+    .resume_upstream = cluster_resume_upstream,
+    .claim_key = cluster_claim_key,
+    .settle = cluster_settle,
+    .join_lines = cluster_join_lines,
+    .leave_lines = cluster_leave_lines,
+    .end_dispatch = cluster_end_dispatch,
+    .pause_of = cluster_pause_of,
+    .upstream_view = cluster_upstream_view,
+    .cancel = cluster_cancel,
+    .free = cluster_free,
+};
+
+sl_shared_state_t *
+sl_shared_cluster_new(sl_shared_state_t *local, const sl_cluster_config_t *config, const char *instance,
+                      const sl_shared_cluster_hooks_t *hooks, sl_cluster_t **cluster)
+{
+    cluster_state_t *s = sl_xcalloc(1, sizeof(*s));
+    s->base.ops = &cluster_ops;
+    s->local = local;
+    s->hooks = *hooks;
+    s->cluster = sl_cluster_start(
+        config, instance, &(sl_cluster_hooks_t){.on_message = on_message, .on_joined = on_joined, .ctx = s});
+    if (s->cluster == NULL) {
+        free(s);
+        return NULL;
+    }
+    *cluster = s->cluster;
+    return &s->base;
+}

@@ -1,0 +1,342 @@
+/*
+ * Cluster mode end to end (cluster.md): two or three real sluice processes
+ * on one real redis-server started by the test (a free loopback port, a
+ * temporary directory), in front of one fake upstream that counts what it
+ * receives. Unscaled time: the pauses here are the upstream's own hints.
+ */
+#define _GNU_SOURCE
+#include <criterion/criterion.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fake_upstream.h"
+#include "harness.h"
+#include "redis_server.h"
+
+#define GATEWAY_KEY       "gw-test-key-0001"
+#define ANTHROPIC_HEADERS "x-api-key: " GATEWAY_KEY "\r\nanthropic-version: 2023-06-01\r\n"
+#define RATE_LIMITED                                                                                         \
+    "{\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\",\"message\":\"slow down\"}}"
+#define BODY                                                                                                 \
+    "{\"model\":\"claude-x\",\"max_tokens\":8,\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":" \
+    "\"hi\"}]}"
+
+#define MAX_INSTANCES 3
+
+static redis_server_t redis;
+static fake_upstream_t *up;
+static proc_t procs[MAX_INSTANCES];
+static uint16_t ports[MAX_INSTANCES], control_ports[MAX_INSTANCES];
+static char dir[64];
+
+static int64_t
+now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void
+setup(void)
+{
+    unsetenv("SLUICE_TEST_TIME_SCALE");
+    cr_assert(redis_start(&redis), "redis-server must be installed (scripts/setup)");
+    up = fake_start(NULL, NULL, false);
+    snprintf(dir, sizeof(dir), "/tmp/sluice-cluster-XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+}
+
+static void
+teardown(void)
+{
+    for (int i = 0; i < MAX_INSTANCES; i++)
+        proc_kill(&procs[i]);
+    fake_stop(up);
+    redis_stop(&redis);
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+    cr_assert_eq(system(cmd), 0);
+}
+
+TestSuite(cluster, .init = setup, .fini = teardown, .timeout = 60);
+
+static fake_reply_t
+ok(int delay_ms)
+{
+    return (fake_reply_t){.status = 200,
+                          .headers = "content-type: text/event-stream\r\n",
+                          .body = fixture("anthropic-ok.sse", NULL),
+                          .chunked = true,
+                          .delay_ms = delay_ms};
+}
+
+static fake_reply_t
+limited(const char *headers)
+{
+    return (fake_reply_t){.status = 429, .headers = headers, .body = RATE_LIMITED};
+}
+
+/* Starts instance i ("a", "b", "c") of the cluster on the test's Redis, and waits until it has joined. */
+static void
+start_instance(int i)
+{
+    char yaml[2048], path[128], store[128];
+    snprintf(store, sizeof(store), "%s/%c.db", dir, 'a' + i);
+    snprintf(yaml, sizeof(yaml),
+             "listen: {gateway: {bind: 127.0.0.1, port: 0}, control: {port: 0}}\n"
+             "clients: [{name: tester, key: \"" GATEWAY_KEY "\"}]\n"
+             "providers:\n"
+             "  - {name: one, protocol: anthropic, base_url: \"http://127.0.0.1:%u\", key: k1}\n"
+             "failover: {wait_secs: 60}\n"
+             "store: {path: %s}\n"
+             "cluster: {redis: \"%s\", name: t%ld, instance: %c, timeout_ms: 200}\n",
+             fake_port(up), store, redis.url, (long)getpid(), 'a' + i);
+    snprintf(path, sizeof(path), "%s/%c.yaml", dir, 'a' + i);
+    FILE *f = fopen(path, "w");
+    cr_assert_not_null(f);
+    fputs(yaml, f);
+    fclose(f);
+    ports[i] = sluice_start(&procs[i], path, "info", "2");
+    cr_assert_neq(ports[i], 0, "%s", procs[i].log);
+    char joined[64];
+    snprintf(joined, sizeof(joined), "joined as %c", 'a' + i);
+    cr_assert(proc_wait_log(&procs[i], joined, 5000), "%s", procs[i].log);
+    const char *at = strstr(procs[i].log, "control endpoint on ws://127.0.0.1:");
+    cr_assert_not_null(at, "%s", procs[i].log);
+    control_ports[i] = (uint16_t)atoi(at + strlen("control endpoint on ws://127.0.0.1:"));
+}
+
+/* sluicectl against instance i's control endpoint; its exit status. */
+static int
+sluicectl(int i, const char *args)
+{
+    const char *bin = getenv("SLUICECTL");
+    cr_assert_not_null(bin, "SLUICECTL is not set");
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "%s --port %u --key-file %s/sluice.key --timeout 5 %s >/dev/null 2>&1", bin,
+             control_ports[i], dir, args);
+    return system(cmd);
+}
+
+/* What /healthz says of the cluster: "joined", "degraded", ... */
+static bool
+health_says(int i, const char *state, int timeout_ms)
+{
+    char want[64];
+    snprintf(want, sizeof(want), "\"cluster\": \"%s\"", state);
+    char want_compact[64];
+    snprintf(want_compact, sizeof(want_compact), "\"cluster\":\"%s\"", state);
+    for (int64_t until = now_ms() + timeout_ms; now_ms() < until;) {
+        http_response_t res = {0};
+        bool got = http_request(ports[i], "GET", "/healthz", NULL, &res) && res.status == 200 &&
+                   (strstr(res.body, want) != NULL || strstr(res.body, want_compact) != NULL);
+        http_response_free(&res);
+        if (got)
+            return true;
+        usleep(50 * 1000);
+    }
+    return false;
+}
+
+typedef struct {
+    int instance;
+    int status;
+    int64_t took_ms;
+    pthread_t thread;
+} call_t;
+
+static void *
+call_main(void *arg)
+{
+    call_t *c = arg;
+    http_response_t res = {0};
+    int64_t t0 = now_ms();
+    c->status = http_request_h(ports[c->instance], "POST", "/v1/messages", ANTHROPIC_HEADERS, BODY, &res)
+                    ? res.status
+                    : -1;
+    c->took_ms = now_ms() - t0;
+    http_response_free(&res);
+    return NULL;
+}
+
+static void
+call_async(call_t *c, int instance)
+{
+    c->instance = instance;
+    cr_assert_eq(pthread_create(&c->thread, NULL, call_main, c), 0);
+}
+
+static int
+call_wait(call_t *c)
+{
+    pthread_join(c->thread, NULL);
+    return c->status;
+}
+
+static int64_t
+arrival_ms(size_t i)
+{
+    fake_request_t r;
+    cr_assert(fake_request(up, i, &r), "request %zu reached the upstream", i);
+    return r.at_ms;
+}
+
+Test(cluster, a_429_on_one_instance_holds_the_other_and_exactly_one_probe_goes_at_its_end)
+{
+    start_instance(0);
+    start_instance(1);
+    fake_push(up, limited("content-type: application/json\r\nretry-after: 2\r\n"));
+    /* The probe's answer is slow: whoever else went before its verdict would show up meanwhile. */
+    fake_push(up, ok(600));
+    fake_set_default(up, ok(0));
+    call_t first, others[3];
+    call_async(&first, 0);
+    cr_assert(fake_wait_count(up, 1, 5000), "the first request reaches the upstream");
+    int64_t paused_at = arrival_ms(0);
+    /* cluster.md: a pause holds on every instance within 100 ms. */
+    usleep(150 * 1000);
+    call_async(&others[0], 1);
+    call_async(&others[1], 1);
+    call_async(&others[2], 0);
+    cr_assert_eq(call_wait(&first), 200);
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(call_wait(&others[i]), 200, "request %d", i);
+    cr_assert_eq(fake_count(up), 5, "the 429, the probe, then the three others: nothing was sent twice");
+    int64_t probe_at = arrival_ms(1);
+    cr_assert_geq(probe_at - paused_at, 1900, "nobody went before the pause's end (%lld ms)",
+                  (long long)(probe_at - paused_at));
+    cr_assert_leq(probe_at - paused_at, 3000, "the probe went within 1 s of the pause's end (%lld ms)",
+                  (long long)(probe_at - paused_at));
+    for (size_t i = 2; i < 5; i++)
+        cr_assert_geq(arrival_ms(i) - probe_at, 550, "request %zu waited for the probe's verdict (%lld ms)",
+                      i, (long long)(arrival_ms(i) - probe_at));
+}
+
+Test(cluster, an_instance_that_joins_during_a_pause_holds_it_too)
+{
+    start_instance(0);
+    fake_push(up, limited("content-type: application/json\r\nretry-after: 4\r\n"));
+    fake_set_default(up, ok(0));
+    call_t first, late;
+    call_async(&first, 0);
+    cr_assert(fake_wait_count(up, 1, 5000));
+    int64_t paused_at = arrival_ms(0);
+    start_instance(1);
+    call_async(&late, 1);
+    cr_assert_eq(call_wait(&late), 200);
+    cr_assert_eq(call_wait(&first), 200);
+    for (size_t i = 1; i < fake_count(up); i++)
+        cr_assert_geq(arrival_ms(i) - paused_at, 3900, "request %zu went after the pause's end (%lld ms)", i,
+                      (long long)(arrival_ms(i) - paused_at));
+}
+
+Test(cluster, requests_without_limits_slots_or_pauses_make_no_redis_round_trip)
+{
+    start_instance(0);
+    start_instance(1);
+    fake_set_default(up, ok(0));
+    long long before = redis_calls(&redis, NULL);
+    int64_t t0 = now_ms();
+    for (int i = 0; i < 1000; i++) {
+        http_response_t res = {0};
+        cr_assert(http_request_h(ports[i % 2], "POST", "/v1/messages", ANTHROPIC_HEADERS, BODY, &res));
+        cr_assert_eq(res.status, 200);
+        http_response_free(&res);
+    }
+    long long calls = redis_calls(&redis, NULL) - before;
+    int64_t secs = (now_ms() - t0) / 1000 + 2;
+    /* Heartbeats aside (two instances, each an INFO and a script of five commands a second), nothing. */
+    long long heartbeats = secs * 2 * 7 + 2;
+    fprintf(stderr, "1000 requests on 2 instances in %lld ms: %lld Redis calls (heartbeats: up to %lld)\n",
+            (long long)(now_ms() - t0), calls, heartbeats);
+    cr_assert_leq(calls, heartbeats, "%lld Redis calls for 1000 requests", calls);
+}
+
+Test(cluster, redis_killed_mid_run_loses_no_request_and_the_instances_rejoin)
+{
+    start_instance(0);
+    start_instance(1);
+    fake_set_default(up, ok(0));
+    int answered = 0;
+    for (int i = 0; i < 200; i++) {
+        if (i == 60)
+            redis_kill(&redis);
+        if (i == 140)
+            cr_assert(redis_restart(&redis, false));
+        http_response_t res = {0};
+        cr_assert(http_request_h(ports[i % 2], "POST", "/v1/messages", ANTHROPIC_HEADERS, BODY, &res), "%d",
+                  i);
+        cr_assert_eq(res.status, 200, "request %d", i);
+        answered++;
+        http_response_free(&res);
+        if (i == 60) {
+            cr_assert(health_says(0, "degraded", 3000), "%s", procs[0].log);
+            cr_assert(health_says(1, "degraded", 3000), "%s", procs[1].log);
+        }
+    }
+    cr_assert_eq(answered, 200);
+    cr_assert_eq(fake_count(up), 200, "nothing lost or sent twice");
+    cr_assert(health_says(0, "joined", 5000), "%s", procs[0].log);
+    cr_assert(health_says(1, "joined", 5000), "%s", procs[1].log);
+}
+
+Test(cluster, redis_frozen_degrades_the_instances_instead_of_stalling_them)
+{
+    start_instance(0);
+    fake_push(up, limited("content-type: application/json\r\nretry-after: 1\r\n"));
+    fake_set_default(up, ok(0));
+    redis_freeze(&redis);
+    /* The probe after the pause asks Redis for its lease: timeout_ms (200 ms), then it decides alone. */
+    call_t c;
+    call_async(&c, 0);
+    cr_assert_eq(call_wait(&c), 200);
+    cr_assert_lt(c.took_ms, 1000 + 200 + 800, "the 1 s pause and at most timeout_ms more (%lld ms)",
+                 (long long)c.took_ms);
+    int64_t slowest = 0;
+    for (int i = 0; i < 20; i++) {
+        call_t d;
+        call_async(&d, 0);
+        cr_assert_eq(call_wait(&d), 200);
+        slowest = d.took_ms > slowest ? d.took_ms : slowest;
+    }
+    cr_assert_lt(slowest, 500, "no request waits on a frozen Redis (%lld ms)", (long long)slowest);
+    cr_assert(health_says(0, "degraded", 5000), "%s", procs[0].log);
+    redis_thaw(&redis);
+    cr_assert(health_says(0, "joined", 5000), "%s", procs[0].log);
+}
+
+Test(cluster, a_manual_pause_on_one_instance_holds_the_other_and_a_resume_anywhere_ends_it)
+{
+    start_instance(0);
+    start_instance(1);
+    fake_set_default(up, ok(0));
+    cr_assert_eq(sluicectl(1, "pause one --for 3s"), 0);
+    int64_t paused_at = now_ms();
+    usleep(150 * 1000);
+    call_t held;
+    call_async(&held, 0);
+    cr_assert_eq(call_wait(&held), 200);
+    cr_assert_eq(fake_count(up), 1);
+    cr_assert_geq(arrival_ms(0) - paused_at, 2700, "the request on a waited for b's pause (%lld ms)",
+                  (long long)(arrival_ms(0) - paused_at));
+
+    /* Paused on a for 30 s, resumed on b: the request waiting on b goes at once. */
+    cr_assert_eq(sluicectl(0, "pause one --for 30s"), 0);
+    usleep(150 * 1000);
+    call_t waiting;
+    call_async(&waiting, 1);
+    usleep(500 * 1000);
+    cr_assert_eq(fake_count(up), 1, "held by the pause on a");
+    int64_t resumed_at = now_ms();
+    cr_assert_eq(sluicectl(1, "resume one"), 0);
+    cr_assert_eq(call_wait(&waiting), 200);
+    cr_assert_eq(fake_count(up), 2);
+    cr_assert_lt(arrival_ms(1) - resumed_at, 1000, "the resume reached a's line (%lld ms)",
+                 (long long)(arrival_ms(1) - resumed_at));
+}

@@ -1,0 +1,119 @@
+/*
+ * What instances of a cluster tell each other (core/cluster_msg.h): the
+ * published line of a pause and its end, round trip and refusals, the key
+ * names, and the clocks.
+ */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "core/cluster_msg.h"
+
+static sl_cluster_msg_t
+msg(sl_cluster_op_t op, const char *origin, const char *upstream, int64_t until)
+{
+    return (sl_cluster_msg_t){.op = op,
+                              .origin = origin,
+                              .origin_len = strlen(origin),
+                              .upstream = upstream,
+                              .upstream_len = strlen(upstream),
+                              .until_ms = until,
+                              .consecutive = 3,
+                              .grace_ms = 10000};
+}
+
+static void
+expect_round_trip(const sl_cluster_msg_t *m, const char *line)
+{
+    char out[256];
+    size_t n = sl_cluster_msg_encode(m, out, sizeof(out));
+    cr_assert_str_eq(out, line);
+    cr_assert_eq(n, strlen(line));
+    sl_cluster_msg_t back;
+    cr_assert(sl_cluster_msg_decode(out, n, &back), "%s", out);
+    cr_expect_eq(back.op, m->op);
+    cr_expect_eq(back.origin_len, m->origin_len);
+    cr_expect(memcmp(back.origin, m->origin, m->origin_len) == 0);
+    cr_expect_eq(back.upstream_len, m->upstream_len);
+    cr_expect(memcmp(back.upstream, m->upstream, m->upstream_len) == 0);
+    cr_expect_eq(back.until_ms, m->until_ms);
+    cr_expect_eq(back.consecutive, m->consecutive);
+    cr_expect_eq(back.grace_ms, m->grace_ms);
+}
+
+Test(cluster_msg, every_change_goes_as_one_line_and_comes_back_the_same)
+{
+    sl_cluster_msg_t m = msg(SL_CLUSTER_PAUSE_429, "host-a:8080", "anthropic", 1796000000123);
+    expect_round_trip(&m, "v1 host-a:8080 429 1796000000123 3 10000 anthropic");
+    m = msg(SL_CLUSTER_PAUSE_MANUAL, "b", "openai", SL_CLUSTER_NEVER);
+    expect_round_trip(&m, "v1 b manual never 3 10000 openai");
+    m = msg(SL_CLUSTER_RESUME, "b", "openai", -1);
+    expect_round_trip(&m, "v1 b resume - 3 10000 openai");
+    m = msg(SL_CLUSTER_ANSWERED, "c", "x", -1);
+    expect_round_trip(&m, "v1 c answered - 3 10000 x");
+    m = msg(SL_CLUSTER_PROBE_ABANDONED, "c", "x", -1);
+    expect_round_trip(&m, "v1 c abandoned - 3 10000 x");
+}
+
+Test(cluster_msg, an_upstream_name_with_spaces_comes_last_and_whole)
+{
+    sl_cluster_msg_t m = msg(SL_CLUSTER_PAUSE_429, "a", "my upstream  two", 5);
+    expect_round_trip(&m, "v1 a 429 5 3 10000 my upstream  two");
+}
+
+Test(cluster_msg, lines_of_another_version_or_malformed_are_refused)
+{
+    static const char *const bad[] = {
+        "",
+        "v2 a 429 5 3 10000 x",
+        "v1 a pause 5 3 10000 x",
+        "v1 a 429 5 3 10000",
+        "v1 a 429 5 3 10000 ",
+        "v1 a 429 -5 3 10000 x",
+        "v1 a 429 5 x 10000 x",
+        "v1 a 429 5 3 1e4 x",
+        "v1  429 5 3 10000 x",
+        "v1 a 429 5 99999999999 10000 x",
+        "v1 a 429 1234567890123456789 3 10000 x",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        sl_cluster_msg_t m;
+        cr_expect_not(sl_cluster_msg_decode(bad[i], strlen(bad[i]), &m), "refused: \"%s\"", bad[i]);
+    }
+}
+
+Test(cluster_msg, a_line_that_does_not_fit_is_not_cut)
+{
+    sl_cluster_msg_t m = msg(SL_CLUSTER_PAUSE_429, "a", "anthropic", 5);
+    char out[16];
+    cr_assert_eq(sl_cluster_msg_encode(&m, out, sizeof(out)), 0);
+}
+
+Test(cluster_msg, keys_share_one_slot_per_cluster)
+{
+    char key[64];
+    cr_assert_eq(sl_cluster_key(key, sizeof(key), "prod", "pause", "anthropic"),
+                 strlen("{sl:prod}:pause:anthropic"));
+    cr_assert_str_eq(key, "{sl:prod}:pause:anthropic");
+    sl_cluster_key(key, sizeof(key), "prod", "events", NULL);
+    cr_assert_str_eq(key, "{sl:prod}:events");
+    cr_assert_eq(sl_cluster_key(key, 10, "prod", "events", NULL), 0, "too long: nothing half-written counts");
+}
+
+Test(cluster_msg, times_cross_between_clocks_and_never_stays_never)
+{
+    /* This instance: mono 5 000, wall 1 000 000; Redis runs 250 ms ahead of its wall clock. */
+    int64_t mono = 5000, wall = 1000000, offset = 250;
+    int64_t redis = sl_cluster_redis_ms_of(8000, mono, wall, offset);
+    cr_assert_eq(redis, 1003250, "3 s from now on Redis's clock");
+    cr_assert_eq(sl_cluster_mono_ms_of(redis, mono, wall, offset), 8000);
+    /* Another instance whose wall clock is 2 s behind reads the same Redis time as the same moment. */
+    cr_assert_eq(sl_cluster_mono_ms_of(redis, 70000, wall - 2000, offset + 2000), 73000);
+    cr_assert_eq(sl_cluster_redis_ms_of(INT64_MAX, mono, wall, offset), SL_CLUSTER_NEVER);
+    cr_assert_eq(sl_cluster_mono_ms_of(SL_CLUSTER_NEVER, mono, wall, offset), INT64_MAX);
+}
+
+Test(cluster_msg, the_offset_is_read_at_the_middle_of_the_round_trip)
+{
+    cr_assert_eq(sl_cluster_offset_ms(1000600, 1000000, 1000400), 400);
+    cr_assert_eq(sl_cluster_offset_ms(999000, 1000000, 1000000), -1000);
+}

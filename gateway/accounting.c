@@ -105,9 +105,11 @@ sl__release_upstream(request_t *r)
                                                   .used = used,
                                                   .throttle_probe = r->wait.throttle_probe,
                                                   .breaker_probe = r->is_probe,
+                                                  .slot = r->acct.up_slot,
                                                   .wall_ms = sl_wall_ms(),
                                               });
     r->acct.up_charge_persisted = false;
+    r->acct.up_slot = 0;
     r->wait.throttle_probe = false;
     r->up = NULL;
     r->is_probe = false;

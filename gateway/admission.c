@@ -406,6 +406,7 @@ on_upstream_claimed(request_t *r, size_t cand, const sl_upstream_claim_result_t 
         r->wait.dispatching = res->dispatching ? up : NULL;
         r->acct.up_charge = res->charge;
         r->acct.up_charge_persisted = false;
+        r->acct.up_slot = res->slot;
     } else if (res->skip == SL_SKIP_WINDOW_FULL || res->skip == SL_SKIP_PERIOD_USED_UP) {
         r->wait.recovery_ms[cand] = res->recovery_ms;
         if (res->recovery_ms == SL_THROTTLE_NEVER) {

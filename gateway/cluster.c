@@ -601,6 +601,8 @@ cluster_main(void *arg)
         }
         if (c->cmd.ac != NULL && now >= c->next_beat_ms) {
             heartbeat(c);
+            if (atomic_load(&c->state) == SL_CLUSTER_JOINED && c->hooks.on_heartbeat != NULL)
+                c->hooks.on_heartbeat(c->hooks.ctx);
             c->next_beat_ms = now + SL_CLUSTER_HEARTBEAT_MS;
         }
         int64_t due = check_deadlines(c, now);

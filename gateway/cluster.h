@@ -37,6 +37,8 @@ typedef struct {
     void (*on_joined)(void *ctx, bool redis_restarted);
     /* The state changed (reason: why it degraded; NULL when joined). */
     void (*on_state)(void *ctx, sl_cluster_state_t state, const char *reason, uint32_t instances);
+    /* Each heartbeat, joined: renew what this instance holds (slot leases). */
+    void (*on_heartbeat)(void *ctx);
     void *ctx;
 } sl_cluster_hooks_t;
 

@@ -250,6 +250,7 @@ typedef struct {
         sl_charge_t key_charge;     /* the key's charge, once, at admission */
         sl_charge_t up_charge;      /* the current hop's upstream charge, from when it was sent */
         bool up_charge_persisted;   /* the request DB counts up_charge (from when the hop was sent) */
+        uint64_t up_slot;           /* the current hop's slot leased cluster-wide (0: none) */
         sl_shared_call_t news;      /* the shared state's news of the hop's 429 state awaited */
         bool hop_uncounted;         /* a 429: its upstream charge is taken back */
         bool key_counts_tokens;     /* the key's limits count tokens or cost: its usage must be reported */

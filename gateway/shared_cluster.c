@@ -29,12 +29,21 @@
 #include "log.h"
 #include "worker.h"
 
+/* Upstreams whose lines are woken at a heartbeat, at most. */
+#define SL_CONTENDED_MAX 64
+
 typedef struct {
     sl_shared_state_t base;
     sl_shared_state_t *local;
     sl_cluster_t *cluster;
     sl_shared_cluster_hooks_t hooks;
-    atomic_uint_fast64_t next_token;
+    atomic_uint_fast64_t next_token; /* names a probe's lease and a slot */
+    pthread_mutex_t slots_lock;      /* guards what follows */
+    struct held_slot *held;          /* the slots this instance holds */
+    size_t n_held, cap_held;
+    sl_upstream_t
+        *contended[SL_CONTENDED_MAX]; /* lines that found every slot taken since the last heartbeat */
+    size_t n_contended;
 } cluster_state_t;
 
 static cluster_state_t *
@@ -118,6 +127,9 @@ apply(const sl_cluster_msg_t *m, sl_upstream_t *up, int64_t until_mono, int64_t 
         break;
     case SL_CLUSTER_PROBE_ABANDONED:
         sl_throttle_probe_abandoned(&up->throttle);
+        sl_waitq_wake(&up->waitq, 1);
+        break;
+    case SL_CLUSTER_SLOT_FREED:
         sl_waitq_wake(&up->waitq, 1);
         break;
     case SL_CLUSTER_OP_COUNT:
@@ -224,11 +236,194 @@ on_joined(void *ctx, bool redis_restarted)
     free(j.names);
 }
 
-/* ---- the probe's lease ------------------------------------------------------------------------- */
+/* ---- slots held here ----------------------------------------------------------------------------- */
 
-typedef enum { LEASE_WAITING, LEASE_DECIDED_HERE, LEASE_CANCELLED } lease_wait_t;
+/* A max_concurrent slot this instance holds as a lease (renewed with each heartbeat). */
+typedef struct held_slot {
+    sl_upstream_t *up;
+    uint64_t token;
+} held_slot_t;
 
-/* A claim that made this instance's probe, waiting for Redis to say whether the probe is this one. */
+static void
+slot_member(cluster_state_t *s, uint64_t token, char *out, size_t size)
+{
+    snprintf(out, size, "%s:%llu", sl_cluster_instance(s->cluster), (unsigned long long)token);
+}
+
+static void
+hold_slot(cluster_state_t *s, sl_upstream_t *up, uint64_t token)
+{
+    pthread_mutex_lock(&s->slots_lock);
+    if (s->n_held == s->cap_held) {
+        s->cap_held = s->cap_held * 2 + 16;
+        s->held = sl_xrealloc(s->held, s->cap_held * sizeof(*s->held));
+    }
+    s->held[s->n_held++] = (held_slot_t){up, token};
+    pthread_mutex_unlock(&s->slots_lock);
+}
+
+static void
+drop_slot(cluster_state_t *s, uint64_t token)
+{
+    pthread_mutex_lock(&s->slots_lock);
+    for (size_t i = 0; i < s->n_held; i++) {
+        if (s->held[i].token == token) {
+            s->held[i] = s->held[--s->n_held];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&s->slots_lock);
+}
+
+/* Gives a slot back to the cluster; whoever found the slots all taken hears of it. */
+static void
+release_slot(cluster_state_t *s, sl_upstream_t *up, uint64_t token)
+{
+    static const char script[] = "redis.call('ZREM', KEYS[1], ARGV[1])\n"
+                                 "if redis.call('EXISTS', KEYS[2]) == 1 then\n"
+                                 "  redis.call('PUBLISH', ARGV[3], ARGV[2])\n"
+                                 "end\n"
+                                 "return 1\n";
+    drop_slot(s, token);
+    char member[192], slots[400], busy[400], channel[200], line[512];
+    slot_member(s, token, member, sizeof(member));
+    sl_cluster_key(slots, sizeof(slots), sl_cluster_name(s->cluster), "slots", up->name);
+    sl_cluster_key(busy, sizeof(busy), sl_cluster_name(s->cluster), "busy", up->name);
+    sl_cluster_key(channel, sizeof(channel), sl_cluster_name(s->cluster), "events", NULL);
+    const char *instance = sl_cluster_instance(s->cluster);
+    sl_cluster_msg_t m = {.op = SL_CLUSTER_SLOT_FREED,
+                          .origin = instance,
+                          .origin_len = strlen(instance),
+                          .upstream = up->name,
+                          .upstream_len = strlen(up->name),
+                          .until_ms = -1};
+    if (sl_cluster_msg_encode(&m, line, sizeof(line)) == 0)
+        return;
+    sl_cluster_commandv(s->cluster, NULL, NULL, 8,
+                        (const char *[]){"EVAL", script, "2", slots, busy, member, line, channel});
+}
+
+/* The slots' leases end SL_SLOT_LEASE_MS after the last heartbeat of the instance that holds them. */
+#define SL_SLOT_LEASE_MS SL_CLUSTER_HEARTBEAT_TTL_MS
+
+static int
+by_upstream(const void *a, const void *b)
+{
+    const held_slot_t *x = a, *y = b;
+    return x->up < y->up ? -1 : x->up > y->up;
+}
+
+/* Each heartbeat: every slot held here is renewed, one ZADD per upstream. */
+static void
+renew_slots(cluster_state_t *s)
+{
+    pthread_mutex_lock(&s->slots_lock);
+    size_t n = s->n_held;
+    held_slot_t *held = n > 0 ? sl_xcalloc(n, sizeof(*held)) : NULL;
+    if (n > 0)
+        memcpy(held, s->held, n * sizeof(*held));
+    pthread_mutex_unlock(&s->slots_lock);
+    qsort(held, n, sizeof(*held), by_upstream);
+    int64_t until = sl_cluster_redis_ms_of(sl_now_ms() + SL_SLOT_LEASE_MS, sl_now_ms(), sl_wall_ms(),
+                                           sl_cluster_clock_offset_ms(s->cluster));
+    char score[24];
+    snprintf(score, sizeof(score), "%lld", (long long)until);
+    for (size_t i = 0; i < n;) {
+        size_t j = i;
+        while (j < n && held[j].up == held[i].up)
+            j++;
+        size_t argc = 3 + 2 * (j - i);
+        const char **argv = sl_xcalloc(argc, sizeof(*argv));
+        size_t *lens = sl_xcalloc(argc, sizeof(*lens));
+        char key[400];
+        char(*members)[192] = sl_xcalloc(j - i, sizeof(*members));
+        sl_cluster_key(key, sizeof(key), sl_cluster_name(s->cluster), "slots", held[i].up->name);
+        argv[0] = "ZADD";
+        argv[1] = key;
+        argv[2] = "XX";
+        for (size_t k = i; k < j; k++) {
+            slot_member(s, held[k].token, members[k - i], sizeof(members[0]));
+            argv[3 + 2 * (k - i)] = score;
+            argv[4 + 2 * (k - i)] = members[k - i];
+        }
+        for (size_t k = 0; k < argc; k++)
+            lens[k] = strlen(argv[k]);
+        sl_cluster_command(s->cluster, (int)argc, argv, lens, NULL, NULL);
+        free(argv);
+        free(lens);
+        free(members);
+        i = j;
+    }
+    free(held);
+}
+
+/*
+ * Each heartbeat: the heads of lines this instance found all slots taken
+ * for look again, in case news of a slot freed came before they were in
+ * line to hear it.
+ */
+static void
+wake_contended(cluster_state_t *s)
+{
+    pthread_mutex_lock(&s->slots_lock);
+    size_t n = s->n_contended;
+    sl_upstream_t *ups[SL_CONTENDED_MAX];
+    memcpy(ups, s->contended, n * sizeof(ups[0]));
+    s->n_contended = 0;
+    pthread_mutex_unlock(&s->slots_lock);
+    sl_waitq_lock();
+    for (size_t i = 0; i < n; i++)
+        sl_waitq_wake(&ups[i]->waitq, 1);
+    sl_waitq_unlock();
+}
+
+static void
+note_contended(cluster_state_t *s, sl_upstream_t *up)
+{
+    pthread_mutex_lock(&s->slots_lock);
+    size_t i = 0;
+    while (i < s->n_contended && s->contended[i] != up)
+        i++;
+    if (i == s->n_contended && i < SL_CONTENDED_MAX)
+        s->contended[s->n_contended++] = up;
+    pthread_mutex_unlock(&s->slots_lock);
+}
+
+static void
+on_heartbeat(void *ctx)
+{
+    renew_slots(ctx);
+    wake_contended(ctx);
+}
+
+/* ---- claims that ask the cluster: the probe's lease, a slot ------------------------------------------ */
+
+static const char claim_script[] =
+    "local t = redis.call('TIME')\n"
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+    "local max = tonumber(ARGV[3])\n"
+    "if max > 0 then\n"
+    "  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)\n"
+    "  if redis.call('ZCARD', KEYS[2]) >= max then\n"
+    "    redis.call('SET', KEYS[3], '1', 'PX', 10000)\n"
+    "    return 2\n"
+    "  end\n"
+    "end\n"
+    "if tonumber(ARGV[2]) > 0 then\n"
+    "  if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end\n"
+    "end\n"
+    "if max > 0 then\n"
+    "  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[4]), ARGV[1])\n"
+    "  redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[4]) * 2)\n"
+    "end\n"
+    "return 1\n";
+
+/* What the cluster said of a claim. */
+typedef enum { ASKED_NO_ANSWER = -1, ASKED_ELSEWHERE = 0, ASKED_TAKEN = 1, ASKED_FULL = 2 } asked_t;
+
+typedef enum { ASK_WAITING, ASK_DECIDED_HERE, ASK_CANCELLED } ask_wait_t;
+
+/* A claim this instance took, waiting for the cluster's word on its probe's lease and its slot. */
 typedef struct {
     sl_shared_letter_t letter; /* Redis's answer, handed to the claim's worker */
     sl_timer_t timeout;        /* timeout_ms: then this instance decides alone */
@@ -239,10 +434,12 @@ typedef struct {
     void *ctx;
     sl_upstream_claim_result_t result;
     sl_upstream_t *up;
-    lease_wait_t wait;
-    int outcome; /* 1: the lease is this probe's; 0: another's probe is out; -1: no answer */
-    char key[400], token[160];
-} lease_t;
+    bool wants_slot;
+    ask_wait_t wait;
+    asked_t outcome;
+    uint64_t token;
+    char lease_key[400], member[192];
+} ask_t;
 
 static void
 capture_claim(void *ctx, const sl_upstream_claim_result_t *result)
@@ -250,85 +447,123 @@ capture_claim(void *ctx, const sl_upstream_claim_result_t *result)
     *(sl_upstream_claim_result_t *)ctx = *result;
 }
 
-/* The claim gave back, as far as the lease goes: the slot, the reservation, its place at the line's head. */
+/*
+ * Gives back what the local claim took: the slot, the reservation, its
+ * place at the line's head (the probe). unused: the cluster had no slot,
+ * so nobody in line is woken for it.
+ */
 static void
-give_back(cluster_state_t *s, sl_upstream_t *up, sl_upstream_claim_result_t *res, bool probe_too)
+give_back(cluster_state_t *s, sl_upstream_t *up, sl_upstream_claim_result_t *res, bool probe_too, bool unused)
 {
-    if (res->dispatching)
+    if (res->dispatching && !unused)
         sl_shared_end_dispatch(s->local, up);
     sl_shared_release_upstream(s->local, &(sl_upstream_release_t){.up = up,
                                                                   .charge = &res->charge,
                                                                   .throttle_probe = probe_too,
                                                                   .breaker_probe = res->breaker_probe,
+                                                                  .unused = unused,
+                                                                  .dispatching = res->dispatching,
                                                                   .wall_ms = res->charge.at_ms});
 }
 
-/* Another instance's probe is out: this request waits in the line for its verdict, as the rest do here. */
+/* Not taken after all: skip, with what the claim showed (ThrottleChanged, HealthChanged) kept. */
 static void
-lose_lease(lease_t *l)
+skip_as(ask_t *a, sl_skip_t skip)
 {
-    give_back(l->s, l->up, &l->result, false);
-    l->result = (sl_upstream_claim_result_t){
-        .skip = SL_SKIP_THROTTLED,
-        .throttle_changed = l->result.throttle_changed,
-        .throttle = l->result.throttle,
-        .limits_changed = l->result.limits_changed,
-        .shown = l->result.shown,
-        .shown_until_ms = l->result.shown_until_ms,
-        .limit = l->result.limit,
-        .breaker_changed = l->result.breaker_changed,
-        .breaker = l->result.breaker,
+    a->result = (sl_upstream_claim_result_t){
+        .skip = skip,
+        .throttle_changed = a->result.throttle_changed,
+        .throttle = a->result.throttle,
+        .limits_changed = a->result.limits_changed,
+        .shown = a->result.shown,
+        .shown_until_ms = a->result.shown_until_ms,
+        .limit = a->result.limit,
+        .breaker_changed = a->result.breaker_changed,
+        .breaker = a->result.breaker,
     };
 }
 
 static void
-release_lease(cluster_state_t *s, const char *key, const char *token)
+release_lease(cluster_state_t *s, const char *key, const char *member)
 {
     static const char script[] = "if redis.call('GET', KEYS[1]) == ARGV[1] then "
                                  "return redis.call('DEL', KEYS[1]) end return 0";
-    sl_cluster_commandv(s->cluster, NULL, NULL, 5, (const char *[]){"EVAL", script, "1", key, token});
+    sl_cluster_commandv(s->cluster, NULL, NULL, 5, (const char *[]){"EVAL", script, "1", key, member});
 }
 
+/* The cluster's word, on the claim's worker. */
 static void
-on_lease_letter(sl_shared_letter_t *letter)
+on_ask_letter(sl_shared_letter_t *letter)
 {
-    lease_t *l = (lease_t *)letter;
-    switch (l->wait) {
-    case LEASE_WAITING:
-        sl_timer_cancel(l->call->timers, &l->timeout);
-        l->call->pending = NULL;
-        if (l->outcome == 0)
-            lose_lease(l);
-        l->done(l->ctx, &l->result);
+    ask_t *a = (ask_t *)letter;
+    cluster_state_t *s = a->s;
+    switch (a->wait) {
+    case ASK_WAITING:
+        sl_timer_cancel(a->call->timers, &a->timeout);
+        a->call->pending = NULL;
+        if (a->outcome == ASKED_ELSEWHERE) {
+            /* Another instance's probe is out: this request waits for its verdict, as the rest do here. */
+            give_back(s, a->up, &a->result, false, false);
+            skip_as(a, SL_SKIP_THROTTLED);
+        } else if (a->outcome == ASKED_FULL) {
+            /* Every slot is taken across the cluster: it waits in line as for a slot here. */
+            give_back(s, a->up, &a->result, a->result.throttle_probe, true);
+            skip_as(a, SL_SKIP_BUSY);
+            note_contended(s, a->up);
+        } else if (a->outcome == ASKED_TAKEN && a->wants_slot) {
+            a->result.slot = a->token;
+            hold_slot(s, a->up, a->token);
+        }
+        a->done(a->ctx, &a->result);
         break;
-    case LEASE_DECIDED_HERE:
-        /* Sent already as the probe: if another instance's went too, both verdicts count alike. */
+    case ASK_DECIDED_HERE:
+        /* It went on this instance's word; a slot leased late is not its to hold (a probe's lease is). */
+        if (a->outcome == ASKED_TAKEN && a->wants_slot)
+            release_slot(s, a->up, a->token);
         break;
-    case LEASE_CANCELLED:
-        if (l->outcome == 1)
-            release_lease(l->s, l->key, l->token);
+    case ASK_CANCELLED:
+        if (a->outcome == ASKED_TAKEN) {
+            if (a->result.throttle_probe)
+                release_lease(s, a->lease_key, a->member);
+            if (a->wants_slot)
+                release_slot(s, a->up, a->token);
+        }
         break;
     }
-    free(l);
+    free(a);
 }
 
 /* On the cluster's thread. */
 static void
-on_lease_reply(void *ctx, const redisReply *r)
+on_ask_reply(void *ctx, const redisReply *r)
 {
-    lease_t *l = ctx;
-    l->outcome = r == NULL || r->type == REDIS_REPLY_ERROR ? -1 : r->type == REDIS_REPLY_STATUS ? 1 : 0;
-    sl_shared_inbox_post(l->inbox, &l->letter);
+    ask_t *a = ctx;
+    a->outcome = r == NULL || r->type != REDIS_REPLY_INTEGER ? ASKED_NO_ANSWER : (asked_t)r->integer;
+    sl_shared_inbox_post(a->inbox, &a->letter);
 }
 
-/* No answer within timeout_ms: this instance decides alone (the request goes as the probe). */
+/* No answer within timeout_ms: this instance decides alone (as if not joined). */
 static void
-on_lease_timeout(sl_timer_t *t)
+on_ask_timeout(sl_timer_t *t)
 {
-    lease_t *l = H2O_STRUCT_FROM_MEMBER(lease_t, timeout, t);
-    l->wait = LEASE_DECIDED_HERE;
-    l->call->pending = NULL;
-    l->done(l->ctx, &l->result);
+    ask_t *a = H2O_STRUCT_FROM_MEMBER(ask_t, timeout, t);
+    a->wait = ASK_DECIDED_HERE;
+    a->call->pending = NULL;
+    a->done(a->ctx, &a->result);
+}
+
+/*
+ * Not joined, max_concurrent is shared out: each instance takes its part of
+ * it as last seen (cluster.md, "Redis down"; a count never seen counts as 2).
+ */
+static uint32_t
+alone_share(cluster_state_t *s, uint32_t max_concurrent)
+{
+    uint32_t n = sl_cluster_instances(s->cluster);
+    if (n == 0)
+        n = 2;
+    uint32_t share = max_concurrent / n;
+    return share > 0 ? share : 1;
 }
 
 static void
@@ -336,45 +571,59 @@ cluster_claim_upstream(sl_shared_state_t *ss, const sl_upstream_claim_t *c, sl_s
                        sl_upstream_claim_cb done, void *ctx)
 {
     cluster_state_t *s = state_of(ss);
+    bool joined = sl_cluster_joined(s->cluster);
+    sl_upstream_claim_t claim = *c;
+    if (!joined && c->max_concurrent > 0)
+        claim.max_concurrent = alone_share(s, c->max_concurrent);
     sl_upstream_claim_result_t res;
     sl_shared_call_t here = {0};
-    sl_shared_claim_upstream(s->local, c, &here, capture_claim, &res);
-    if (!res.throttle_probe || call->inbox == NULL || call->timers == NULL ||
-        !sl_cluster_joined(s->cluster)) {
+    sl_shared_claim_upstream(s->local, &claim, &here, capture_claim, &res);
+    bool wants_slot = c->max_concurrent > 0;
+    bool asks = res.skip == SL_SKIP_NONE && (res.throttle_probe || wants_slot);
+    if (!asks || !joined || call->inbox == NULL || call->timers == NULL) {
         done(ctx, &res);
         return;
     }
-    lease_t *l = sl_xcalloc(1, sizeof(*l));
-    l->letter.open = on_lease_letter;
-    l->s = s;
-    l->call = call;
-    l->inbox = call->inbox;
-    l->done = done;
-    l->ctx = ctx;
-    l->result = res;
-    l->up = c->up;
-    sl_cluster_key(l->key, sizeof(l->key), sl_cluster_name(s->cluster), "probe", c->up->name);
-    snprintf(l->token, sizeof(l->token), "%s:%llu", sl_cluster_instance(s->cluster),
-             (unsigned long long)atomic_fetch_add(&s->next_token, 1));
-    char px[24];
-    snprintf(px, sizeof(px), "%lld", (long long)(res.throttle.grace_ms > 0 ? res.throttle.grace_ms : 1));
-    call->pending = l;
-    sl_timer_arm(call->timers, &l->timeout, sl_now_ms() + sl_cluster_timeout_ms(s->cluster),
-                 on_lease_timeout);
-    sl_cluster_commandv(s->cluster, on_lease_reply, l, 6,
-                        (const char *[]){"SET", l->key, l->token, "NX", "PX", px});
+    ask_t *a = sl_xcalloc(1, sizeof(*a));
+    a->letter.open = on_ask_letter;
+    a->s = s;
+    a->call = call;
+    a->inbox = call->inbox;
+    a->done = done;
+    a->ctx = ctx;
+    a->result = res;
+    a->up = c->up;
+    a->wants_slot = wants_slot;
+    a->token = atomic_fetch_add(&s->next_token, 1) + 1;
+    slot_member(s, a->token, a->member, sizeof(a->member));
+    const char *name = sl_cluster_name(s->cluster);
+    char slots[400], busy[400], grace[24], max[16], lease[16];
+    sl_cluster_key(a->lease_key, sizeof(a->lease_key), name, "probe", c->up->name);
+    sl_cluster_key(slots, sizeof(slots), name, "slots", c->up->name);
+    sl_cluster_key(busy, sizeof(busy), name, "busy", c->up->name);
+    snprintf(grace, sizeof(grace), "%lld",
+             (long long)(!res.throttle_probe         ? 0
+                         : res.throttle.grace_ms > 0 ? res.throttle.grace_ms
+                                                     : 1));
+    snprintf(max, sizeof(max), "%u", c->max_concurrent);
+    snprintf(lease, sizeof(lease), "%d", SL_SLOT_LEASE_MS);
+    call->pending = a;
+    sl_timer_arm(call->timers, &a->timeout, sl_now_ms() + sl_cluster_timeout_ms(s->cluster), on_ask_timeout);
+    sl_cluster_commandv(
+        s->cluster, on_ask_reply, a, 10,
+        (const char *[]){"EVAL", claim_script, "3", a->lease_key, slots, busy, a->member, grace, max, lease});
 }
 
 static void
 cluster_cancel(sl_shared_state_t *ss, sl_shared_call_t *call)
 {
     cluster_state_t *s = state_of(ss);
-    lease_t *l = call->pending;
+    ask_t *a = call->pending;
     call->pending = NULL;
-    sl_timer_cancel(call->timers, &l->timeout);
-    l->wait = LEASE_CANCELLED;
+    sl_timer_cancel(call->timers, &a->timeout);
+    a->wait = ASK_CANCELLED;
     /* What the claim took is given back, the probe too: it will not go from here. */
-    give_back(s, l->up, &l->result, true);
+    give_back(s, a->up, &a->result, a->result.throttle_probe, false);
 }
 
 /* ---- the rest: this instance's own decisions, and what others need to know of them ----------------- */
@@ -384,6 +633,8 @@ cluster_release_upstream(sl_shared_state_t *ss, const sl_upstream_release_t *rel
 {
     cluster_state_t *s = state_of(ss);
     sl_shared_release_upstream(s->local, rel);
+    if (rel->slot != 0)
+        release_slot(s, rel->up, rel->slot);
     if (rel->throttle_probe)
         publish(s, SL_CLUSTER_PROBE_ABANDONED, rel->up, -1, NULL);
 }
@@ -541,6 +792,8 @@ cluster_free(sl_shared_state_t *ss)
     cluster_state_t *s = state_of(ss);
     sl_cluster_stop(s->cluster);
     sl_shared_state_free(s->local);
+    pthread_mutex_destroy(&s->slots_lock);
+    free(s->held);
     free(s);
 }
 
@@ -571,8 +824,11 @@ sl_shared_cluster_new(sl_shared_state_t *local, const sl_cluster_config_t *confi
     s->base.ops = &cluster_ops;
     s->local = local;
     s->hooks = *hooks;
+    pthread_mutex_init(&s->slots_lock, NULL);
     s->cluster = sl_cluster_start(
-        config, instance, &(sl_cluster_hooks_t){.on_message = on_message, .on_joined = on_joined, .ctx = s});
+        config, instance,
+        &(sl_cluster_hooks_t){
+            .on_message = on_message, .on_joined = on_joined, .on_heartbeat = on_heartbeat, .ctx = s});
     if (s->cluster == NULL) {
         free(s);
         return NULL;

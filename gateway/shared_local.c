@@ -237,7 +237,10 @@ local_release_upstream(sl_shared_state_t *ss, const sl_upstream_release_t *rel)
         settle_locked(rel->charge, &rel->used, rel->wall_ms);
     if (rel->throttle_probe)
         sl_throttle_probe_abandoned(&up->throttle);
-    sl_waitq_wake(&up->waitq, 1);
+    if (rel->unused && rel->dispatching)
+        up->dispatching = false;
+    if (!rel->unused)
+        sl_waitq_wake(&up->waitq, 1);
     sl_waitq_unlock();
 }
 

@@ -117,6 +117,8 @@ typedef struct {
     int64_t shown_until_ms; /* wall clock */
     bool breaker_changed;   /* HealthChanged: breaker is the breaker now */
     sl_breaker_t breaker;
+    uint64_t
+        slot; /* taken: its max_concurrent slot as leased cluster-wide, handed back by the release; 0: none */
 } sl_upstream_claim_result_t;
 
 typedef void (*sl_upstream_claim_cb)(void *ctx, const sl_upstream_claim_result_t *result);
@@ -128,6 +130,14 @@ typedef struct {
     sl_amounts_t used;   /* what it really used */
     bool throttle_probe; /* it was the probe after a 429 pause and got no answer: another may go */
     bool breaker_probe;  /* it held the breaker's probe: released */
+    uint64_t slot;       /* the claim's slot */
+    /*
+     * Given back unused because the cluster had no slot for it: its dispatch
+     * (when it was released from the line) ends too, and nobody in line is
+     * woken, for nobody could take it either.
+     */
+    bool unused;
+    bool dispatching;
     int64_t wall_ms;
 } sl_upstream_release_t;
 

@@ -10,6 +10,7 @@ static const char *const op_slugs[SL_CLUSTER_OP_COUNT] = {
     [SL_CLUSTER_RESUME] = "resume",
     [SL_CLUSTER_ANSWERED] = "answered",
     [SL_CLUSTER_PROBE_ABANDONED] = "abandoned",
+    [SL_CLUSTER_SLOT_FREED] = "freed",
 };
 
 size_t

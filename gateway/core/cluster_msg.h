@@ -26,6 +26,7 @@ typedef enum {
     SL_CLUSTER_RESUME,          /* an operator resumed it */
     SL_CLUSTER_ANSWERED,        /* it answered something other than a 429: the probe passed */
     SL_CLUSTER_PROBE_ABANDONED, /* the probe went away without an answer: another may go */
+    SL_CLUSTER_SLOT_FREED,      /* a max_concurrent slot came free while some instance found them all taken */
     SL_CLUSTER_OP_COUNT
 } sl_cluster_op_t;
 

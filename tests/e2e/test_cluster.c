@@ -33,6 +33,8 @@ static fake_upstream_t *up;
 static proc_t procs[MAX_INSTANCES];
 static uint16_t ports[MAX_INSTANCES], control_ports[MAX_INSTANCES];
 static char dir[64];
+/* More of the provider's fields, e.g. ", max_concurrent: 4". */
+static const char *provider_extra = "";
 
 static int64_t
 now_ms(void)
@@ -92,11 +94,11 @@ start_instance(int i)
              "listen: {gateway: {bind: 127.0.0.1, port: 0}, control: {port: 0}}\n"
              "clients: [{name: tester, key: \"" GATEWAY_KEY "\"}]\n"
              "providers:\n"
-             "  - {name: one, protocol: anthropic, base_url: \"http://127.0.0.1:%u\", key: k1}\n"
+             "  - {name: one, protocol: anthropic, base_url: \"http://127.0.0.1:%u\", key: k1%s}\n"
              "failover: {wait_secs: 60}\n"
              "store: {path: %s}\n"
              "cluster: {redis: \"%s\", name: t%ld, instance: %c, timeout_ms: 200}\n",
-             fake_port(up), store, redis.url, (long)getpid(), 'a' + i);
+             fake_port(up), provider_extra, store, redis.url, (long)getpid(), 'a' + i);
     snprintf(path, sizeof(path), "%s/%c.yaml", dir, 'a' + i);
     FILE *f = fopen(path, "w");
     cr_assert_not_null(f);
@@ -339,4 +341,92 @@ Test(cluster, a_manual_pause_on_one_instance_holds_the_other_and_a_resume_anywhe
     cr_assert_eq(fake_count(up), 2);
     cr_assert_lt(arrival_ms(1) - resumed_at, 1000, "the resume reached a's line (%lld ms)",
                  (long long)(arrival_ms(1) - resumed_at));
+}
+
+/* The most requests the upstream had at once, each lasting from its arrival for hold_ms (a plain body). */
+static size_t
+most_at_once(int64_t hold_ms)
+{
+    size_t n = fake_count(up), most = 0;
+    for (size_t j = 0; j < n; j++) {
+        size_t at_once = 1;
+        for (size_t i = 0; i < j; i++)
+            at_once += arrival_ms(i) + hold_ms > arrival_ms(j);
+        most = at_once > most ? at_once : most;
+    }
+    return most;
+}
+
+static fake_reply_t
+slow_plain(int delay_ms)
+{
+    return (fake_reply_t){
+        .status = 200,
+        .headers = "content-type: application/json\r\n",
+        .body =
+            "{\"id\":\"m\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-x\",\"content\":[{"
+            "\"type\":\"text\",\"text\":\"ok\"}],\"stop_reason\":\"end_turn\",\"usage\":{\"input_tokens\":"
+            "3,\"output_tokens\":1}}",
+        .delay_ms = delay_ms};
+}
+
+Test(cluster, max_concurrent_holds_across_three_instances_and_one_instance_can_use_all_of_it)
+{
+    provider_extra = ", max_concurrent: 4";
+    for (int i = 0; i < 3; i++)
+        start_instance(i);
+    fake_set_default(up, slow_plain(300));
+    call_t calls[24];
+    for (int i = 0; i < 24; i++)
+        call_async(&calls[i], i % 3);
+    for (int i = 0; i < 24; i++)
+        cr_assert_eq(call_wait(&calls[i]), 200, "request %d", i);
+    cr_assert_eq(fake_count(up), 24);
+    size_t most = most_at_once(300);
+    fprintf(stderr, "max_concurrent 4 over 3 instances: at most %zu at once\n", most);
+    cr_assert_eq(most, 4, "never more than 4 in flight from the whole cluster, and all 4 used (%zu)", most);
+
+    /* All traffic on one instance: it gets all 4 slots, not a third of them. */
+    size_t before = fake_count(up);
+    for (int i = 0; i < 12; i++)
+        call_async(&calls[i], 1);
+    for (int i = 0; i < 12; i++)
+        cr_assert_eq(call_wait(&calls[i]), 200, "request %d", i);
+    cr_assert_eq(fake_count(up) - before, 12);
+    size_t n = fake_count(up), most_one = 0;
+    for (size_t j = before; j < n; j++) {
+        size_t at_once = 1;
+        for (size_t i = before; i < j; i++)
+            at_once += arrival_ms(i) + 300 > arrival_ms(j);
+        most_one = at_once > most_one ? at_once : most_one;
+    }
+    cr_assert_eq(most_one, 4, "one instance alone uses all 4 slots (%zu)", most_one);
+}
+
+Test(cluster, the_slots_of_an_instance_killed_while_holding_them_come_free_within_their_lease)
+{
+    provider_extra = ", max_concurrent: 2";
+    start_instance(0);
+    start_instance(1);
+    fake_push(up, (fake_reply_t){.action = FAKE_HANG});
+    fake_push(up, (fake_reply_t){.action = FAKE_HANG});
+    fake_set_default(up, slow_plain(0));
+    call_t held[2], waiting[2];
+    call_async(&held[0], 0);
+    call_async(&held[1], 0);
+    cr_assert(fake_wait_count(up, 2, 5000));
+    usleep(200 * 1000);
+    call_async(&waiting[0], 1);
+    call_async(&waiting[1], 1);
+    usleep(500 * 1000);
+    cr_assert_eq(fake_count(up), 2, "b waits: a holds both slots");
+    int64_t killed_at = now_ms();
+    kill(procs[0].pid, SIGKILL);
+    cr_assert_eq(call_wait(&waiting[0]), 200);
+    cr_assert_eq(call_wait(&waiting[1]), 200);
+    int64_t took = now_ms() - killed_at;
+    fprintf(stderr, "slots of a killed instance free after %lld ms\n", (long long)took);
+    cr_assert_lt(took, 3000 + 1000 + 1000, "within the 3 s lease and a heartbeat (%lld ms)", (long long)took);
+    call_wait(&held[0]);
+    call_wait(&held[1]);
 }

@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <poll.h>
+#include <stdarg.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -19,6 +20,7 @@
 
 #include <hiredis/async.h>
 
+#include "cluster_scripts.h"
 #include "core/cluster_msg.h"
 #include "core/xalloc.h"
 #include "log.h"
@@ -67,17 +69,9 @@ struct sl_cluster {
     bool subscribed, beat_once;
     bool restarted; /* a new run id seen: told with the next join */
     int64_t beat_sent_wall;
-    int64_t reconnect_at_ms, backoff_ms, next_beat_ms;
+    int64_t reconnect_at_ms, backoff_ms, next_beat_ms, next_tick_ms;
     char run_id[48];
 };
-
-static const char heartbeat_script[] =
-    "local t = redis.call('TIME')\n"
-    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-    "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])\n"
-    "redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[2])\n"
-    "redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)\n"
-    "return {now, redis.call('ZCARD', KEYS[2])}\n";
 
 const char *
 sl_cluster_state_slug(sl_cluster_state_t state)
@@ -163,6 +157,47 @@ sl_cluster_commandv(sl_cluster_t *c, sl_cluster_reply_cb done, void *ctx, int ar
     for (int i = 0; i < argc; i++)
         lens[i] = strlen(argv[i]);
     sl_cluster_command(c, argc, argv, lens, done, ctx);
+}
+
+void
+sl_cluster_args_add(sl_cluster_args_t *a, const char *s)
+{
+    if (a->argc == a->cap) {
+        a->cap = a->cap * 2 + 16;
+        a->argv = sl_xrealloc(a->argv, (size_t)a->cap * sizeof(*a->argv));
+        a->lens = sl_xrealloc(a->lens, (size_t)a->cap * sizeof(*a->lens));
+    }
+    a->argv[a->argc] = sl_xstrdup(s);
+    a->lens[a->argc] = strlen(s);
+    a->argc++;
+}
+
+void
+sl_cluster_args_addf(sl_cluster_args_t *a, const char *fmt, ...)
+{
+    char buf[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    sl_cluster_args_add(a, buf);
+}
+
+void
+sl_cluster_args_free(sl_cluster_args_t *a)
+{
+    for (int i = 0; i < a->argc; i++)
+        free(a->argv[i]);
+    free(a->argv);
+    free(a->lens);
+    *a = (sl_cluster_args_t){0};
+}
+
+void
+sl_cluster_send(sl_cluster_t *c, sl_cluster_args_t *a, sl_cluster_reply_cb done, void *ctx)
+{
+    sl_cluster_command(c, a->argc, (const char *const *)a->argv, a->lens, done, ctx);
+    sl_cluster_args_free(a);
 }
 
 void
@@ -421,7 +456,8 @@ heartbeat(sl_cluster_t *c)
     char body[96], ttl[16];
     snprintf(body, sizeof(body), "{\"pid\":%ld,\"at_ms\":%" PRId64 "}", (long)getpid(), sl_wall_ms());
     snprintf(ttl, sizeof(ttl), "%d", SL_CLUSTER_HEARTBEAT_TTL_MS);
-    const char *argv[] = {"EVAL", heartbeat_script, "2", c->hb_key, c->instances_key, body, c->instance, ttl};
+    const char *argv[] = {
+        "EVAL", SL_CLUSTER_HEARTBEAT_LUA, "2", c->hb_key, c->instances_key, body, c->instance, ttl};
     c->beat_sent_wall = sl_wall_ms();
     send_own(c, on_heartbeat, 8, argv);
 }
@@ -605,7 +641,14 @@ cluster_main(void *arg)
                 c->hooks.on_heartbeat(c->hooks.ctx);
             c->next_beat_ms = now + SL_CLUSTER_HEARTBEAT_MS;
         }
+        if (now >= c->next_tick_ms) {
+            if (atomic_load(&c->state) == SL_CLUSTER_JOINED && c->hooks.on_tick != NULL)
+                c->hooks.on_tick(c->hooks.ctx);
+            c->next_tick_ms = now + SL_CLUSTER_TICK_MS;
+        }
         int64_t due = check_deadlines(c, now);
+        if (c->next_tick_ms < due)
+            due = c->next_tick_ms;
         if (c->cmd.ac != NULL && c->next_beat_ms < due)
             due = c->next_beat_ms;
         if (c->cmd.ac == NULL && c->reconnect_at_ms < due)

@@ -39,6 +39,8 @@ typedef struct {
     void (*on_state)(void *ctx, sl_cluster_state_t state, const char *reason, uint32_t instances);
     /* Each heartbeat, joined: renew what this instance holds (slot leases). */
     void (*on_heartbeat)(void *ctx);
+    /* Every SL_CLUSTER_TICK_MS, joined: send what was batched (settlements). */
+    void (*on_tick)(void *ctx);
     void *ctx;
 } sl_cluster_hooks_t;
 
@@ -87,6 +89,19 @@ void sl_cluster_command(sl_cluster_t *c, int argc, const char *const *argv, cons
 void sl_cluster_commandv(sl_cluster_t *c, sl_cluster_reply_cb done, void *ctx, int argc,
                          const char *const *argv);
 
+/* A command's arguments, built one by one (each copied). */
+typedef struct {
+    char **argv;
+    size_t *lens;
+    int argc, cap;
+} sl_cluster_args_t;
+
+void sl_cluster_args_add(sl_cluster_args_t *a, const char *s);
+void sl_cluster_args_addf(sl_cluster_args_t *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Sends them as sl_cluster_command does, and frees them (a is empty again). */
+void sl_cluster_send(sl_cluster_t *c, sl_cluster_args_t *a, sl_cluster_reply_cb done, void *ctx);
+void sl_cluster_args_free(sl_cluster_args_t *a);
+
 /* Publishes a line on the cluster's events channel (no answer; dropped when not joined). */
 void sl_cluster_publish(sl_cluster_t *c, const char *line, size_t len);
 
@@ -98,5 +113,7 @@ const char *sl_cluster_state_slug(sl_cluster_state_t state);
 /* The heartbeat: refreshed every second, gone 3 s after its instance stopped refreshing it. */
 #define SL_CLUSTER_HEARTBEAT_MS     1000
 #define SL_CLUSTER_HEARTBEAT_TTL_MS 3000
+/* Settlements go in one batch per tick. */
+#define SL_CLUSTER_TICK_MS 100
 
 #endif

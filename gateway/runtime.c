@@ -834,6 +834,18 @@ cluster_each(void *ctx, void (*each)(void *each_ctx, sl_upstream_t *up), void *e
     sl_snapshot_release(s);
 }
 
+static void
+cluster_each_set(void *ctx, void (*each)(void *each_ctx, sl_limit_set_t *set), void *each_ctx)
+{
+    sl_runtime_t *rt = ctx;
+    sl_snapshot_t *s = sl_snapshot_acquire(&rt->holder);
+    for (size_t i = 0; s->limits.providers != NULL && i < s->config->n_providers; i++)
+        each(each_ctx, s->limits.providers[i]);
+    for (size_t i = 0; s->limits.clients != NULL && i < s->config->n_clients; i++)
+        each(each_ctx, s->limits.clients[i]);
+    sl_snapshot_release(s);
+}
+
 void
 sl_runtime_join_cluster(sl_runtime_t *rt)
 {
@@ -856,8 +868,11 @@ sl_runtime_join_cluster(sl_runtime_t *rt)
             snprintf(instance, sizeof(instance), "%s:pid%ld", host, (long)getpid());
     }
     sl_gateway_t *gw = rt->gw;
-    sl_shared_cluster_hooks_t hooks = {
-        .find = cluster_find, .each = cluster_each, .announce = announce_throttle, .ctx = rt};
+    sl_shared_cluster_hooks_t hooks = {.find = cluster_find,
+                                       .each = cluster_each,
+                                       .each_set = cluster_each_set,
+                                       .announce = announce_throttle,
+                                       .ctx = rt};
     sl_shared_state_t *shared =
         sl_shared_cluster_new(sl_shared_local_new(&gw->stopping, false), cc, instance, &hooks, &gw->cluster);
     if (shared == NULL) {

@@ -1,61 +1,41 @@
 /*
- * The shared state of an instance of a cluster (cluster.md): this process's
- * own state (shared_local.c) for what it decides alone, kept in step with
- * the other instances through Redis (cluster.h) for an upstream's pause and
- * the one probe that ends it.
+ * The shared state of a cluster's instance (shared_cluster.h): the
+ * interface held together, and an upstream's pause kept in step across
+ * instances.
  *
  *   - A pause of any instance (a 429's, an operator's) and its end (the
  *     probe's verdict, a resume) are published on the events channel and
  *     kept in a key until they end; every instance applies what another
  *     published to its own throttle (sl_throttle_adopt_pause & co.), and
- *     reads the keys when it joins.
- *   - The probe after a pause is a lease: the request this instance would
- *     send as the probe goes only if it takes `probe:UPSTREAM` (set if
- *     absent, for the probe's grace); else the probe is out elsewhere and
- *     the request waits for its verdict like the rest of the line.
+ *     reads the keys when it joins. Redis restarted empty: each instance
+ *     announces its own pauses again.
+ *   - The probe after a pause is a lease, a slot under max_concurrent a
+ *     lease too, room in usage limits a reservation: cluster_claims.c.
  *
- * Not joined (Redis down or slow), every decision is this instance's own,
- * as in one process. Nothing else makes a Redis round trip.
+ * Not joined (Redis down or slow), every decision is this instance's own.
  */
-#include "shared_state.h"
+#include "shared_cluster.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "cluster.h"
 #include "core/cluster_msg.h"
 #include "core/xalloc.h"
 #include "log.h"
 #include "worker.h"
 
-/* Upstreams whose lines are woken at a heartbeat, at most. */
-#define SL_CONTENDED_MAX 64
-
-typedef struct {
-    sl_shared_state_t base;
-    sl_shared_state_t *local;
-    sl_cluster_t *cluster;
-    sl_shared_cluster_hooks_t hooks;
-    atomic_uint_fast64_t next_token; /* names a probe's lease and a slot */
-    pthread_mutex_t slots_lock;      /* guards what follows */
-    struct held_slot *held;          /* the slots this instance holds */
-    size_t n_held, cap_held;
-    sl_upstream_t
-        *contended[SL_CONTENDED_MAX]; /* lines that found every slot taken since the last heartbeat */
-    size_t n_contended;
-} cluster_state_t;
-
-static cluster_state_t *
+static sl_cluster_shared_t *
 state_of(sl_shared_state_t *ss)
 {
-    return (cluster_state_t *)ss;
+    return (sl_cluster_shared_t *)ss;
 }
 
 /* ---- publishing this instance's changes ------------------------------------------------------- */
 
 static void
-publish(cluster_state_t *s, sl_cluster_op_t op, sl_upstream_t *up, int64_t until_mono, const sl_throttle_t *t)
+publish(sl_cluster_shared_t *s, sl_cluster_op_t op, sl_upstream_t *up, int64_t until_mono,
+        const sl_throttle_t *t)
 {
     if (!sl_cluster_joined(s->cluster))
         return;
@@ -130,6 +110,7 @@ apply(const sl_cluster_msg_t *m, sl_upstream_t *up, int64_t until_mono, int64_t 
         sl_waitq_wake(&up->waitq, 1);
         break;
     case SL_CLUSTER_SLOT_FREED:
+        /* Nothing of the throttle: whoever waits for a slot looks again. */
         sl_waitq_wake(&up->waitq, 1);
         break;
     case SL_CLUSTER_OP_COUNT:
@@ -141,7 +122,7 @@ apply(const sl_cluster_msg_t *m, sl_upstream_t *up, int64_t until_mono, int64_t 
 }
 
 static void
-on_line(cluster_state_t *s, const char *line, size_t len)
+on_line(sl_cluster_shared_t *s, const char *line, size_t len)
 {
     sl_cluster_msg_t m;
     if (!sl_cluster_msg_decode(line, len, &m))
@@ -185,7 +166,7 @@ on_pause_keys(void *ctx, const redisReply *r)
 }
 
 typedef struct {
-    cluster_state_t *s;
+    sl_cluster_shared_t *s;
     bool redis_restarted;
     const char **keys; /* MGET's arguments */
     char (*names)[400];
@@ -218,7 +199,9 @@ on_join_upstream(void *ctx, sl_upstream_t *up)
 static void
 on_joined(void *ctx, bool redis_restarted)
 {
-    cluster_state_t *s = ctx;
+    sl_cluster_shared_t *s = ctx;
+    if (redis_restarted)
+        sl__cluster_readd_usage(s);
     join_t j = {.s = s, .redis_restarted = redis_restarted};
     s->hooks.each(s->hooks.ctx, on_join_upstream, &j);
     if (j.n > 0) {
@@ -236,407 +219,25 @@ on_joined(void *ctx, bool redis_restarted)
     free(j.names);
 }
 
-/* ---- slots held here ----------------------------------------------------------------------------- */
-
-/* A max_concurrent slot this instance holds as a lease (renewed with each heartbeat). */
-typedef struct held_slot {
-    sl_upstream_t *up;
-    uint64_t token;
-} held_slot_t;
-
-static void
-slot_member(cluster_state_t *s, uint64_t token, char *out, size_t size)
-{
-    snprintf(out, size, "%s:%llu", sl_cluster_instance(s->cluster), (unsigned long long)token);
-}
-
-static void
-hold_slot(cluster_state_t *s, sl_upstream_t *up, uint64_t token)
-{
-    pthread_mutex_lock(&s->slots_lock);
-    if (s->n_held == s->cap_held) {
-        s->cap_held = s->cap_held * 2 + 16;
-        s->held = sl_xrealloc(s->held, s->cap_held * sizeof(*s->held));
-    }
-    s->held[s->n_held++] = (held_slot_t){up, token};
-    pthread_mutex_unlock(&s->slots_lock);
-}
-
-static void
-drop_slot(cluster_state_t *s, uint64_t token)
-{
-    pthread_mutex_lock(&s->slots_lock);
-    for (size_t i = 0; i < s->n_held; i++) {
-        if (s->held[i].token == token) {
-            s->held[i] = s->held[--s->n_held];
-            break;
-        }
-    }
-    pthread_mutex_unlock(&s->slots_lock);
-}
-
-/* Gives a slot back to the cluster; whoever found the slots all taken hears of it. */
-static void
-release_slot(cluster_state_t *s, sl_upstream_t *up, uint64_t token)
-{
-    static const char script[] = "redis.call('ZREM', KEYS[1], ARGV[1])\n"
-                                 "if redis.call('EXISTS', KEYS[2]) == 1 then\n"
-                                 "  redis.call('PUBLISH', ARGV[3], ARGV[2])\n"
-                                 "end\n"
-                                 "return 1\n";
-    drop_slot(s, token);
-    char member[192], slots[400], busy[400], channel[200], line[512];
-    slot_member(s, token, member, sizeof(member));
-    sl_cluster_key(slots, sizeof(slots), sl_cluster_name(s->cluster), "slots", up->name);
-    sl_cluster_key(busy, sizeof(busy), sl_cluster_name(s->cluster), "busy", up->name);
-    sl_cluster_key(channel, sizeof(channel), sl_cluster_name(s->cluster), "events", NULL);
-    const char *instance = sl_cluster_instance(s->cluster);
-    sl_cluster_msg_t m = {.op = SL_CLUSTER_SLOT_FREED,
-                          .origin = instance,
-                          .origin_len = strlen(instance),
-                          .upstream = up->name,
-                          .upstream_len = strlen(up->name),
-                          .until_ms = -1};
-    if (sl_cluster_msg_encode(&m, line, sizeof(line)) == 0)
-        return;
-    sl_cluster_commandv(s->cluster, NULL, NULL, 8,
-                        (const char *[]){"EVAL", script, "2", slots, busy, member, line, channel});
-}
-
-/* The slots' leases end SL_SLOT_LEASE_MS after the last heartbeat of the instance that holds them. */
-#define SL_SLOT_LEASE_MS SL_CLUSTER_HEARTBEAT_TTL_MS
-
-static int
-by_upstream(const void *a, const void *b)
-{
-    const held_slot_t *x = a, *y = b;
-    return x->up < y->up ? -1 : x->up > y->up;
-}
-
-/* Each heartbeat: every slot held here is renewed, one ZADD per upstream. */
-static void
-renew_slots(cluster_state_t *s)
-{
-    pthread_mutex_lock(&s->slots_lock);
-    size_t n = s->n_held;
-    held_slot_t *held = n > 0 ? sl_xcalloc(n, sizeof(*held)) : NULL;
-    if (n > 0)
-        memcpy(held, s->held, n * sizeof(*held));
-    pthread_mutex_unlock(&s->slots_lock);
-    qsort(held, n, sizeof(*held), by_upstream);
-    int64_t until = sl_cluster_redis_ms_of(sl_now_ms() + SL_SLOT_LEASE_MS, sl_now_ms(), sl_wall_ms(),
-                                           sl_cluster_clock_offset_ms(s->cluster));
-    char score[24];
-    snprintf(score, sizeof(score), "%lld", (long long)until);
-    for (size_t i = 0; i < n;) {
-        size_t j = i;
-        while (j < n && held[j].up == held[i].up)
-            j++;
-        size_t argc = 3 + 2 * (j - i);
-        const char **argv = sl_xcalloc(argc, sizeof(*argv));
-        size_t *lens = sl_xcalloc(argc, sizeof(*lens));
-        char key[400];
-        char(*members)[192] = sl_xcalloc(j - i, sizeof(*members));
-        sl_cluster_key(key, sizeof(key), sl_cluster_name(s->cluster), "slots", held[i].up->name);
-        argv[0] = "ZADD";
-        argv[1] = key;
-        argv[2] = "XX";
-        for (size_t k = i; k < j; k++) {
-            slot_member(s, held[k].token, members[k - i], sizeof(members[0]));
-            argv[3 + 2 * (k - i)] = score;
-            argv[4 + 2 * (k - i)] = members[k - i];
-        }
-        for (size_t k = 0; k < argc; k++)
-            lens[k] = strlen(argv[k]);
-        sl_cluster_command(s->cluster, (int)argc, argv, lens, NULL, NULL);
-        free(argv);
-        free(lens);
-        free(members);
-        i = j;
-    }
-    free(held);
-}
-
-/*
- * Each heartbeat: the heads of lines this instance found all slots taken
- * for look again, in case news of a slot freed came before they were in
- * line to hear it.
- */
-static void
-wake_contended(cluster_state_t *s)
-{
-    pthread_mutex_lock(&s->slots_lock);
-    size_t n = s->n_contended;
-    sl_upstream_t *ups[SL_CONTENDED_MAX];
-    memcpy(ups, s->contended, n * sizeof(ups[0]));
-    s->n_contended = 0;
-    pthread_mutex_unlock(&s->slots_lock);
-    sl_waitq_lock();
-    for (size_t i = 0; i < n; i++)
-        sl_waitq_wake(&ups[i]->waitq, 1);
-    sl_waitq_unlock();
-}
-
-static void
-note_contended(cluster_state_t *s, sl_upstream_t *up)
-{
-    pthread_mutex_lock(&s->slots_lock);
-    size_t i = 0;
-    while (i < s->n_contended && s->contended[i] != up)
-        i++;
-    if (i == s->n_contended && i < SL_CONTENDED_MAX)
-        s->contended[s->n_contended++] = up;
-    pthread_mutex_unlock(&s->slots_lock);
-}
-
-static void
-on_heartbeat(void *ctx)
-{
-    renew_slots(ctx);
-    wake_contended(ctx);
-}
-
-/* ---- claims that ask the cluster: the probe's lease, a slot ------------------------------------------ */
-
-static const char claim_script[] =
-    "local t = redis.call('TIME')\n"
-    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
-    "local max = tonumber(ARGV[3])\n"
-    "if max > 0 then\n"
-    "  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)\n"
-    "  if redis.call('ZCARD', KEYS[2]) >= max then\n"
-    "    redis.call('SET', KEYS[3], '1', 'PX', 10000)\n"
-    "    return 2\n"
-    "  end\n"
-    "end\n"
-    "if tonumber(ARGV[2]) > 0 then\n"
-    "  if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return 0 end\n"
-    "end\n"
-    "if max > 0 then\n"
-    "  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[4]), ARGV[1])\n"
-    "  redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[4]) * 2)\n"
-    "end\n"
-    "return 1\n";
-
-/* What the cluster said of a claim. */
-typedef enum { ASKED_NO_ANSWER = -1, ASKED_ELSEWHERE = 0, ASKED_TAKEN = 1, ASKED_FULL = 2 } asked_t;
-
-typedef enum { ASK_WAITING, ASK_DECIDED_HERE, ASK_CANCELLED } ask_wait_t;
-
-/* A claim this instance took, waiting for the cluster's word on its probe's lease and its slot. */
-typedef struct {
-    sl_shared_letter_t letter; /* Redis's answer, handed to the claim's worker */
-    sl_timer_t timeout;        /* timeout_ms: then this instance decides alone */
-    cluster_state_t *s;
-    sl_shared_call_t *call;
-    sl_shared_inbox_t *inbox; /* the call's, as it was when the claim was made */
-    sl_upstream_claim_cb done;
-    void *ctx;
-    sl_upstream_claim_result_t result;
-    sl_upstream_t *up;
-    bool wants_slot;
-    ask_wait_t wait;
-    asked_t outcome;
-    uint64_t token;
-    char lease_key[400], member[192];
-} ask_t;
-
-static void
-capture_claim(void *ctx, const sl_upstream_claim_result_t *result)
-{
-    *(sl_upstream_claim_result_t *)ctx = *result;
-}
-
-/*
- * Gives back what the local claim took: the slot, the reservation, its
- * place at the line's head (the probe). unused: the cluster had no slot,
- * so nobody in line is woken for it.
- */
-static void
-give_back(cluster_state_t *s, sl_upstream_t *up, sl_upstream_claim_result_t *res, bool probe_too, bool unused)
-{
-    if (res->dispatching && !unused)
-        sl_shared_end_dispatch(s->local, up);
-    sl_shared_release_upstream(s->local, &(sl_upstream_release_t){.up = up,
-                                                                  .charge = &res->charge,
-                                                                  .throttle_probe = probe_too,
-                                                                  .breaker_probe = res->breaker_probe,
-                                                                  .unused = unused,
-                                                                  .dispatching = res->dispatching,
-                                                                  .wall_ms = res->charge.at_ms});
-}
-
-/* Not taken after all: skip, with what the claim showed (ThrottleChanged, HealthChanged) kept. */
-static void
-skip_as(ask_t *a, sl_skip_t skip)
-{
-    a->result = (sl_upstream_claim_result_t){
-        .skip = skip,
-        .throttle_changed = a->result.throttle_changed,
-        .throttle = a->result.throttle,
-        .limits_changed = a->result.limits_changed,
-        .shown = a->result.shown,
-        .shown_until_ms = a->result.shown_until_ms,
-        .limit = a->result.limit,
-        .breaker_changed = a->result.breaker_changed,
-        .breaker = a->result.breaker,
-    };
-}
-
-static void
-release_lease(cluster_state_t *s, const char *key, const char *member)
-{
-    static const char script[] = "if redis.call('GET', KEYS[1]) == ARGV[1] then "
-                                 "return redis.call('DEL', KEYS[1]) end return 0";
-    sl_cluster_commandv(s->cluster, NULL, NULL, 5, (const char *[]){"EVAL", script, "1", key, member});
-}
-
-/* The cluster's word, on the claim's worker. */
-static void
-on_ask_letter(sl_shared_letter_t *letter)
-{
-    ask_t *a = (ask_t *)letter;
-    cluster_state_t *s = a->s;
-    switch (a->wait) {
-    case ASK_WAITING:
-        sl_timer_cancel(a->call->timers, &a->timeout);
-        a->call->pending = NULL;
-        if (a->outcome == ASKED_ELSEWHERE) {
-            /* Another instance's probe is out: this request waits for its verdict, as the rest do here. */
-            give_back(s, a->up, &a->result, false, false);
-            skip_as(a, SL_SKIP_THROTTLED);
-        } else if (a->outcome == ASKED_FULL) {
-            /* Every slot is taken across the cluster: it waits in line as for a slot here. */
-            give_back(s, a->up, &a->result, a->result.throttle_probe, true);
-            skip_as(a, SL_SKIP_BUSY);
-            note_contended(s, a->up);
-        } else if (a->outcome == ASKED_TAKEN && a->wants_slot) {
-            a->result.slot = a->token;
-            hold_slot(s, a->up, a->token);
-        }
-        a->done(a->ctx, &a->result);
-        break;
-    case ASK_DECIDED_HERE:
-        /* It went on this instance's word; a slot leased late is not its to hold (a probe's lease is). */
-        if (a->outcome == ASKED_TAKEN && a->wants_slot)
-            release_slot(s, a->up, a->token);
-        break;
-    case ASK_CANCELLED:
-        if (a->outcome == ASKED_TAKEN) {
-            if (a->result.throttle_probe)
-                release_lease(s, a->lease_key, a->member);
-            if (a->wants_slot)
-                release_slot(s, a->up, a->token);
-        }
-        break;
-    }
-    free(a);
-}
-
-/* On the cluster's thread. */
-static void
-on_ask_reply(void *ctx, const redisReply *r)
-{
-    ask_t *a = ctx;
-    a->outcome = r == NULL || r->type != REDIS_REPLY_INTEGER ? ASKED_NO_ANSWER : (asked_t)r->integer;
-    sl_shared_inbox_post(a->inbox, &a->letter);
-}
-
-/* No answer within timeout_ms: this instance decides alone (as if not joined). */
-static void
-on_ask_timeout(sl_timer_t *t)
-{
-    ask_t *a = H2O_STRUCT_FROM_MEMBER(ask_t, timeout, t);
-    a->wait = ASK_DECIDED_HERE;
-    a->call->pending = NULL;
-    a->done(a->ctx, &a->result);
-}
-
-/*
- * Not joined, max_concurrent is shared out: each instance takes its part of
- * it as last seen (cluster.md, "Redis down"; a count never seen counts as 2).
- */
-static uint32_t
-alone_share(cluster_state_t *s, uint32_t max_concurrent)
-{
-    uint32_t n = sl_cluster_instances(s->cluster);
-    if (n == 0)
-        n = 2;
-    uint32_t share = max_concurrent / n;
-    return share > 0 ? share : 1;
-}
+/* ---- the rest: this instance's own decisions, and what others need to know of them ----------------- */
 
 static void
 cluster_claim_upstream(sl_shared_state_t *ss, const sl_upstream_claim_t *c, sl_shared_call_t *call,
                        sl_upstream_claim_cb done, void *ctx)
 {
-    cluster_state_t *s = state_of(ss);
-    bool joined = sl_cluster_joined(s->cluster);
-    sl_upstream_claim_t claim = *c;
-    if (!joined && c->max_concurrent > 0)
-        claim.max_concurrent = alone_share(s, c->max_concurrent);
-    sl_upstream_claim_result_t res;
-    sl_shared_call_t here = {0};
-    sl_shared_claim_upstream(s->local, &claim, &here, capture_claim, &res);
-    bool wants_slot = c->max_concurrent > 0;
-    bool asks = res.skip == SL_SKIP_NONE && (res.throttle_probe || wants_slot);
-    if (!asks || !joined || call->inbox == NULL || call->timers == NULL) {
-        done(ctx, &res);
-        return;
-    }
-    ask_t *a = sl_xcalloc(1, sizeof(*a));
-    a->letter.open = on_ask_letter;
-    a->s = s;
-    a->call = call;
-    a->inbox = call->inbox;
-    a->done = done;
-    a->ctx = ctx;
-    a->result = res;
-    a->up = c->up;
-    a->wants_slot = wants_slot;
-    a->token = atomic_fetch_add(&s->next_token, 1) + 1;
-    slot_member(s, a->token, a->member, sizeof(a->member));
-    const char *name = sl_cluster_name(s->cluster);
-    char slots[400], busy[400], grace[24], max[16], lease[16];
-    sl_cluster_key(a->lease_key, sizeof(a->lease_key), name, "probe", c->up->name);
-    sl_cluster_key(slots, sizeof(slots), name, "slots", c->up->name);
-    sl_cluster_key(busy, sizeof(busy), name, "busy", c->up->name);
-    snprintf(grace, sizeof(grace), "%lld",
-             (long long)(!res.throttle_probe         ? 0
-                         : res.throttle.grace_ms > 0 ? res.throttle.grace_ms
-                                                     : 1));
-    snprintf(max, sizeof(max), "%u", c->max_concurrent);
-    snprintf(lease, sizeof(lease), "%d", SL_SLOT_LEASE_MS);
-    call->pending = a;
-    sl_timer_arm(call->timers, &a->timeout, sl_now_ms() + sl_cluster_timeout_ms(s->cluster), on_ask_timeout);
-    sl_cluster_commandv(
-        s->cluster, on_ask_reply, a, 10,
-        (const char *[]){"EVAL", claim_script, "3", a->lease_key, slots, busy, a->member, grace, max, lease});
+    sl__cluster_claim_upstream(state_of(ss), c, call, done, ctx);
 }
-
-static void
-cluster_cancel(sl_shared_state_t *ss, sl_shared_call_t *call)
-{
-    cluster_state_t *s = state_of(ss);
-    ask_t *a = call->pending;
-    call->pending = NULL;
-    sl_timer_cancel(call->timers, &a->timeout);
-    a->wait = ASK_CANCELLED;
-    /* What the claim took is given back, the probe too: it will not go from here. */
-    give_back(s, a->up, &a->result, a->result.throttle_probe, false);
-}
-
-/* ---- the rest: this instance's own decisions, and what others need to know of them ----------------- */
 
 static void
 cluster_release_upstream(sl_shared_state_t *ss, const sl_upstream_release_t *rel)
 {
-    cluster_state_t *s = state_of(ss);
-    sl_shared_release_upstream(s->local, rel);
-    if (rel->slot != 0)
-        release_slot(s, rel->up, rel->slot);
-    if (rel->throttle_probe)
-        publish(s, SL_CLUSTER_PROBE_ABANDONED, rel->up, -1, NULL);
+    sl__cluster_release_upstream(state_of(ss), rel);
+}
+
+void
+sl__cluster_publish_abandoned(sl_cluster_shared_t *s, sl_upstream_t *up)
+{
+    publish(s, SL_CLUSTER_PROBE_ABANDONED, up, -1, NULL);
 }
 
 static void
@@ -648,7 +249,7 @@ cluster_hop_sent(sl_shared_state_t *ss, sl_upstream_t *up, bool dispatching, sl_
 
 /* The news of a change this instance made, published when the 429 state moved. */
 typedef struct {
-    cluster_state_t *s;
+    sl_cluster_shared_t *s;
     sl_cluster_op_t op;
     sl_throttle_news_cb done;
     void *ctx;
@@ -695,7 +296,7 @@ static void
 cluster_upstream_answered(sl_shared_state_t *ss, sl_upstream_t *up, int64_t now_ms, sl_shared_call_t *call,
                           sl_throttle_news_cb done, void *ctx)
 {
-    cluster_state_t *s = state_of(ss);
+    sl_cluster_shared_t *s = state_of(ss);
     (void)call;
     news_relay_t n = {s, SL_CLUSTER_ANSWERED, done, ctx, state_now(up)};
     sl_shared_call_t here = {0};
@@ -707,7 +308,7 @@ cluster_upstream_rate_limited(sl_shared_state_t *ss, sl_upstream_t *up, int64_t 
                               uint32_t max_pause_secs, const sl_retry_params_t *params,
                               sl_shared_call_t *call, sl_throttle_news_cb done, void *ctx)
 {
-    cluster_state_t *s = state_of(ss);
+    sl_cluster_shared_t *s = state_of(ss);
     (void)call;
     news_relay_t n = {s, SL_CLUSTER_PAUSE_429, done, ctx, state_now(up)};
     sl_shared_call_t here = {0};
@@ -719,7 +320,7 @@ static void
 cluster_pause_upstream(sl_shared_state_t *ss, sl_upstream_t *up, int64_t until_ms, int64_t now_ms,
                        sl_shared_call_t *call, sl_throttle_news_cb done, void *ctx)
 {
-    cluster_state_t *s = state_of(ss);
+    sl_cluster_shared_t *s = state_of(ss);
     (void)call;
     news_relay_t n = {s, SL_CLUSTER_PAUSE_MANUAL, done, ctx, state_now(up)};
     sl_shared_call_t here = {0};
@@ -730,7 +331,7 @@ static void
 cluster_resume_upstream(sl_shared_state_t *ss, sl_upstream_t *up, int64_t now_ms, sl_shared_call_t *call,
                         sl_throttle_news_cb done, void *ctx)
 {
-    cluster_state_t *s = state_of(ss);
+    sl_cluster_shared_t *s = state_of(ss);
     (void)call;
     news_relay_t n = {s, SL_CLUSTER_RESUME, done, ctx, state_now(up)};
     sl_shared_call_t here = {0};
@@ -741,16 +342,20 @@ static void
 cluster_claim_key(sl_shared_state_t *ss, const sl_key_claim_t *c, sl_shared_call_t *call,
                   sl_key_claim_cb done, void *ctx)
 {
-    (void)call;
-    sl_shared_call_t here = {0};
-    sl_shared_claim_key(state_of(ss)->local, c, &here, done, ctx);
+    sl__cluster_claim_key(state_of(ss), c, call, done, ctx);
 }
 
 static void
 cluster_settle(sl_shared_state_t *ss, sl_charge_t *charge, const sl_amounts_t *used, bool wake_line,
                int64_t wall_ms)
 {
-    sl_shared_settle(state_of(ss)->local, charge, used, wake_line, wall_ms);
+    sl__cluster_settle(state_of(ss), charge, used, wake_line, wall_ms);
+}
+
+static void
+cluster_cancel(sl_shared_state_t *ss, sl_shared_call_t *call)
+{
+    sl__cluster_cancel(state_of(ss), call);
 }
 
 static void
@@ -789,8 +394,9 @@ cluster_upstream_view(sl_shared_state_t *ss, sl_upstream_t *up, sl_limit_set_t *
 static void
 cluster_free(sl_shared_state_t *ss)
 {
-    cluster_state_t *s = state_of(ss);
+    sl_cluster_shared_t *s = state_of(ss);
     sl_cluster_stop(s->cluster);
+    sl_cluster_usage_free(s->usage);
     sl_shared_state_free(s->local);
     pthread_mutex_destroy(&s->slots_lock);
     free(s->held);
@@ -816,23 +422,40 @@ static const sl_shared_state_ops_t cluster_ops = {
     .free = cluster_free,
 };
 
+static void
+on_heartbeat(void *ctx)
+{
+    sl__cluster_on_heartbeat(ctx);
+}
+
+static void
+on_tick(void *ctx)
+{
+    sl_cluster_shared_t *s = ctx;
+    sl_cluster_usage_flush(s->usage);
+}
+
 sl_shared_state_t *
 sl_shared_cluster_new(sl_shared_state_t *local, const sl_cluster_config_t *config, const char *instance,
                       const sl_shared_cluster_hooks_t *hooks, sl_cluster_t **cluster)
 {
-    cluster_state_t *s = sl_xcalloc(1, sizeof(*s));
+    sl_cluster_shared_t *s = sl_xcalloc(1, sizeof(*s));
     s->base.ops = &cluster_ops;
     s->local = local;
     s->hooks = *hooks;
     pthread_mutex_init(&s->slots_lock, NULL);
-    s->cluster = sl_cluster_start(
-        config, instance,
-        &(sl_cluster_hooks_t){
-            .on_message = on_message, .on_joined = on_joined, .on_heartbeat = on_heartbeat, .ctx = s});
+    s->cluster = sl_cluster_start(config, instance,
+                                  &(sl_cluster_hooks_t){.on_message = on_message,
+                                                        .on_joined = on_joined,
+                                                        .on_heartbeat = on_heartbeat,
+                                                        .on_tick = on_tick,
+                                                        .ctx = s});
     if (s->cluster == NULL) {
+        pthread_mutex_destroy(&s->slots_lock);
         free(s);
         return NULL;
     }
+    s->usage = sl_cluster_usage_new(s->cluster);
     *cluster = s->cluster;
     return &s->base;
 }

@@ -105,7 +105,7 @@ static sl_charge_t
 reserve(sl_limit_set_t *set, int64_t at_ms, const sl_amounts_t *a)
 {
     sl_limits_add(set->states, set->n, at_ms, at_ms, a);
-    return (sl_charge_t){set, at_ms, *a};
+    return (sl_charge_t){.set = set, .at_ms = at_ms, .amounts = *a};
 }
 
 /* What ThrottleChanged shows for a set's limits: a full window or a used-up period, else nothing. */
@@ -120,7 +120,8 @@ static void
 check_limits(const sl_upstream_claim_t *c, sl_upstream_claim_result_t *out)
 {
     sl_limit_set_t *set = c->limits;
-    sl_limits_check_t limits = sl_limits_check(set->states, set->n, c->wall_ms, &c->need);
+    sl_limits_check_t limits =
+        sl_limits_check_share(set->states, set->n, c->wall_ms, &c->need, c->limit_parts);
     out->limit = set->states[limits.which].limit;
     if (shown_verdict(limits.verdict) != set->shown && limits.verdict != SL_LIMIT_NEVER) {
         set->shown = shown_verdict(limits.verdict);
@@ -331,7 +332,7 @@ check_key(const sl_key_claim_t *c, sl_key_claim_result_t *out)
     sl_limit_set_t *set = c->key;
     /* Nobody overtakes the key's line. */
     bool first = c->waiter != NULL ? sl_waitq_is_head(&set->queue, c->waiter) : set->queue.len == 0;
-    out->check = sl_limits_check(set->states, set->n, c->wall_ms, &c->need);
+    out->check = sl_limits_check_share(set->states, set->n, c->wall_ms, &c->need, c->limit_parts);
     if (out->check.verdict == SL_LIMIT_OK && first) {
         out->admitted = true;
         out->charge = reserve(set, c->wall_ms, &c->need);

@@ -79,6 +79,7 @@ typedef struct {
     sl_limit_set_t *set; /* NULL: nothing reserved */
     int64_t at_ms;       /* wall clock: when it counts; the settlement lands there too */
     sl_amounts_t amounts;
+    int64_t shared_at_ms; /* a cluster's: when its counters took it (Redis's clock); 0: they did not */
 } sl_charge_t;
 
 /* One line a request waits in: an upstream's, or a client key's (exactly one of the two is set). */
@@ -96,6 +97,7 @@ typedef struct {
     uint32_t max_concurrent; /* 0: no cap */
     bool bypass_breaker;     /* the only candidate, or every candidate is cooling (behaviour.md §8) */
     sl_waiter_t *waiter;     /* its place in the upstream's line; NULL: it is in no line */
+    uint32_t limit_parts;    /* > 1: limits count amount / limit_parts (sl_limits_check_share); 0, 1: whole */
     int64_t now_ms, wall_ms;
 } sl_upstream_claim_t;
 
@@ -146,7 +148,8 @@ typedef struct {
 typedef struct {
     sl_limit_set_t *key;
     sl_amounts_t need;
-    sl_waiter_t *waiter; /* its place in the key's line; NULL: in none */
+    sl_waiter_t *waiter;  /* its place in the key's line; NULL: in none */
+    uint32_t limit_parts; /* > 1: limits count amount / limit_parts (sl_limits_check_share); 0, 1: whole */
     int64_t wall_ms;
 } sl_key_claim_t;
 
@@ -402,6 +405,8 @@ typedef struct {
     sl_upstream_t *(*find)(void *ctx, const char *name);
     /* Calls each(each_ctx, up) for every upstream of the running config. */
     void (*each)(void *ctx, void (*each)(void *each_ctx, sl_upstream_t *up), void *each_ctx);
+    /* Calls each(each_ctx, set) for every limit set (upstreams' and client keys') of the running config. */
+    void (*each_set)(void *ctx, void (*each)(void *each_ctx, sl_limit_set_t *set), void *each_ctx);
     /* ThrottleChanged for a change another instance made. */
     void (*announce)(void *ctx, const sl_throttle_news_t *news);
     void *ctx;

@@ -113,6 +113,22 @@ sl_cluster_key(char *out, size_t size, const char *name, const char *kind, const
     return n > 0 && (size_t)n < size ? (size_t)n : 0;
 }
 
+static const char *const per_slugs[] = {"minute", "hour", "day", "week", "month"};
+static const char *const measure_slugs[] = {"requests", "tokens", "cost"};
+
+size_t
+sl_cluster_limit_key(char *out, size_t size, const char *name, char subject_kind, const char *subject,
+                     const sl_limit_t *limit, int64_t period_start_ms)
+{
+    const char *per = per_slugs[limit->per], *measure = measure_slugs[limit->measure];
+    bool rolling = limit->per == SL_PER_MINUTE || limit->per == SL_PER_HOUR;
+    int n = rolling ? snprintf(out, size, "{sl:%s}:win:%c:%s:%s:%" PRIu32 ":%s", name, subject_kind, subject,
+                               per, limit->every, measure)
+                    : snprintf(out, size, "{sl:%s}:period:%c:%s:%s:%s:%" PRId64, name, subject_kind, subject,
+                               per, measure, period_start_ms);
+    return n > 0 && (size_t)n < size ? (size_t)n : 0;
+}
+
 int64_t
 sl_cluster_redis_ms_of(int64_t mono_ms, int64_t now_mono, int64_t now_wall, int64_t offset_ms)
 {

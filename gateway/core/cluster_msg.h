@@ -20,6 +20,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/types.h"
+
 typedef enum {
     SL_CLUSTER_PAUSE_429,       /* a 429 paused the upstream until UNTIL (CONSECUTIVE, GRACE as it counted) */
     SL_CLUSTER_PAUSE_MANUAL,    /* an operator paused it until UNTIL */
@@ -57,6 +59,17 @@ bool sl_cluster_msg_decode(const char *text, size_t len, sl_cluster_msg_t *out);
  * not fit.
  */
 size_t sl_cluster_key(char *out, size_t size, const char *name, const char *kind, const char *id);
+
+/*
+ * The counter of one limit of a subject ('p': an upstream, 'k': a client
+ * key, named subject): "{sl:NAME}:win:T:SUBJECT:PER:EVERY:MEASURE" for a
+ * rolling window (a hash of slot number to amount, the slots those of
+ * core/limits.h), "{sl:NAME}:period:T:SUBJECT:PER:MEASURE:START" for the
+ * calendar period starting at period_start_ms. Returns the length, 0 when
+ * it does not fit.
+ */
+size_t sl_cluster_limit_key(char *out, size_t size, const char *name, char subject_kind, const char *subject,
+                            const sl_limit_t *limit, int64_t period_start_ms);
 
 /*
  * Clocks. offset_ms is Redis's clock minus this instance's wall clock (as

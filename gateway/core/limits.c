@@ -139,6 +139,25 @@ window_add(sl_limit_state_t *s, int64_t at_ms, int64_t now_ms, int64_t amount)
     *slot = v < 0 ? 0 : v;
 }
 
+size_t
+sl_limit_counted_slots(sl_limit_state_t *s, int64_t now_ms, int64_t *starts, int64_t *amounts, size_t cap)
+{
+    if (!is_rolling(&s->limit))
+        return 0;
+    roll_window(s, now_ms);
+    size_t n = 0;
+    for (int64_t k = s->head_slot; k >= oldest_slot(s) && n < cap; k--) {
+        int64_t v = s->ring[sl_floor_mod(k, RING)];
+        if (slot_end_ms(s, k) <= now_ms)
+            break; /* older slots end earlier still */
+        if (v == 0)
+            continue;
+        starts[n] = k * s->slot_ms;
+        amounts[n++] = v;
+    }
+    return n;
+}
+
 static int64_t
 window_resets_at_ms(const sl_limit_state_t *s, int64_t now_ms)
 {
@@ -318,15 +337,35 @@ sl_limit_resets_at_ms(sl_limit_state_t *s, int64_t now_ms)
 
 /* ---- a subject --------------------------------------------------------------------------------- */
 
+/* A part of a limit's amount: amount / parts, but never less than a need the whole amount could take. */
+static int64_t
+share_of(int64_t amount, int64_t need, uint32_t parts)
+{
+    int64_t share = amount / parts;
+    int64_t fits = need < amount ? need : amount;
+    return share > fits ? share : fits;
+}
+
 sl_limits_check_t
 sl_limits_check(sl_limit_state_t *states, size_t n, int64_t now_ms, const sl_amounts_t *need)
+{
+    return sl_limits_check_share(states, n, now_ms, need, 1);
+}
+
+sl_limits_check_t
+sl_limits_check_share(sl_limit_state_t *states, size_t n, int64_t now_ms, const sl_amounts_t *need,
+                      uint32_t parts)
 {
     sl_limits_check_t r = {.verdict = SL_LIMIT_OK, .recovery_ms = now_ms};
     bool any_recovery = false;
     for (size_t i = 0; i < n; i++) {
         int64_t recovery = now_ms;
-        sl_limit_verdict_t v =
-            sl_limit_check(&states[i], now_ms, sl_limit_measure(&states[i].limit, need), &recovery);
+        int64_t m = sl_limit_measure(&states[i].limit, need);
+        int64_t amount = states[i].limit.amount;
+        if (parts > 1 && amount > 0)
+            states[i].limit.amount = share_of(amount, m, parts);
+        sl_limit_verdict_t v = sl_limit_check(&states[i], now_ms, m, &recovery);
+        states[i].limit.amount = amount;
         bool recovers = v == SL_LIMIT_WINDOW_FULL || v == SL_LIMIT_PERIOD_USED_UP;
         if (v > r.verdict || (v == r.verdict && recovers && recovery > r.recovery_ms))
             r.which = i;

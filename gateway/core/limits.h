@@ -111,6 +111,15 @@ void sl_limit_add(sl_limit_state_t *s, int64_t at_ms, int64_t now_ms, int64_t am
 int64_t sl_limit_used(sl_limit_state_t *s, int64_t now_ms);
 
 /*
+ * The slots of a rolling window that hold usage still counting at now_ms,
+ * newest first: each slot's start (wall clock) and amount, at most cap of
+ * them (SL_LIMIT_SLOTS + 2 is always enough). Returns how many; 0 for a
+ * calendar period. Moves the window to now first.
+ */
+size_t sl_limit_counted_slots(sl_limit_state_t *s, int64_t now_ms, int64_t *starts, int64_t *amounts,
+                              size_t cap);
+
+/*
  * The earliest charge time that can still count at now_ms: for a rolling
  * window, the start of the oldest slot not yet expired (margin included);
  * for a calendar period, the period's start. Stored usage from before it
@@ -161,6 +170,16 @@ typedef struct {
  */
 sl_limits_check_t sl_limits_check(sl_limit_state_t *states, size_t n, int64_t now_ms,
                                   const sl_amounts_t *need);
+
+/*
+ * The same for one of parts instances of a cluster that go on alone
+ * (cluster.md, "Redis down"): each limit's amount counts as amount / parts,
+ * except that a need the whole amount could take still fits an empty window
+ * or period (so a large request is not refused for good). parts <= 1: the
+ * whole amounts.
+ */
+sl_limits_check_t sl_limits_check_share(sl_limit_state_t *states, size_t n, int64_t now_ms,
+                                        const sl_amounts_t *need, uint32_t parts);
 
 /* sl_limit_add for every limit, each with its measure of delta; a limit whose measure of delta is 0 is left
  * untouched. */

@@ -35,6 +35,8 @@ static uint16_t ports[MAX_INSTANCES], control_ports[MAX_INSTANCES];
 static char dir[64];
 /* More of the provider's fields, e.g. ", max_concurrent: 4". */
 static const char *provider_extra = "";
+/* The failover section (wait_secs is scaled with SLUICE_TEST_TIME_SCALE). */
+static const char *failover = "wait_secs: 60";
 
 static int64_t
 now_ms(void)
@@ -95,10 +97,10 @@ start_instance(int i)
              "clients: [{name: tester, key: \"" GATEWAY_KEY "\"}]\n"
              "providers:\n"
              "  - {name: one, protocol: anthropic, base_url: \"http://127.0.0.1:%u\", key: k1%s}\n"
-             "failover: {wait_secs: 60}\n"
+             "failover: {%s}\n"
              "store: {path: %s}\n"
              "cluster: {redis: \"%s\", name: t%ld, instance: %c, timeout_ms: 200}\n",
-             fake_port(up), provider_extra, store, redis.url, (long)getpid(), 'a' + i);
+             fake_port(up), provider_extra, failover, store, redis.url, (long)getpid(), 'a' + i);
     snprintf(path, sizeof(path), "%s/%c.yaml", dir, 'a' + i);
     FILE *f = fopen(path, "w");
     cr_assert_not_null(f);
@@ -429,4 +431,131 @@ Test(cluster, the_slots_of_an_instance_killed_while_holding_them_come_free_withi
     cr_assert_lt(took, 3000 + 1000 + 1000, "within the 3 s lease and a heartbeat (%lld ms)", (long long)took);
     call_wait(&held[0]);
     call_wait(&held[1]);
+}
+
+/* ---- usage limits across instances ------------------------------------------------------------------ */
+
+/* A whole (not streamed) request, and an answer that reports exactly the gateway's estimate for it. */
+#define PLAIN_BODY                                                                                           \
+    "{\"model\":\"claude-x\",\"max_tokens\":8,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}"
+
+static char exact_answer[512];
+
+/* The tokens one request counts: its body's bytes / 4 (rounded up) in, max_tokens out. */
+static int64_t
+tokens_per_request(void)
+{
+    return (int64_t)((strlen(PLAIN_BODY) + 3) / 4) + 8;
+}
+
+static fake_reply_t
+exact_usage(void)
+{
+    snprintf(exact_answer, sizeof(exact_answer),
+             "{\"id\":\"m\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"claude-x\",\"content\":[{"
+             "\"type\":"
+             "\"text\",\"text\":\"ok\"}],\"stop_reason\":\"end_turn\",\"usage\":{\"input_tokens\":%lld,"
+             "\"output_tokens\":8}}",
+             (long long)(tokens_per_request() - 8));
+    return (fake_reply_t){
+        .status = 200, .headers = "content-type: application/json\r\n", .body = exact_answer};
+}
+
+typedef struct {
+    int first_instance, n_instances;
+    int64_t until_ms;
+    int sent, failed, held;
+    pthread_t thread;
+} client_t;
+
+/* A client that sends one request after the other until until_ms, alternating over instances. */
+static void *
+client_main(void *arg)
+{
+    client_t *c = arg;
+    for (int i = 0; now_ms() < c->until_ms; i++) {
+        http_response_t res = {0};
+        int64_t t0 = now_ms();
+        int instance = c->n_instances == 1 ? c->first_instance : (c->first_instance + i) % c->n_instances;
+        bool ok =
+            http_request_h(ports[instance], "POST", "/v1/messages", ANTHROPIC_HEADERS, PLAIN_BODY, &res) &&
+            res.status == 200;
+        c->sent++;
+        c->failed += !ok;
+        if (!ok)
+            fprintf(stderr, "request to %d: %d after %lld ms: %.*s\n", instance, res.status,
+                    (long long)(now_ms() - t0), (int)res.body_len, res.body != NULL ? res.body : "");
+        /* The upstream answers at once: a request that took long waited for room in the window. */
+        c->held += now_ms() - t0 > 100;
+        http_response_free(&res);
+    }
+    return NULL;
+}
+
+/* The most requests that reached the upstream within any window_ms, from request `from` on. */
+static size_t
+most_in_a_window(size_t from, int64_t window_ms)
+{
+    size_t n = fake_count(up), most = 0;
+    for (size_t i = from; i < n; i++) {
+        size_t in = 0;
+        for (size_t j = i; j < n && arrival_ms(j) < arrival_ms(i) + window_ms; j++)
+            in++;
+        most = in > most ? in : most;
+    }
+    return most;
+}
+
+/* SLUICE_TEST_TIME_SCALE=0.01: "per minute, every 5" is a 3 s window of 60 slots of 50 ms. */
+#define SCALED_WINDOW_MS 3000
+
+Test(cluster, a_token_limit_holds_exactly_across_two_instances_and_one_instance_can_use_all_of_it)
+{
+    setenv("SLUICE_TEST_TIME_SCALE", "0.01", 1);
+    failover = "wait_secs: 600";
+    /* More room than clients: nobody waits past one window, so none reaches its deadline (6 s, scaled). */
+    int64_t per_request = tokens_per_request(), fits = 20;
+    static char limits[160];
+    snprintf(limits, sizeof(limits), ", limits: [{per: minute, every: 5, tokens: %lld}]",
+             (long long)(fits * per_request));
+    provider_extra = limits;
+    start_instance(0);
+    start_instance(1);
+    fake_set_default(up, exact_usage());
+
+    client_t clients[8];
+    int64_t until = now_ms() + 4 * SCALED_WINDOW_MS;
+    for (int i = 0; i < 8; i++) {
+        clients[i] = (client_t){.first_instance = i % 2, .n_instances = 2, .until_ms = until};
+        cr_assert_eq(pthread_create(&clients[i].thread, NULL, client_main, &clients[i]), 0);
+    }
+    int sent = 0, failed = 0, held = 0;
+    for (int i = 0; i < 8; i++) {
+        pthread_join(clients[i].thread, NULL);
+        sent += clients[i].sent, failed += clients[i].failed, held += clients[i].held;
+    }
+    size_t most = most_in_a_window(0, SCALED_WINDOW_MS);
+    fprintf(
+        stderr,
+        "two instances, %lld tokens per window: %d requests, %d held, at most %zu (of %lld) in a window\n",
+        (long long)(fits * per_request), sent, held, most, (long long)fits);
+    cr_assert_eq(failed, 0, "every request answered 200");
+    cr_assert_leq(most, (size_t)fits, "the upstream never counts more than the limit in a window (%zu)",
+                  most);
+    cr_assert_geq(held, 20, "the limit bound (%d held)", held);
+
+    /* All traffic on one instance: it gets (nearly) the whole limit, not half of it. */
+    usleep(SCALED_WINDOW_MS * 1000);
+    size_t before = fake_count(up);
+    until = now_ms() + 2 * SCALED_WINDOW_MS;
+    for (int i = 0; i < 8; i++) {
+        clients[i] = (client_t){.first_instance = 1, .n_instances = 1, .until_ms = until};
+        cr_assert_eq(pthread_create(&clients[i].thread, NULL, client_main, &clients[i]), 0);
+    }
+    for (int i = 0; i < 8; i++)
+        pthread_join(clients[i].thread, NULL);
+    size_t alone = most_in_a_window(before, SCALED_WINDOW_MS);
+    fprintf(stderr, "one instance alone: at most %zu (of %lld) in a window\n", alone, (long long)fits);
+    cr_assert_geq(alone * 10, (size_t)(9 * fits), "one instance gets >= 0.9 of the limit (%zu)", alone);
+    cr_assert_leq(alone, (size_t)fits);
 }

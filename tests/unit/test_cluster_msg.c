@@ -101,6 +101,22 @@ Test(cluster_msg, keys_share_one_slot_per_cluster)
     cr_assert_eq(sl_cluster_key(key, 10, "prod", "events", NULL), 0, "too long: nothing half-written counts");
 }
 
+Test(cluster_msg, a_limit_counter_is_named_by_its_subject_and_its_shape)
+{
+    char key[128];
+    sl_limit_t window = {.per = SL_PER_MINUTE, .every = 5, .measure = SL_MEASURE_TOKENS, .amount = 1000};
+    sl_cluster_limit_key(key, sizeof(key), "prod", 'p', "anthropic", &window, 0);
+    cr_assert_str_eq(key, "{sl:prod}:win:p:anthropic:minute:5:tokens");
+    window.amount = 5, window.measure = SL_MEASURE_REQUESTS, window.per = SL_PER_HOUR, window.every = 1;
+    sl_cluster_limit_key(key, sizeof(key), "prod", 'k', "team-a", &window, 0);
+    cr_assert_str_eq(key, "{sl:prod}:win:k:team-a:hour:1:requests",
+                     "the amount is not in the name: a push keeps it");
+    sl_limit_t day = {.per = SL_PER_DAY, .every = 1, .measure = SL_MEASURE_COST, .amount = 20000000};
+    sl_cluster_limit_key(key, sizeof(key), "prod", 'p', "openai", &day, 1796169600000);
+    cr_assert_str_eq(key, "{sl:prod}:period:p:openai:day:cost:1796169600000", "each period counts afresh");
+    cr_assert_eq(sl_cluster_limit_key(key, 12, "prod", 'p', "openai", &day, 1), 0);
+}
+
 Test(cluster_msg, times_cross_between_clocks_and_never_stays_never)
 {
     /* This instance: mono 5 000, wall 1 000 000; Redis runs 250 ms ahead of its wall clock. */

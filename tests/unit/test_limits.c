@@ -698,3 +698,34 @@ Test(limits, a_subject_takes_the_worst_verdict_and_the_latest_recovery)
     cr_expect_eq(c.verdict, SL_LIMIT_OK);
     cr_expect_eq(c.recovery_ms, now + 2 * HOUR);
 }
+
+/* ---- an instance of a cluster alone (cluster.md, "Redis down") ------------------------------------ */
+
+Test(limits, alone_an_instance_of_three_takes_a_third_of_each_limit)
+{
+    int64_t now = utc(2026, 5, 12, 10, 0);
+    sl_limit_state_t st[] = {five_minutes(9000)};
+    sl_limits_add(st, N(st), now, now, &(sl_amounts_t){.tokens = 2500});
+    sl_amounts_t need = {.tokens = 1000};
+    cr_expect_eq(sl_limits_check(st, N(st), now, &need).verdict, SL_LIMIT_OK, "the whole limit has room");
+    sl_limits_check_t c = sl_limits_check_share(st, N(st), now, &need, 3);
+    cr_expect_eq(c.verdict, SL_LIMIT_WINDOW_FULL, "2500 + 1000 is more than its 3000");
+    cr_expect_eq(c.recovery_ms, now + 5 * SEC + 5 * SEC + 5 * 60 * SEC, "when the 2500 leave the window");
+    cr_expect_eq(sl_limits_check_share(st, N(st), now, &(sl_amounts_t){.tokens = 1000}, 1).verdict,
+                 SL_LIMIT_OK, "one part is the whole");
+    cr_expect_eq(st[0].limit.amount, 9000, "the limit itself is left as it was");
+}
+
+Test(limits, alone_a_request_larger_than_the_share_still_fits_an_empty_window)
+{
+    int64_t now = utc(2026, 5, 12, 10, 0);
+    sl_limit_state_t st[] = {five_minutes(9000)};
+    sl_amounts_t big = {.tokens = 5000};
+    cr_expect_eq(sl_limits_check_share(st, N(st), now, &big, 3).verdict, SL_LIMIT_OK,
+                 "5000 is more than a third, but the whole limit could take it");
+    sl_limits_add(st, N(st), now, now, &(sl_amounts_t){.tokens = 1});
+    cr_expect_eq(sl_limits_check_share(st, N(st), now, &big, 3).verdict, SL_LIMIT_WINDOW_FULL,
+                 "not while anything else counts");
+    cr_expect_eq(sl_limits_check_share(st, N(st), now, &(sl_amounts_t){.tokens = 9001}, 3).verdict,
+                 SL_LIMIT_NEVER, "larger than the whole limit: never");
+}

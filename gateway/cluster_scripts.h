@@ -1,0 +1,183 @@
+/*
+ * The Lua scripts a cluster's instances run in Redis (cluster.md): every
+ * change of shared state that must be atomic is one of these, on Redis's
+ * clock (TIME). Keys are named by core/cluster_msg.h. Lua in Redis is 5.1:
+ * numbers are doubles, exact for the times and amounts used here (< 2^53).
+ */
+#ifndef SL_CLUSTER_SCRIPTS_H
+#define SL_CLUSTER_SCRIPTS_H
+
+/*
+ * The heartbeat. KEYS: 1 hb:INSTANCE, 2 instances (a sorted set of live
+ * instances by the end of their heartbeat). ARGV: 1 what the heartbeat
+ * holds, 2 the instance, 3 its lifetime (ms). Returns {Redis's time, live
+ * instances}.
+ */
+#define SL_CLUSTER_HEARTBEAT_LUA                                                                             \
+    "local t = redis.call('TIME')\n"                                                                         \
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"                                \
+    "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])\n"                                                   \
+    "redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[2])\n"                                        \
+    "redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)\n"                                                 \
+    "return {now, redis.call('ZCARD', KEYS[2])}\n"
+
+/*
+ * A claim, all or nothing: room in every usage limit (of an upstream or a
+ * client key), a max_concurrent slot, the probe's lease — checked in that
+ * order, then all taken.
+ *
+ * KEYS: 1 probe:UPSTREAM, 2 slots:UPSTREAM, 3 busy:UPSTREAM, then one
+ * counter per limit. ARGV: 1 the claim's name (lease value, slot member),
+ * 2 the probe's grace in ms (0: no probe asked for), 3 max_concurrent (0:
+ * no slot asked for), 4 a slot's lease in ms, 5 the number of limits, then
+ * five per limit: 'w' (a rolling window: amount, need, slot ms, window ms)
+ * or 'p' (a calendar period: amount, need, -, the period's end on Redis's
+ * clock).
+ *
+ * A window's counter is a hash of slot number to amount; a charge in slot
+ * k counts while now < (k + 2) * slot + window — its slot, one margin slot
+ * for the upstream's lag and the window, exactly as core/limits.c counts
+ * it. Room is what core/limits.c calls room: used < amount and used <=
+ * amount - need.
+ *
+ * Returns {1, now} taken; {0} the probe is another's; {2} every slot is
+ * taken (busy:UPSTREAM is set so releases tell it); {3, verdict, which,
+ * recovery}: no room (verdict as sl_limit_verdict_t: 1 window full, 2
+ * period used up, 3 never; which: the limit that decided, from 0; recovery:
+ * when all could take it, Redis's clock).
+ */
+#define SL_CLUSTER_CLAIM_LUA                                                                                 \
+    "local t = redis.call('TIME')\n"                                                                         \
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"                                \
+    "local n = tonumber(ARGV[5])\n"                                                                          \
+    "local verdict, which, recovery = 0, 0, now\n"                                                           \
+    "for i = 1, n do\n"                                                                                      \
+    "  local b = 5 + (i - 1) * 5\n"                                                                          \
+    "  local kind, amount, need = ARGV[b + 1], tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])\n"               \
+    "  local key = KEYS[3 + i]\n"                                                                            \
+    "  local used, v, r = 0, 0, now\n"                                                                       \
+    "  local slots = {}\n"                                                                                   \
+    "  if kind == 'w' then\n"                                                                                \
+    "    local S, W = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])\n"                                        \
+    "    local all = redis.call('HGETALL', key)\n"                                                           \
+    "    for j = 1, #all, 2 do\n"                                                                            \
+    "      local k, x = tonumber(all[j]), tonumber(all[j + 1])\n"                                            \
+    "      local e = (k + 2) * S + W\n"                                                                      \
+    "      if e > now then\n"                                                                                \
+    "        used = used + x\n"                                                                              \
+    "        slots[#slots + 1] = {k, x, e}\n"                                                                \
+    "      else\n"                                                                                           \
+    "        redis.call('HDEL', key, all[j])\n"                                                              \
+    "      end\n"                                                                                            \
+    "    end\n"                                                                                              \
+    "  else\n"                                                                                               \
+    "    used = tonumber(redis.call('GET', key) or '0')\n"                                                   \
+    "  end\n"                                                                                                \
+    "  if not (used < amount and used <= amount - need) then\n"                                              \
+    "    if amount <= 0 or need > amount then\n"                                                             \
+    "      v = 3\n"                                                                                          \
+    "    elseif kind == 'w' then\n"                                                                          \
+    "      v = 1\n"                                                                                          \
+    "      table.sort(slots, function(x, y) return x[1] > y[1] end)\n"                                       \
+    "      local newer = 0\n"                                                                                \
+    "      for _, s in ipairs(slots) do\n"                                                                   \
+    "        if s[2] ~= 0 then\n"                                                                            \
+    "          if not (newer < amount and newer <= amount - need) then break end\n"                          \
+    "          r = s[3]\n"                                                                                   \
+    "          newer = newer + s[2]\n"                                                                       \
+    "        end\n"                                                                                          \
+    "      end\n"                                                                                            \
+    "    else\n"                                                                                             \
+    "      v, r = 2, tonumber(ARGV[b + 5])\n"                                                                \
+    "    end\n"                                                                                              \
+    "  end\n"                                                                                                \
+    "  local recovers = v == 1 or v == 2\n"                                                                  \
+    "  if v > verdict or (v == verdict and recovers and r > recovery) then which = i - 1 end\n"              \
+    "  if v > verdict then verdict = v end\n"                                                                \
+    "  if recovers and r > recovery then recovery = r end\n"                                                 \
+    "end\n"                                                                                                  \
+    "if verdict > 0 then return {3, verdict, which, recovery} end\n"                                         \
+    "local max = tonumber(ARGV[3])\n"                                                                        \
+    "if max > 0 then\n"                                                                                      \
+    "  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)\n"                                               \
+    "  if redis.call('ZCARD', KEYS[2]) >= max then\n"                                                        \
+    "    redis.call('SET', KEYS[3], '1', 'PX', 10000)\n"                                                     \
+    "    return {2}\n"                                                                                       \
+    "  end\n"                                                                                                \
+    "end\n"                                                                                                  \
+    "if tonumber(ARGV[2]) > 0 then\n"                                                                        \
+    "  if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {0} end\n"                \
+    "end\n"                                                                                                  \
+    "if max > 0 then\n"                                                                                      \
+    "  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[4]), ARGV[1])\n"                                      \
+    "  redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[4]) * 2)\n"                                              \
+    "end\n"                                                                                                  \
+    "for i = 1, n do\n"                                                                                      \
+    "  local b = 5 + (i - 1) * 5\n"                                                                          \
+    "  local need = tonumber(ARGV[b + 3])\n"                                                                 \
+    "  local key = KEYS[3 + i]\n"                                                                            \
+    "  if need ~= 0 then\n"                                                                                  \
+    "    if ARGV[b + 1] == 'w' then\n"                                                                       \
+    "      local S, W = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])\n"                                      \
+    "      local k = math.floor(now / S)\n"                                                                  \
+    "      redis.call('HINCRBY', key, string.format('%d', k), need)\n"                                       \
+    "      redis.call('PEXPIREAT', key, string.format('%d', (k + 2) * S + W))\n"                             \
+    "    else\n"                                                                                             \
+    "      redis.call('INCRBY', key, need)\n"                                                                \
+    "      redis.call('PEXPIREAT', key, ARGV[b + 5])\n"                                                      \
+    "    end\n"                                                                                              \
+    "  end\n"                                                                                                \
+    "end\n"                                                                                                  \
+    "return {1, now}\n"
+
+/*
+ * Settlements and usage counted alone, in one batch. KEYS: one counter per
+ * change. ARGV: three per change: the slot number of a window's counter or
+ * '-' for a period's, the amount to add (negative: an estimate taken back),
+ * the counter's expiry on Redis's clock. A change to a slot or period that
+ * is gone (expired) adds nothing when it takes back; a counter never drops
+ * below 0; an expiry only moves later.
+ */
+#define SL_CLUSTER_SETTLE_LUA                                                                                \
+    "local t = redis.call('TIME')\n"                                                                         \
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"                                \
+    "for i = 1, #KEYS do\n"                                                                                  \
+    "  local f, d, e = ARGV[3 * i - 2], tonumber(ARGV[3 * i - 1]), tonumber(ARGV[3 * i])\n"                 \
+    "  local key = KEYS[i]\n"                                                                                \
+    "  if e > now then\n"                                                                                    \
+    "    local changed = false\n"                                                                            \
+    "    if f == '-' then\n"                                                                                 \
+    "      if d > 0 or redis.call('EXISTS', key) == 1 then\n"                                                \
+    "        if redis.call('INCRBY', key, d) < 0 then redis.call('SET', key, 0) end\n"                       \
+    "        changed = true\n"                                                                               \
+    "      end\n"                                                                                            \
+    "    elseif d > 0 or redis.call('HEXISTS', key, f) == 1 then\n"                                          \
+    "      if redis.call('HINCRBY', key, f, d) < 0 then redis.call('HSET', key, f, 0) end\n"                 \
+    "      changed = true\n"                                                                                 \
+    "    end\n"                                                                                              \
+    "    if changed then\n"                                                                                  \
+    "      local ttl = redis.call('PTTL', key)\n"                                                            \
+    "      if ttl < 0 or now + ttl < e then redis.call('PEXPIREAT', key, ARGV[3 * i]) end\n"                \
+    "    end\n"                                                                                              \
+    "  end\n"                                                                                                \
+    "end\n"                                                                                                  \
+    "return 1\n"
+
+/*
+ * A slot given back. KEYS: 1 slots:UPSTREAM, 2 busy:UPSTREAM. ARGV: 1 the
+ * slot's member, 2 the "freed" line, 3 the events channel: published only
+ * while some instance found every slot taken.
+ */
+#define SL_CLUSTER_RELEASE_SLOT_LUA                                                                          \
+    "redis.call('ZREM', KEYS[1], ARGV[1])\n"                                                                 \
+    "if redis.call('EXISTS', KEYS[2]) == 1 then\n"                                                           \
+    "  redis.call('PUBLISH', ARGV[3], ARGV[2])\n"                                                            \
+    "end\n"                                                                                                  \
+    "return 1\n"
+
+/* A probe's lease given back, if it is still the one named ARGV[1]. KEYS: 1 probe:UPSTREAM. */
+#define SL_CLUSTER_RELEASE_LEASE_LUA                                                                         \
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end\n"                  \
+    "return 0\n"
+
+#endif

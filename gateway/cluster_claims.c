@@ -84,9 +84,9 @@ release_slot(sl_cluster_shared_t *s, sl_upstream_t *up, uint64_t token)
                           .until_ms = -1};
     if (sl_cluster_msg_encode(&m, line, sizeof(line)) == 0)
         return;
-    sl_cluster_commandv(s->cluster, NULL, NULL, 8,
-                        (const char *[]){"EVAL", SL_CLUSTER_RELEASE_SLOT_LUA, "2", slots, busy, member, line,
-                                         channel});
+    sl_cluster_commandv(
+        s->cluster, NULL, NULL, 8,
+        (const char *[]){"EVAL", SL_CLUSTER_RELEASE_SLOT_LUA, "2", slots, busy, member, line, channel});
 }
 
 static int
@@ -171,7 +171,13 @@ sl__cluster_on_heartbeat(sl_cluster_shared_t *s)
 /* ---- asking ----------------------------------------------------------------------------------------- */
 
 /* What the cluster said of a claim (SL_CLUSTER_CLAIM_LUA's first number). */
-typedef enum { ASKED_NO_ANSWER = -1, ASKED_ELSEWHERE = 0, ASKED_TAKEN = 1, ASKED_FULL = 2, ASKED_NO_ROOM = 3 } asked_t;
+typedef enum {
+    ASKED_NO_ANSWER = -1,
+    ASKED_ELSEWHERE = 0,
+    ASKED_TAKEN = 1,
+    ASKED_FULL = 2,
+    ASKED_NO_ROOM = 3
+} asked_t;
 
 typedef enum { ASK_WAITING, ASK_DECIDED_HERE, ASK_CANCELLED } ask_wait_t;
 
@@ -244,12 +250,12 @@ give_back(sl_cluster_shared_t *s, sl_upstream_t *up, sl_upstream_claim_result_t 
     if (res->dispatching && !unused)
         sl_shared_end_dispatch(s->local, up);
     sl_shared_release_upstream(s->local, &(sl_upstream_release_t){.up = up,
-                                                                   .charge = &res->charge,
-                                                                   .throttle_probe = probe_too,
-                                                                   .breaker_probe = res->breaker_probe,
-                                                                   .unused = unused,
-                                                                   .dispatching = res->dispatching,
-                                                                   .wall_ms = res->charge.at_ms});
+                                                                  .charge = &res->charge,
+                                                                  .throttle_probe = probe_too,
+                                                                  .breaker_probe = res->breaker_probe,
+                                                                  .unused = unused,
+                                                                  .dispatching = res->dispatching,
+                                                                  .wall_ms = res->charge.at_ms});
 }
 
 /* Not taken after all: skipped, with what the local claim showed (ThrottleChanged, HealthChanged) kept. */
@@ -413,7 +419,8 @@ on_ask_reply(void *ctx, const redisReply *r)
 {
     ask_t *a = ctx;
     a->outcome = ASKED_NO_ANSWER;
-    if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && r->element[0]->type == REDIS_REPLY_INTEGER) {
+    if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
+        r->element[0]->type == REDIS_REPLY_INTEGER) {
         long long code = r->element[0]->integer;
         if (code == ASKED_TAKEN && r->elements == 2 && r->element[1]->type == REDIS_REPLY_INTEGER) {
             a->outcome = ASKED_TAKEN;
@@ -464,8 +471,8 @@ ask_new(sl_cluster_shared_t *s, sl_shared_call_t *call, void *ctx)
 
 /* Sends the claim script for a: the probe's lease (grace_ms > 0), a slot (max > 0), room in set for need. */
 static void
-ask(ask_t *a, const char *upstream, int64_t grace_ms, uint32_t max, sl_limit_set_t *set, const sl_amounts_t *need,
-    int64_t wall_ms)
+ask(ask_t *a, const char *upstream, int64_t grace_ms, uint32_t max, sl_limit_set_t *set,
+    const sl_amounts_t *need, int64_t wall_ms)
 {
     sl_cluster_shared_t *s = a->s;
     const char *name = sl_cluster_name(s->cluster);
@@ -500,7 +507,8 @@ ask(ask_t *a, const char *upstream, int64_t grace_ms, uint32_t max, sl_limit_set
     sl_cluster_args_free(&keys);
     sl_cluster_args_free(&args);
     a->call->pending = a;
-    sl_timer_arm(a->call->timers, &a->timeout, sl_now_ms() + sl_cluster_timeout_ms(s->cluster), on_ask_timeout);
+    sl_timer_arm(a->call->timers, &a->timeout, sl_now_ms() + sl_cluster_timeout_ms(s->cluster),
+                 on_ask_timeout);
     sl_cluster_send(s->cluster, &cmd, on_ask_reply, a);
 }
 
@@ -596,7 +604,8 @@ sl__cluster_cancel(sl_cluster_shared_t *s, sl_shared_call_t *call)
     call->pending = NULL;
     sl_timer_cancel(call->timers, &a->timeout);
     a->wait = ASK_CANCELLED;
-    /* What the local claim took is given back (the probe too: it will not go from here); Redis's, once it says. */
+    /* What the local claim took is given back (the probe too: it will not go from here); Redis's, once it
+     * says. */
     if (a->is_key)
         sl_shared_settle(s->local, &a->key.result.charge, &(sl_amounts_t){0}, true, sl_wall_ms());
     else

@@ -142,7 +142,7 @@
     "local t = redis.call('TIME')\n"                                                                         \
     "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"                                \
     "for i = 1, #KEYS do\n"                                                                                  \
-    "  local f, d, e = ARGV[3 * i - 2], tonumber(ARGV[3 * i - 1]), tonumber(ARGV[3 * i])\n"                 \
+    "  local f, d, e = ARGV[3 * i - 2], tonumber(ARGV[3 * i - 1]), tonumber(ARGV[3 * i])\n"                  \
     "  local key = KEYS[i]\n"                                                                                \
     "  if e > now then\n"                                                                                    \
     "    local changed = false\n"                                                                            \
@@ -157,7 +157,7 @@
     "    end\n"                                                                                              \
     "    if changed then\n"                                                                                  \
     "      local ttl = redis.call('PTTL', key)\n"                                                            \
-    "      if ttl < 0 or now + ttl < e then redis.call('PEXPIREAT', key, ARGV[3 * i]) end\n"                \
+    "      if ttl < 0 or now + ttl < e then redis.call('PEXPIREAT', key, ARGV[3 * i]) end\n"                 \
     "    end\n"                                                                                              \
     "  end\n"                                                                                                \
     "end\n"                                                                                                  \

@@ -82,8 +82,8 @@ counter_key(sl_cluster_usage_t *u, const sl_limit_set_t *set, const sl_limit_sta
         return false;
     if (period_end_ms != NULL)
         *period_end_ms = end;
-    return sl_cluster_limit_key(key, size, sl_cluster_name(u->cluster), subject_kind(set), set->name, &st->limit,
-                                start) > 0;
+    return sl_cluster_limit_key(key, size, sl_cluster_name(u->cluster), subject_kind(set), set->name,
+                                &st->limit, start) > 0;
 }
 
 size_t

@@ -716,9 +716,10 @@ unknown_name(sl_bucket_kind_t kind, const char *name)
                        "name", name, NULL);
 }
 
-int
-sl_runtime_set_limits(sl_runtime_t *rt, sl_bucket_kind_t kind, const char *name, const sl_limit_t *limits,
-                      size_t n, sl_msg_t *err)
+/* Replaces the limits of (kind, name) in the running config and its file. */
+static int
+set_limits(sl_runtime_t *rt, sl_bucket_kind_t kind, const char *name, const sl_limit_t *limits, size_t n,
+           sl_msg_t *err)
 {
     pthread_mutex_lock(&rt->lock);
     int rc = -1;
@@ -749,6 +750,16 @@ sl_runtime_set_limits(sl_runtime_t *rt, sl_bucket_kind_t kind, const char *name,
     rc = persist(rt, err);
 out:
     pthread_mutex_unlock(&rt->lock);
+    return rc;
+}
+
+int
+sl_runtime_set_limits(sl_runtime_t *rt, sl_bucket_kind_t kind, const char *name, const sl_limit_t *limits,
+                      size_t n, sl_msg_t *err)
+{
+    int rc = set_limits(rt, kind, name, limits, n, err);
+    if (rc == 0)
+        sl_shared_limits_replaced(rt->gw->shared, kind, name, limits, n);
     return rc;
 }
 
@@ -846,6 +857,22 @@ cluster_each_set(void *ctx, void (*each)(void *each_ctx, sl_limit_set_t *set), v
     sl_snapshot_release(s);
 }
 
+/* Another instance's operator pushed limits: this instance applies them and writes its own file. */
+static void
+cluster_apply_limits(void *ctx, sl_bucket_kind_t kind, const char *name, const sl_limit_t *limits, size_t n)
+{
+    sl_runtime_t *rt = ctx;
+    sl_msg_t err = {0};
+    if (set_limits(rt, kind, name, limits, n, &err) == 0) {
+        sl_log_info("cluster: the limits of %s %s pushed on another instance apply here too",
+                    kind == SL_BUCKET_CLIENT ? "client key" : "upstream", name);
+    } else {
+        sl_log_warn("cluster: the limits of %s pushed on another instance do not apply here: %s [%s]", name,
+                    err.text, sl_code_slug(err.code));
+        sl_msg_free(&err);
+    }
+}
+
 void
 sl_runtime_join_cluster(sl_runtime_t *rt)
 {
@@ -872,6 +899,7 @@ sl_runtime_join_cluster(sl_runtime_t *rt)
                                        .each = cluster_each,
                                        .each_set = cluster_each_set,
                                        .announce = announce_throttle,
+                                       .apply_limits = cluster_apply_limits,
                                        .ctx = rt};
     sl_shared_state_t *shared =
         sl_shared_cluster_new(sl_shared_local_new(&gw->stopping, false), cc, instance, &hooks, &gw->cluster);

@@ -113,6 +113,7 @@ apply(const sl_cluster_msg_t *m, sl_upstream_t *up, int64_t until_mono, int64_t 
         /* Nothing of the throttle: whoever waits for a slot looks again. */
         sl_waitq_wake(&up->waitq, 1);
         break;
+    case SL_CLUSTER_LIMITS:
     case SL_CLUSTER_OP_COUNT:
         break;
     }
@@ -135,6 +136,11 @@ on_line(sl_cluster_shared_t *s, const char *line, size_t len)
         return;
     memcpy(name, m.upstream, m.upstream_len);
     name[m.upstream_len] = '\0';
+    if (m.op == SL_CLUSTER_LIMITS) {
+        s->hooks.apply_limits(s->hooks.ctx, m.subject_kind == 'k' ? SL_BUCKET_CLIENT : SL_BUCKET_PROVIDER,
+                              name, m.limits, m.n_limits);
+        return;
+    }
     sl_upstream_t *up = s->hooks.find(s->hooks.ctx, name);
     if (up == NULL)
         return;
@@ -392,6 +398,31 @@ cluster_upstream_view(sl_shared_state_t *ss, sl_upstream_t *up, sl_limit_set_t *
 }
 
 static void
+cluster_limits_replaced(sl_shared_state_t *ss, sl_bucket_kind_t kind, const char *name,
+                        const sl_limit_t *limits, size_t n)
+{
+    sl_cluster_shared_t *s = state_of(ss);
+    const char *instance = sl_cluster_instance(s->cluster);
+    sl_cluster_msg_t m = {.op = SL_CLUSTER_LIMITS,
+                          .origin = instance,
+                          .origin_len = strlen(instance),
+                          .upstream = name,
+                          .upstream_len = strlen(name),
+                          .subject_kind = kind == SL_BUCKET_CLIENT ? 'k' : 'p',
+                          .n_limits = n};
+    if (n > SL_CLUSTER_MAX_LIMITS) {
+        sl_log_warn("cluster %s: the %zu limits of %s are more than %d: not sent to the other instances",
+                    sl_cluster_name(s->cluster), n, name, SL_CLUSTER_MAX_LIMITS);
+        return;
+    }
+    memcpy(m.limits, limits, n * sizeof(*limits));
+    char line[1024];
+    size_t len = sl_cluster_msg_encode(&m, line, sizeof(line));
+    if (len > 0)
+        sl_cluster_publish(s->cluster, line, len);
+}
+
+static void
 cluster_free(sl_shared_state_t *ss)
 {
     sl_cluster_shared_t *s = state_of(ss);
@@ -418,6 +449,7 @@ static const sl_shared_state_ops_t cluster_ops = {
     .end_dispatch = cluster_end_dispatch,
     .pause_of = cluster_pause_of,
     .upstream_view = cluster_upstream_view,
+    .limits_replaced = cluster_limits_replaced,
     .cancel = cluster_cancel,
     .free = cluster_free,
 };

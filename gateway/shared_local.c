@@ -508,6 +508,14 @@ local_free(sl_shared_state_t *ss)
     free(ss);
 }
 
+/* One process: the limits are applied where they were pushed, and nowhere else is there to tell. */
+static void
+local_limits_replaced(sl_shared_state_t *ss, sl_bucket_kind_t kind, const char *name,
+                      const sl_limit_t *limits, size_t n)
+{
+    (void)ss, (void)kind, (void)name, (void)limits, (void)n;
+}
+
 static const sl_shared_state_ops_t local_ops = {
     .claim_upstream = local_claim_upstream,
     .release_upstream = local_release_upstream,
@@ -523,6 +531,7 @@ static const sl_shared_state_ops_t local_ops = {
     .end_dispatch = local_end_dispatch,
     .pause_of = local_pause_of,
     .upstream_view = local_upstream_view,
+    .limits_replaced = local_limits_replaced,
     .cancel = local_cancel,
     .free = local_free,
 };

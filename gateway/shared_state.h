@@ -225,6 +225,8 @@ typedef struct {
     void (*end_dispatch)(sl_shared_state_t *ss, sl_upstream_t *up);
     sl_pause_t (*pause_of)(sl_shared_state_t *ss, sl_upstream_t *up, int64_t now_ms);
     sl_upstream_view_t (*upstream_view)(sl_shared_state_t *ss, sl_upstream_t *up, sl_limit_set_t *limits);
+    void (*limits_replaced)(sl_shared_state_t *ss, sl_bucket_kind_t kind, const char *name,
+                            const sl_limit_t *limits, size_t n);
     void (*cancel)(sl_shared_state_t *ss, sl_shared_call_t *call);
     void (*free)(sl_shared_state_t *ss);
 } sl_shared_state_ops_t;
@@ -365,6 +367,18 @@ sl_shared_upstream_view(sl_shared_state_t *ss, sl_upstream_t *up, sl_limit_set_t
     return ss->ops->upstream_view(ss, up, limits);
 }
 
+/*
+ * An operator replaced the usage limits of an upstream or a client key
+ * here (set_provider_limits, set_key_limits): in a cluster, every other
+ * instance applies them too.
+ */
+static inline void
+sl_shared_limits_replaced(sl_shared_state_t *ss, sl_bucket_kind_t kind, const char *name,
+                          const sl_limit_t *limits, size_t n)
+{
+    ss->ops->limits_replaced(ss, kind, name, limits, n);
+}
+
 /* The call on call, if pending, will not answer; what it took is given back. */
 static inline void
 sl_shared_cancel(sl_shared_state_t *ss, sl_shared_call_t *call)
@@ -409,6 +423,9 @@ typedef struct {
     void (*each_set)(void *ctx, void (*each)(void *each_ctx, sl_limit_set_t *set), void *each_ctx);
     /* ThrottleChanged for a change another instance made. */
     void (*announce)(void *ctx, const sl_throttle_news_t *news);
+    /* Another instance's operator replaced the limits of (kind, name): applied here as if pushed here. */
+    void (*apply_limits)(void *ctx, sl_bucket_kind_t kind, const char *name, const sl_limit_t *limits,
+                         size_t n);
     void *ctx;
 } sl_shared_cluster_hooks_t;
 

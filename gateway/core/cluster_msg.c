@@ -11,11 +11,41 @@ static const char *const op_slugs[SL_CLUSTER_OP_COUNT] = {
     [SL_CLUSTER_ANSWERED] = "answered",
     [SL_CLUSTER_PROBE_ABANDONED] = "abandoned",
     [SL_CLUSTER_SLOT_FREED] = "freed",
+    [SL_CLUSTER_LIMITS] = "limits",
 };
+
+static const char *const per_slugs[] = {"minute", "hour", "day", "week", "month"};
+static const char *const measure_slugs[] = {"requests", "tokens", "cost"};
+
+/* "-" or PER/EVERY/MEASURE/AMOUNT,... into out; false when it does not fit. */
+static bool
+encode_limits(const sl_cluster_msg_t *m, char *out, size_t size)
+{
+    if (m->n_limits == 0)
+        return snprintf(out, size, "-") < (int)size;
+    size_t len = 0;
+    for (size_t i = 0; i < m->n_limits; i++) {
+        const sl_limit_t *l = &m->limits[i];
+        int n = snprintf(out + len, size - len, "%s%s/%" PRIu32 "/%s/%" PRId64, i > 0 ? "," : "",
+                         per_slugs[l->per], l->every, measure_slugs[l->measure], l->amount);
+        if (n < 0 || (size_t)n >= size - len)
+            return false;
+        len += (size_t)n;
+    }
+    return true;
+}
 
 size_t
 sl_cluster_msg_encode(const sl_cluster_msg_t *m, char *out, size_t size)
 {
+    if (m->op == SL_CLUSTER_LIMITS) {
+        char limits[SL_CLUSTER_MAX_LIMITS * 48];
+        if (!encode_limits(m, limits, sizeof(limits)))
+            return 0;
+        int n = snprintf(out, size, "v1 %.*s limits %c %s - %.*s", (int)m->origin_len, m->origin,
+                         m->subject_kind == 'k' ? 'k' : 'p', limits, (int)m->upstream_len, m->upstream);
+        return n > 0 && (size_t)n < size ? (size_t)n : 0;
+    }
     char until[24];
     if (m->until_ms == SL_CLUSTER_NEVER)
         snprintf(until, sizeof(until), "never");
@@ -65,6 +95,66 @@ field_is(const char *f, size_t len, const char *word)
     return len == strlen(word) && memcmp(f, word, len) == 0;
 }
 
+static bool
+slug_index(const char *f, size_t n, const char *const *slugs, size_t count, size_t *out)
+{
+    for (size_t i = 0; i < count; i++) {
+        if (field_is(f, n, slugs[i])) {
+            *out = i;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* One PER/EVERY/MEASURE/AMOUNT. */
+static bool
+decode_limit(const char *s, size_t len, sl_limit_t *out)
+{
+    const char *parts[4];
+    size_t lens[4], k = 0;
+    const char *p = s, *end = s + len;
+    while (k < 4) {
+        const char *slash = k < 3 ? memchr(p, '/', (size_t)(end - p)) : end;
+        if (slash == NULL)
+            return false;
+        parts[k] = p;
+        lens[k++] = (size_t)(slash - p);
+        p = slash + 1;
+    }
+    size_t per, measure;
+    int64_t every, amount;
+    if (!slug_index(parts[0], lens[0], per_slugs, 5, &per) || !parse_number(parts[1], lens[1], &every) ||
+        every < 1 || every > UINT32_MAX || !slug_index(parts[2], lens[2], measure_slugs, 3, &measure) ||
+        !parse_number(parts[3], lens[3], &amount))
+        return false;
+    *out = (sl_limit_t){.per = (sl_limit_per_t)per,
+                        .every = (uint32_t)every,
+                        .measure = (sl_limit_measure_t)measure,
+                        .amount = amount};
+    return true;
+}
+
+static bool
+decode_limits(const char *s, size_t len, sl_cluster_msg_t *out)
+{
+    if (field_is(s, len, "-"))
+        return true;
+    const char *p = s, *end = s + len;
+    while (p < end) {
+        const char *comma = memchr(p, ',', (size_t)(end - p));
+        const char *stop = comma != NULL ? comma : end;
+        if (out->n_limits == SL_CLUSTER_MAX_LIMITS ||
+            !decode_limit(p, (size_t)(stop - p), &out->limits[out->n_limits]))
+            return false;
+        out->n_limits++;
+        p = comma != NULL ? comma + 1 : end;
+        if (comma != NULL && p == end)
+            return false;
+    }
+    return out->n_limits > 0;
+}
+
 bool
 sl_cluster_msg_decode(const char *text, size_t len, sl_cluster_msg_t *out)
 {
@@ -86,6 +176,19 @@ sl_cluster_msg_decode(const char *text, size_t len, sl_cluster_msg_t *out)
     out->op = (sl_cluster_op_t)op;
     if (!next_field(&p, end, &f, &n))
         return false;
+    if (out->op == SL_CLUSTER_LIMITS) {
+        if (n != 1 || (f[0] != 'p' && f[0] != 'k'))
+            return false;
+        out->subject_kind = f[0];
+        out->until_ms = -1;
+        if (!next_field(&p, end, &f, &n) || !decode_limits(f, n, out))
+            return false;
+        if (!next_field(&p, end, &f, &n) || !field_is(f, n, "-") || p >= end)
+            return false;
+        out->upstream = p;
+        out->upstream_len = (size_t)(end - p);
+        return true;
+    }
     if (field_is(f, n, "never"))
         out->until_ms = SL_CLUSTER_NEVER;
     else if (field_is(f, n, "-"))
@@ -112,9 +215,6 @@ sl_cluster_key(char *out, size_t size, const char *name, const char *kind, const
                        : snprintf(out, size, "{sl:%s}:%s", name, kind);
     return n > 0 && (size_t)n < size ? (size_t)n : 0;
 }
-
-static const char *const per_slugs[] = {"minute", "hour", "day", "week", "month"};
-static const char *const measure_slugs[] = {"requests", "tokens", "cost"};
 
 size_t
 sl_cluster_limit_key(char *out, size_t size, const char *name, char subject_kind, const char *subject,

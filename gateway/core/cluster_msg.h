@@ -11,7 +11,14 @@
  *
  * ORIGIN is the sending instance (no space: the config allows none);
  * UNTIL a Redis-clock time in ms, "never" (a manual pause without end) or
- * "-" (none); UPSTREAM comes last and may hold spaces.
+ * "-" (none); UPSTREAM comes last and may hold spaces. A change of limits
+ * names its subject in place of UNTIL (p: an upstream, k: a client key)
+ * and carries the limits in place of CONSECUTIVE and GRACE:
+ *
+ *     v1 ORIGIN limits KIND LIMITS - NAME
+ *
+ * LIMITS is "-" (none) or PER/EVERY/MEASURE/AMOUNT joined by commas, e.g.
+ * "minute/5/tokens/10000,day/1/cost/20000000".
  */
 #ifndef SL_CLUSTER_MSG_H
 #define SL_CLUSTER_MSG_H
@@ -29,11 +36,15 @@ typedef enum {
     SL_CLUSTER_ANSWERED,        /* it answered something other than a 429: the probe passed */
     SL_CLUSTER_PROBE_ABANDONED, /* the probe went away without an answer: another may go */
     SL_CLUSTER_SLOT_FREED,      /* a max_concurrent slot came free while some instance found them all taken */
+    SL_CLUSTER_LIMITS,          /* an operator replaced the usage limits of an upstream or a client key */
     SL_CLUSTER_OP_COUNT
 } sl_cluster_op_t;
 
 /* "Never" as a Redis-clock time: a manual pause until resumed. */
 #define SL_CLUSTER_NEVER INT64_MAX
+
+/* Limits one message carries, at most (a subject's limits beyond it are refused by the sender). */
+#define SL_CLUSTER_MAX_LIMITS 16
 
 typedef struct {
     sl_cluster_op_t op;
@@ -44,6 +55,10 @@ typedef struct {
     int64_t until_ms; /* Redis clock; SL_CLUSTER_NEVER; -1: none */
     uint32_t consecutive;
     int64_t grace_ms;
+    /* SL_CLUSTER_LIMITS: whose ('p' an upstream, 'k' a client key; upstream names it) and which */
+    char subject_kind;
+    sl_limit_t limits[SL_CLUSTER_MAX_LIMITS];
+    size_t n_limits;
 } sl_cluster_msg_t;
 
 /* The message as a line (NUL-terminated) in out; returns its length, 0 when it does not fit in size. */

@@ -559,3 +559,36 @@ Test(cluster, a_token_limit_holds_exactly_across_two_instances_and_one_instance_
     cr_assert_geq(alone * 10, (size_t)(9 * fits), "one instance gets >= 0.9 of the limit (%zu)", alone);
     cr_assert_leq(alone, (size_t)fits);
 }
+
+Test(cluster, limits_pushed_on_one_instance_bind_on_the_other_within_a_second)
+{
+    failover = "wait_secs: 0";
+    start_instance(0);
+    start_instance(1);
+    fake_set_default(up, slow_plain(0));
+    cr_assert_eq(sluicectl(0, "limits set one --per minute --requests 2"), 0);
+    cr_assert(proc_wait_log(&procs[1], "pushed on another instance apply here too", 1000), "%s",
+              procs[1].log);
+    http_response_t res = {0};
+    for (int i = 0; i < 2; i++) {
+        cr_assert(http_request_h(ports[1], "POST", "/v1/messages", ANTHROPIC_HEADERS, PLAIN_BODY, &res));
+        cr_assert_eq(res.status, 200, "request %d: %s", i, res.body);
+    }
+    cr_assert(http_request_h(ports[1], "POST", "/v1/messages", ANTHROPIC_HEADERS, PLAIN_BODY, &res));
+    cr_assert_eq(res.status, 429, "the third in the minute: %s", res.body);
+    cr_assert_not_null(strstr(res.body, "gw.wait.window_full"), "%s", res.body);
+    /* The window is shared too: a's next request finds it full. */
+    cr_assert(http_request_h(ports[0], "POST", "/v1/messages", ANTHROPIC_HEADERS, PLAIN_BODY, &res));
+    cr_assert_eq(res.status, 429, "%s", res.body);
+    http_response_free(&res);
+    cr_assert_eq(fake_count(up), 2);
+    /* b wrote the pushed limits to its own file, as a push made there would. */
+    char path[128], text[4096] = "";
+    snprintf(path, sizeof(path), "%s/b.yaml", dir);
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f);
+    size_t n = fread(text, 1, sizeof(text) - 1, f);
+    fclose(f);
+    text[n] = '\0';
+    cr_assert_not_null(strstr(text, "requests: 2"), "%s", text);
+}

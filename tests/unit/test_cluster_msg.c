@@ -83,6 +83,56 @@ Test(cluster_msg, lines_of_another_version_or_malformed_are_refused)
     }
 }
 
+Test(cluster_msg, pushed_limits_go_as_one_line_and_come_back_the_same)
+{
+    sl_cluster_msg_t m = {
+        .op = SL_CLUSTER_LIMITS,
+        .origin = "a",
+        .origin_len = 1,
+        .upstream = "my upstream",
+        .upstream_len = 11,
+        .subject_kind = 'p',
+        .n_limits = 2,
+        .limits = {{SL_PER_MINUTE, 5, SL_MEASURE_TOKENS, 10000}, {SL_PER_DAY, 1, SL_MEASURE_COST, 20000000}}};
+    char out[256];
+    size_t n = sl_cluster_msg_encode(&m, out, sizeof(out));
+    cr_assert_str_eq(out, "v1 a limits p minute/5/tokens/10000,day/1/cost/20000000 - my upstream");
+    sl_cluster_msg_t back;
+    cr_assert(sl_cluster_msg_decode(out, n, &back));
+    cr_assert_eq(back.op, SL_CLUSTER_LIMITS);
+    cr_assert_eq(back.subject_kind, 'p');
+    cr_assert_eq(back.n_limits, 2);
+    cr_assert(memcmp(back.limits, m.limits, sizeof(m.limits[0]) * 2) == 0);
+    cr_assert_eq(back.upstream_len, 11);
+    cr_assert(memcmp(back.upstream, "my upstream", 11) == 0);
+
+    m.subject_kind = 'k', m.n_limits = 0;
+    n = sl_cluster_msg_encode(&m, out, sizeof(out));
+    cr_assert_str_eq(out, "v1 a limits k - - my upstream", "none: the key's limits are cleared");
+    cr_assert(sl_cluster_msg_decode(out, n, &back));
+    cr_assert_eq(back.subject_kind, 'k');
+    cr_assert_eq(back.n_limits, 0);
+}
+
+Test(cluster_msg, malformed_pushed_limits_are_refused)
+{
+    static const char *const bad[] = {
+        "v1 a limits x - - n",
+        "v1 a limits p minute/5/tokens - n",
+        "v1 a limits p minute/0/tokens/5 - n",
+        "v1 a limits p fortnight/1/tokens/5 - n",
+        "v1 a limits p minute/1/bytes/5 - n",
+        "v1 a limits p minute/1/tokens/5, - n",
+        "v1 a limits p minute/1/tokens/-5 - n",
+        "v1 a limits p minute/1/tokens/5 7 n",
+        "v1 a limits p minute/1/tokens/5 -",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        sl_cluster_msg_t m;
+        cr_expect_not(sl_cluster_msg_decode(bad[i], strlen(bad[i]), &m), "refused: \"%s\"", bad[i]);
+    }
+}
+
 Test(cluster_msg, a_line_that_does_not_fit_is_not_cut)
 {
     sl_cluster_msg_t m = msg(SL_CLUSTER_PAUSE_429, "a", "anthropic", 5);

@@ -133,8 +133,10 @@ sl__breaker_account(request_t *r, const sl_failure_class_info_t *info)
     r->is_probe = false;
     sl_breaker_t now_state = r->up->breaker;
     pthread_mutex_unlock(&r->up->lock);
-    if (changed)
+    if (changed) {
         sl__emit_health(r, r->up->name, now_state);
+        sl_shared_health_changed(r->gw->shared, r->up, &now_state, sl_now_ms());
+    }
 }
 
 /* The hop's upstream answered sensibly: its 429 streak resets (a probe passes), its breaker counts a success,

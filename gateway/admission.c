@@ -101,6 +101,13 @@ look_again(request_t *r)
 {
     if (r->phase != PHASE_QUEUED)
         return;
+    /*
+     * Its claim is out (a cluster's Redis has not answered yet): it decides
+     * with that answer. Asking again would cancel it, and a line woken more
+     * often than Redis answers would never let it through.
+     */
+    if (r->wait.call.pending != NULL)
+        return;
     if (r->wait.key_waiting) {
         sl__admit_key_then_route(r);
         return;
@@ -305,6 +312,10 @@ on_key_claimed(void *ctx, const sl_key_claim_result_t *res)
 {
     request_t *r = ctx;
     int64_t now = sl_now_ms(), wall = sl_wall_ms();
+    if (res->unavailable) {
+        sl__refuse_to_wait(r, SL_CODE_GW_CLUSTER_UNAVAILABLE, SL_CLUSTER_RETRY_AFTER_SECS);
+        return;
+    }
     if (res->draining) {
         sl__refuse_to_wait(r, SL_CODE_GW_SHUTTING_DOWN, "1");
         return;
@@ -428,6 +439,10 @@ on_claimed(void *ctx, const sl_upstream_claim_result_t *res)
 {
     request_t *r = ctx;
     size_t cand = r->wait.claiming;
+    if (res->unavailable) {
+        sl__refuse_to_wait(r, SL_CODE_GW_CLUSTER_UNAVAILABLE, SL_CLUSTER_RETRY_AFTER_SECS);
+        return;
+    }
     on_upstream_claimed(r, cand, res);
     if (res->skip == SL_SKIP_NONE) {
         sl__send_hop(r);

@@ -569,6 +569,27 @@ sl_bus_request_cancelled(sl_proto_event_t *out, int64_t at_ms, uint64_t id, int6
 }
 
 sl_proto_event_t *
+sl_bus_breaker_health(sl_proto_event_t *out, const char *provider, const sl_breaker_t *b, const sl_tz_t *tz,
+                      int64_t mono, int64_t wall)
+{
+    int64_t until = SL_BUS_ABSENT;
+    if (b->state != SL_BREAKER_CLOSED && b->until_ms != SL_BREAKER_UNTIL_CLEARED)
+        until = wall + (b->until_ms - mono);
+    sl_code_t code = SL_CODE_GW_BREAKER_RECOVERED;
+    const char *slug = sl_breaker_reason_slug(b);
+    if (slug != NULL)
+        sl_code_from_slug(slug, &code);
+    char count[16], until_text[64] = "it is cleared";
+    snprintf(count, sizeof(count), "%u", b->failures);
+    if (until >= 0)
+        sl_text_local_time(tz, until, until_text, sizeof(until_text));
+    sl_msg_t reason = sl_msg_make(code, "provider", provider, "count", count, "until", until_text, NULL);
+    sl_bus_health_changed(out, wall, provider, b->state, until, &reason);
+    sl_msg_free(&reason);
+    return out;
+}
+
+sl_proto_event_t *
 sl_bus_health_changed(sl_proto_event_t *out, int64_t at_ms, const char *provider, sl_breaker_state_t state,
                       int64_t until_ms, const sl_msg_t *reason)
 {

@@ -231,6 +231,13 @@ sl_proto_event_t *sl_bus_health_changed(sl_proto_event_t *out, int64_t at_ms, co
                                         sl_breaker_state_t state, int64_t until_ms, const sl_msg_t *reason);
 
 /*
+ * HealthChanged for provider's breaker b as it is at mono / wall (its hold's
+ * end shown in tz), with the reason of its state and cause.
+ */
+sl_proto_event_t *sl_bus_breaker_health(sl_proto_event_t *out, const char *provider, const sl_breaker_t *b,
+                                        const sl_tz_t *tz, int64_t mono, int64_t wall);
+
+/*
  * A retry round is scheduled (behaviour.md §5): the upstreams to be retried,
  * the 1-based round, when the pause ends and the request's deadline (wall
  * clock), whether a hint lengthened the pause, and the error that caused it.

@@ -25,6 +25,12 @@
 /* A slot's lease ends this long after the last heartbeat of the instance that holds it. */
 #define SL_SLOT_LEASE_MS SL_CLUSTER_HEARTBEAT_TTL_MS
 
+static bool
+has_limits(const sl_limit_set_t *set)
+{
+    return set != NULL && set->n > 0;
+}
+
 /* ---- slots held here ----------------------------------------------------------------------------- */
 
 /* A max_concurrent slot this instance holds as a lease (renewed with each heartbeat). */
@@ -282,17 +288,28 @@ release_lease(sl_cluster_shared_t *s, const char *key, const char *name)
                         (const char *[]){"EVAL", SL_CLUSTER_RELEASE_LEASE_LUA, "1", key, name});
 }
 
-/* Redis's clock to sl_now_ms's, and to the wall clock. */
+/*
+ * A recovery time Redis named, on this instance's clocks. The clocks' offset
+ * is known to within half a heartbeat's round trip: a time that comes out
+ * as past here is not past in Redis, so it is looked at again a little
+ * later — never taken as "any moment", which only a line's movement would
+ * end.
+ */
+#define SL_CLUSTER_RECHECK_MS 10
+
 static int64_t
-mono_of(sl_cluster_shared_t *s, int64_t redis_ms)
+recovery_mono(sl_cluster_shared_t *s, int64_t redis_ms)
 {
-    return sl_cluster_mono_ms_of(redis_ms, sl_now_ms(), sl_wall_ms(), sl_cluster_clock_offset_ms(s->cluster));
+    int64_t now = sl_now_ms();
+    int64_t at = sl_cluster_mono_ms_of(redis_ms, now, sl_wall_ms(), sl_cluster_clock_offset_ms(s->cluster));
+    return at > now + SL_CLUSTER_RECHECK_MS ? at : now + SL_CLUSTER_RECHECK_MS;
 }
 
 static int64_t
-wall_of(sl_cluster_shared_t *s, int64_t redis_ms)
+recovery_wall(sl_cluster_shared_t *s, int64_t redis_ms)
 {
-    return redis_ms - sl_cluster_clock_offset_ms(s->cluster);
+    int64_t now = sl_wall_ms(), at = redis_ms - sl_cluster_clock_offset_ms(s->cluster);
+    return at > now + SL_CLUSTER_RECHECK_MS ? at : now + SL_CLUSTER_RECHECK_MS;
 }
 
 /* The cluster's limits had no room: what ThrottleChanged shows for an upstream's limits moves with it. */
@@ -303,7 +320,7 @@ no_room_upstream(ask_t *a)
     sl_limit_set_t *set = r->charge.set;
     give_back(a->s, a->upstream.up, r, r->throttle_probe, true);
     skip_as(r, a->verdict == SL_LIMIT_PERIOD_USED_UP ? SL_SKIP_PERIOD_USED_UP : SL_SKIP_WINDOW_FULL);
-    r->recovery_ms = a->verdict == SL_LIMIT_NEVER ? SL_THROTTLE_NEVER : mono_of(a->s, a->recovery_ms);
+    r->recovery_ms = a->verdict == SL_LIMIT_NEVER ? SL_THROTTLE_NEVER : recovery_mono(a->s, a->recovery_ms);
     r->reached_limits = true;
     sl_waitq_lock();
     if (a->which < set->n) {
@@ -311,7 +328,7 @@ no_room_upstream(ask_t *a)
         sl_limit_verdict_t shown = a->verdict == SL_LIMIT_NEVER ? set->shown : a->verdict;
         if (shown != set->shown) {
             set->shown = shown;
-            set->shown_until_ms = wall_of(a->s, a->recovery_ms);
+            set->shown_until_ms = recovery_wall(a->s, a->recovery_ms);
             set->shown_limit = r->limit;
             r->limits_changed = true;
             r->shown = shown;
@@ -328,8 +345,9 @@ no_room_key(ask_t *a)
     sl_key_claim_result_t *r = &a->key.result;
     sl_limit_set_t *set = r->charge.set;
     sl_shared_settle(a->s->local, &r->charge, &(sl_amounts_t){0}, false, sl_wall_ms());
-    *r = (sl_key_claim_result_t){
-        .check = {.verdict = a->verdict, .recovery_ms = wall_of(a->s, a->recovery_ms), .which = a->which}};
+    *r = (sl_key_claim_result_t){.check = {.verdict = a->verdict,
+                                           .recovery_ms = recovery_wall(a->s, a->recovery_ms),
+                                           .which = a->which}};
     sl_waitq_lock();
     if (a->which < set->n)
         r->limit = set->states[a->which].limit;
@@ -524,17 +542,16 @@ alone_parts(sl_cluster_shared_t *s)
     return n == 0 ? 2 : n;
 }
 
-static bool
-has_limits(const sl_limit_set_t *set)
-{
-    return set != NULL && set->n > 0;
-}
-
 void
 sl__cluster_claim_upstream(sl_cluster_shared_t *s, const sl_upstream_claim_t *c, sl_shared_call_t *call,
                            sl_upstream_claim_cb done, void *ctx)
 {
     bool joined = sl_cluster_joined(s->cluster);
+    if (s->closed_when_alone && sl_cluster_state(s->cluster) == SL_CLUSTER_DEGRADED &&
+        (c->max_concurrent > 0 || has_limits(c->limits))) {
+        done(ctx, &(sl_upstream_claim_result_t){.skip = SL_SKIP_BUSY, .unavailable = true});
+        return;
+    }
     sl_upstream_claim_t claim = *c;
     if (!joined) {
         claim.limit_parts = alone_parts(s);
@@ -574,6 +591,10 @@ sl__cluster_claim_key(sl_cluster_shared_t *s, const sl_key_claim_t *c, sl_shared
                       sl_key_claim_cb done, void *ctx)
 {
     bool joined = sl_cluster_joined(s->cluster);
+    if (s->closed_when_alone && sl_cluster_state(s->cluster) == SL_CLUSTER_DEGRADED && has_limits(c->key)) {
+        done(ctx, &(sl_key_claim_result_t){.unavailable = true});
+        return;
+    }
     sl_key_claim_t claim = *c;
     if (!joined)
         claim.limit_parts = alone_parts(s);

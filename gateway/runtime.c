@@ -857,6 +857,21 @@ cluster_each_set(void *ctx, void (*each)(void *each_ctx, sl_limit_set_t *set), v
     sl_snapshot_release(s);
 }
 
+/* HealthChanged after another instance's breaker verdict. */
+static void
+cluster_announce_health(void *ctx, sl_upstream_t *up, const sl_breaker_t *b)
+{
+    sl_runtime_t *rt = ctx;
+    sl_log_info("upstream %s: breaker %s (%s), as another instance found", up->name,
+                sl_breaker_state_slug(b->state), sl_breaker_reason_slug(b));
+    sl_snapshot_t *s = sl_snapshot_acquire(&rt->holder);
+    sl_proto_event_t ev;
+    pthread_mutex_lock(&rt->lock);
+    emit(rt, sl_bus_breaker_health(&ev, up->name, b, s->config->tz, sl_now_ms(), sl_wall_ms()));
+    pthread_mutex_unlock(&rt->lock);
+    sl_snapshot_release(s);
+}
+
 /* Another instance's operator pushed limits: this instance applies them and writes its own file. */
 static void
 cluster_apply_limits(void *ctx, sl_bucket_kind_t kind, const char *name, const sl_limit_t *limits, size_t n)
@@ -899,6 +914,7 @@ sl_runtime_join_cluster(sl_runtime_t *rt)
                                        .each = cluster_each,
                                        .each_set = cluster_each_set,
                                        .announce = announce_throttle,
+                                       .announce_health = cluster_announce_health,
                                        .apply_limits = cluster_apply_limits,
                                        .ctx = rt};
     sl_shared_state_t *shared =

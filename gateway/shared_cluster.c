@@ -33,14 +33,35 @@ state_of(sl_shared_state_t *ss)
 
 /* ---- publishing this instance's changes ------------------------------------------------------- */
 
+/* The key that keeps a change until its end, for instances that join later: its kind, or NULL. */
+static const char *
+kept_in(sl_cluster_op_t op)
+{
+    switch (op) {
+    case SL_CLUSTER_PAUSE_429:
+        return "pause";
+    case SL_CLUSTER_PAUSE_MANUAL:
+        return "manual";
+    case SL_CLUSTER_BREAKER_OPEN:
+        return "breaker";
+    default:
+        return NULL;
+    }
+}
+
+/*
+ * Publishes a change this instance made to up (until_mono: its end on this
+ * instance's clock, SL_THROTTLE_NEVER, or -1 for none), and keeps a pause in
+ * its key until it ends; an end of a pause or probe clears their keys.
+ */
 static void
 publish(sl_cluster_shared_t *s, sl_cluster_op_t op, sl_upstream_t *up, int64_t until_mono,
-        const sl_throttle_t *t)
+        uint32_t consecutive, int64_t grace_ms)
 {
     if (!sl_cluster_joined(s->cluster))
         return;
     int64_t mono = sl_now_ms(), wall = sl_wall_ms(), offset = sl_cluster_clock_offset_ms(s->cluster);
-    const char *instance = sl_cluster_instance(s->cluster);
+    const char *instance = sl_cluster_instance(s->cluster), *name = sl_cluster_name(s->cluster);
     sl_cluster_msg_t m = {
         .op = op,
         .origin = instance,
@@ -48,36 +69,47 @@ publish(sl_cluster_shared_t *s, sl_cluster_op_t op, sl_upstream_t *up, int64_t u
         .upstream = up->name,
         .upstream_len = strlen(up->name),
         .until_ms = until_mono < 0 ? -1 : sl_cluster_redis_ms_of(until_mono, mono, wall, offset),
-        .consecutive = t != NULL ? t->consecutive : 0,
-        .grace_ms = t != NULL ? t->grace_ms : 0,
+        .consecutive = consecutive,
+        .grace_ms = grace_ms,
     };
-    char line[512];
+    char line[512], key[400];
     size_t len = sl_cluster_msg_encode(&m, line, sizeof(line));
     if (len == 0)
         return;
-    /* The pause is also kept in a key until it ends, for instances that join later. */
-    char key[400];
-    const char *kind = op == SL_CLUSTER_PAUSE_MANUAL ? "manual" : "pause";
-    sl_cluster_key(key, sizeof(key), sl_cluster_name(s->cluster), kind, up->name);
-    if (op == SL_CLUSTER_PAUSE_429 || (op == SL_CLUSTER_PAUSE_MANUAL && until_mono != SL_THROTTLE_NEVER)) {
-        char px[24];
-        snprintf(px, sizeof(px), "%lld", (long long)(until_mono - mono > 1 ? until_mono - mono : 1));
-        sl_cluster_commandv(s->cluster, NULL, NULL, 5, (const char *[]){"SET", key, line, "PX", px});
-    } else if (op == SL_CLUSTER_PAUSE_MANUAL) {
-        sl_cluster_commandv(s->cluster, NULL, NULL, 3, (const char *[]){"SET", key, line});
-    } else if (op == SL_CLUSTER_RESUME) {
+    const char *kind = kept_in(op);
+    if (kind != NULL) {
+        sl_cluster_key(key, sizeof(key), name, kind, up->name);
+        if (until_mono == SL_THROTTLE_NEVER) {
+            sl_cluster_commandv(s->cluster, NULL, NULL, 3, (const char *[]){"SET", key, line});
+        } else {
+            char px[24];
+            snprintf(px, sizeof(px), "%lld", (long long)(until_mono - mono > 1 ? until_mono - mono : 1));
+            sl_cluster_commandv(s->cluster, NULL, NULL, 5, (const char *[]){"SET", key, line, "PX", px});
+        }
+    }
+    if (op == SL_CLUSTER_RESUME) {
         char pause_key[400];
-        sl_cluster_key(pause_key, sizeof(pause_key), sl_cluster_name(s->cluster), "pause", up->name);
-        sl_cluster_key(key, sizeof(key), sl_cluster_name(s->cluster), "manual", up->name);
+        sl_cluster_key(pause_key, sizeof(pause_key), name, "pause", up->name);
+        sl_cluster_key(key, sizeof(key), name, "manual", up->name);
         sl_cluster_commandv(s->cluster, NULL, NULL, 3, (const char *[]){"DEL", key, pause_key});
+    }
+    if (op == SL_CLUSTER_BREAKER_CLOSED) {
+        sl_cluster_key(key, sizeof(key), name, "breaker", up->name);
+        sl_cluster_commandv(s->cluster, NULL, NULL, 2, (const char *[]){"DEL", key});
     }
     if (op == SL_CLUSTER_ANSWERED || op == SL_CLUSTER_PROBE_ABANDONED || op == SL_CLUSTER_RESUME) {
         /* The probe is over: the next pause's probe takes the lease afresh. */
-        char probe_key[400];
-        sl_cluster_key(probe_key, sizeof(probe_key), sl_cluster_name(s->cluster), "probe", up->name);
-        sl_cluster_commandv(s->cluster, NULL, NULL, 2, (const char *[]){"DEL", probe_key});
+        sl_cluster_key(key, sizeof(key), name, "probe", up->name);
+        sl_cluster_commandv(s->cluster, NULL, NULL, 2, (const char *[]){"DEL", key});
     }
     sl_cluster_publish(s->cluster, line, len);
+}
+
+static void
+publish_throttle(sl_cluster_shared_t *s, sl_cluster_op_t op, sl_upstream_t *up, int64_t until_mono,
+                 const sl_throttle_t *t)
+{
+    publish(s, op, up, until_mono, t != NULL ? t->consecutive : 0, t != NULL ? t->grace_ms : 0);
 }
 
 /* ---- what other instances published ------------------------------------------------------------ */
@@ -114,12 +146,39 @@ apply(const sl_cluster_msg_t *m, sl_upstream_t *up, int64_t until_mono, int64_t 
         sl_waitq_wake(&up->waitq, 1);
         break;
     case SL_CLUSTER_LIMITS:
+    case SL_CLUSTER_BREAKER_OPEN:
+    case SL_CLUSTER_BREAKER_CLOSED:
     case SL_CLUSTER_OP_COUNT:
         break;
     }
     news.throttle = up->throttle;
     sl_waitq_unlock();
     return news;
+}
+
+/* Another instance's breaker verdict: open until its end, or closed again; HealthChanged when it moved here.
+ */
+static void
+apply_breaker(sl_cluster_shared_t *s, const sl_cluster_msg_t *m, sl_upstream_t *up, int64_t now)
+{
+    bool changed;
+    pthread_mutex_lock(&up->lock);
+    if (m->op == SL_CLUSTER_BREAKER_CLOSED) {
+        changed = sl_breaker_on_success(&up->breaker);
+    } else {
+        int64_t until = m->until_ms == SL_CLUSTER_NEVER
+                            ? SL_BREAKER_UNTIL_CLEARED
+                            : sl_cluster_mono_ms_of(m->until_ms, now, sl_wall_ms(),
+                                                    sl_cluster_clock_offset_ms(s->cluster));
+        sl_breaker_cause_t cause = m->grace_ms > 0 && m->grace_ms < SL_BREAKER_CAUSE_COUNT
+                                       ? (sl_breaker_cause_t)m->grace_ms
+                                       : SL_BREAKER_CAUSE_UNEXPLAINED;
+        changed = sl_breaker_adopt_open(&up->breaker, cause, until, m->consecutive, now);
+    }
+    sl_breaker_t b = up->breaker;
+    pthread_mutex_unlock(&up->lock);
+    if (changed && s->hooks.announce_health != NULL)
+        s->hooks.announce_health(s->hooks.ctx, up, &b);
 }
 
 static void
@@ -145,6 +204,10 @@ on_line(sl_cluster_shared_t *s, const char *line, size_t len)
     if (up == NULL)
         return;
     int64_t now = sl_now_ms();
+    if (m.op == SL_CLUSTER_BREAKER_OPEN || m.op == SL_CLUSTER_BREAKER_CLOSED) {
+        apply_breaker(s, &m, up, now);
+        return;
+    }
     int64_t until = m.until_ms < 0 ? 0
                                    : sl_cluster_mono_ms_of(m.until_ms, now, sl_wall_ms(),
                                                            sl_cluster_clock_offset_ms(s->cluster));
@@ -183,12 +246,13 @@ static void
 on_join_upstream(void *ctx, sl_upstream_t *up)
 {
     join_t *j = ctx;
-    if (j->n + 2 > j->cap) {
+    if (j->n + 3 > j->cap) {
         j->cap = j->cap * 2 + 8;
         j->names = sl_xrealloc(j->names, j->cap * sizeof(*j->names));
     }
     sl_cluster_key(j->names[j->n++], sizeof(*j->names), sl_cluster_name(j->s->cluster), "pause", up->name);
     sl_cluster_key(j->names[j->n++], sizeof(*j->names), sl_cluster_name(j->s->cluster), "manual", up->name);
+    sl_cluster_key(j->names[j->n++], sizeof(*j->names), sl_cluster_name(j->s->cluster), "breaker", up->name);
     if (!j->redis_restarted)
         return;
     /* Redis lost its data: this instance's own pauses are announced again. */
@@ -197,9 +261,9 @@ on_join_upstream(void *ctx, sl_upstream_t *up)
     sl_throttle_t t = up->throttle;
     sl_waitq_unlock();
     if (t.state == SL_THROTTLE_PAUSED && t.pause_until_ms > now)
-        publish(j->s, SL_CLUSTER_PAUSE_429, up, t.pause_until_ms, &t);
+        publish_throttle(j->s, SL_CLUSTER_PAUSE_429, up, t.pause_until_ms, &t);
     if (t.manual_until_ms != 0 && t.manual_until_ms > now)
-        publish(j->s, SL_CLUSTER_PAUSE_MANUAL, up, t.manual_until_ms, &t);
+        publish_throttle(j->s, SL_CLUSTER_PAUSE_MANUAL, up, t.manual_until_ms, &t);
 }
 
 static void
@@ -243,7 +307,7 @@ cluster_release_upstream(sl_shared_state_t *ss, const sl_upstream_release_t *rel
 void
 sl__cluster_publish_abandoned(sl_cluster_shared_t *s, sl_upstream_t *up)
 {
-    publish(s, SL_CLUSTER_PROBE_ABANDONED, up, -1, NULL);
+    publish(s, SL_CLUSTER_PROBE_ABANDONED, up, -1, 0, 0);
 }
 
 static void
@@ -271,18 +335,18 @@ relay_news(void *ctx, const sl_throttle_news_t *news)
         switch (n->op) {
         case SL_CLUSTER_PAUSE_429:
             if (t->state == SL_THROTTLE_PAUSED)
-                publish(n->s, n->op, news->up, t->pause_until_ms, t);
+                publish_throttle(n->s, n->op, news->up, t->pause_until_ms, t);
             break;
         case SL_CLUSTER_ANSWERED:
             /* Only the probe's verdict is news to the others; a reset streak elsewhere is theirs to count. */
             if (n->before == SL_THROTTLE_PROBING && t->state == SL_THROTTLE_FREE)
-                publish(n->s, n->op, news->up, -1, t);
+                publish_throttle(n->s, n->op, news->up, -1, t);
             break;
         case SL_CLUSTER_PAUSE_MANUAL:
-            publish(n->s, n->op, news->up, t->manual_until_ms, t);
+            publish_throttle(n->s, n->op, news->up, t->manual_until_ms, t);
             break;
         default:
-            publish(n->s, n->op, news->up, -1, t);
+            publish_throttle(n->s, n->op, news->up, -1, t);
             break;
         }
     }
@@ -422,6 +486,20 @@ cluster_limits_replaced(sl_shared_state_t *ss, sl_bucket_kind_t kind, const char
         sl_cluster_publish(s->cluster, line, len);
 }
 
+/* The breaker's verdict, for the others: open (with its cause as the GRACE field) or closed again. */
+static void
+cluster_health_changed(sl_shared_state_t *ss, sl_upstream_t *up, const sl_breaker_t *b, int64_t now_ms)
+{
+    (void)now_ms;
+    sl_cluster_shared_t *s = state_of(ss);
+    if (b->state == SL_BREAKER_OPEN)
+        publish(s, SL_CLUSTER_BREAKER_OPEN, up,
+                b->until_ms == SL_BREAKER_UNTIL_CLEARED ? SL_THROTTLE_NEVER : b->until_ms, b->trips,
+                (int64_t)b->cause);
+    else if (b->state == SL_BREAKER_CLOSED)
+        publish(s, SL_CLUSTER_BREAKER_CLOSED, up, -1, 0, 0);
+}
+
 static void
 cluster_free(sl_shared_state_t *ss)
 {
@@ -450,6 +528,7 @@ static const sl_shared_state_ops_t cluster_ops = {
     .pause_of = cluster_pause_of,
     .upstream_view = cluster_upstream_view,
     .limits_replaced = cluster_limits_replaced,
+    .health_changed = cluster_health_changed,
     .cancel = cluster_cancel,
     .free = cluster_free,
 };
@@ -475,6 +554,7 @@ sl_shared_cluster_new(sl_shared_state_t *local, const sl_cluster_config_t *confi
     s->base.ops = &cluster_ops;
     s->local = local;
     s->hooks = *hooks;
+    s->closed_when_alone = config->when_redis_down == SL_REDIS_DOWN_CLOSED;
     pthread_mutex_init(&s->slots_lock, NULL);
     s->cluster = sl_cluster_start(config, instance,
                                   &(sl_cluster_hooks_t){.on_message = on_message,

@@ -119,8 +119,14 @@ typedef struct {
     int64_t shown_until_ms; /* wall clock */
     bool breaker_changed;   /* HealthChanged: breaker is the breaker now */
     sl_breaker_t breaker;
-    uint64_t
-        slot; /* taken: its max_concurrent slot as leased cluster-wide, handed back by the release; 0: none */
+    /* taken: its max_concurrent slot as leased cluster-wide, handed back by the release; 0: none */
+    uint64_t slot;
+    /*
+     * Nothing taken: the state it needs (limits, slots) is shared and cannot
+     * be reached (a cluster's when_redis_down: closed); the request is
+     * answered 503 gw.cluster.unavailable.
+     */
+    bool unavailable;
 } sl_upstream_claim_result_t;
 
 typedef void (*sl_upstream_claim_cb)(void *ctx, const sl_upstream_claim_result_t *result);
@@ -160,6 +166,8 @@ typedef struct {
     sl_limit_t limit;        /* not admitted: the limit that decided */
     bool counts_tokens;      /* admitted: the key's limits count tokens or cost */
     sl_charge_t charge;
+    bool unavailable; /* not admitted: the key's limits are shared and cannot be reached (as for an upstream)
+                       */
 } sl_key_claim_result_t;
 
 typedef void (*sl_key_claim_cb)(void *ctx, const sl_key_claim_result_t *result);
@@ -227,6 +235,8 @@ typedef struct {
     sl_upstream_view_t (*upstream_view)(sl_shared_state_t *ss, sl_upstream_t *up, sl_limit_set_t *limits);
     void (*limits_replaced)(sl_shared_state_t *ss, sl_bucket_kind_t kind, const char *name,
                             const sl_limit_t *limits, size_t n);
+    void (*health_changed)(sl_shared_state_t *ss, sl_upstream_t *up, const sl_breaker_t *breaker,
+                           int64_t now_ms);
     void (*cancel)(sl_shared_state_t *ss, sl_shared_call_t *call);
     void (*free)(sl_shared_state_t *ss);
 } sl_shared_state_ops_t;
@@ -379,6 +389,18 @@ sl_shared_limits_replaced(sl_shared_state_t *ss, sl_bucket_kind_t kind, const ch
     ss->ops->limits_replaced(ss, kind, name, limits, n);
 }
 
+/*
+ * up's breaker moved here (HealthChanged): breaker is it now. In a cluster
+ * its verdict (open until, or closed again) holds on every instance; the
+ * failures that led to it stay counted here only.
+ */
+static inline void
+sl_shared_health_changed(sl_shared_state_t *ss, sl_upstream_t *up, const sl_breaker_t *breaker,
+                         int64_t now_ms)
+{
+    ss->ops->health_changed(ss, up, breaker, now_ms);
+}
+
 /* The call on call, if pending, will not answer; what it took is given back. */
 static inline void
 sl_shared_cancel(sl_shared_state_t *ss, sl_shared_call_t *call)
@@ -410,6 +432,9 @@ sl_shared_state_t *sl_shared_local_new(const atomic_bool *stopping, bool defer_a
 
 /* ---- a cluster's instance (shared_cluster.c) ---------------------------------------------------- */
 
+/* Retry-After of gw.cluster.unavailable: about when an instance tries Redis again (its backoff's cap). */
+#define SL_CLUSTER_RETRY_AFTER_SECS "2"
+
 struct sl_cluster;
 
 /* How the cluster's state reaches this instance's upstreams and control stream (from the cluster's thread).
@@ -423,6 +448,8 @@ typedef struct {
     void (*each_set)(void *ctx, void (*each)(void *each_ctx, sl_limit_set_t *set), void *each_ctx);
     /* ThrottleChanged for a change another instance made. */
     void (*announce)(void *ctx, const sl_throttle_news_t *news);
+    /* HealthChanged for a breaker verdict another instance made. */
+    void (*announce_health)(void *ctx, sl_upstream_t *up, const sl_breaker_t *breaker);
     /* Another instance's operator replaced the limits of (kind, name): applied here as if pushed here. */
     void (*apply_limits)(void *ctx, sl_bucket_kind_t kind, const char *name, const sl_limit_t *limits,
                          size_t n);

@@ -329,21 +329,8 @@ sl__emit_health(request_t *r, const char *provider, sl_breaker_t b)
                 sl_breaker_reason_slug(&b));
     if (!sl__events_on(r))
         return;
-    int64_t until = SL_BUS_ABSENT;
-    if (b.state != SL_BREAKER_CLOSED && b.until_ms != SL_BREAKER_UNTIL_CLEARED)
-        until = sl_wall_ms() + (b.until_ms - sl_now_ms());
-    sl_code_t code = SL_CODE_GW_BREAKER_RECOVERED;
-    const char *slug = sl_breaker_reason_slug(&b);
-    if (slug != NULL)
-        sl_code_from_slug(slug, &code);
-    char count[16], until_text[64] = "it is cleared";
-    snprintf(count, sizeof(count), "%u", b.failures);
-    if (until >= 0)
-        sl_text_local_time(r->config->tz, until, until_text, sizeof(until_text));
-    sl_msg_t reason = sl_msg_make(code, "provider", provider, "count", count, "until", until_text, NULL);
     sl_proto_event_t ev;
-    sl__emit(r, sl_bus_health_changed(&ev, sl_wall_ms(), provider, b.state, until, &reason));
-    sl_msg_free(&reason);
+    sl__emit(r, sl_bus_breaker_health(&ev, provider, &b, r->config->tz, sl_now_ms(), sl_wall_ms()));
 }
 
 /* ---- the request DB row ----------------------------------------------------------------- */

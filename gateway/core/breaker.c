@@ -108,6 +108,23 @@ sl_breaker_on_success(sl_breaker_t *b)
 }
 
 bool
+sl_breaker_adopt_open(sl_breaker_t *b, sl_breaker_cause_t cause, int64_t until_ms, uint32_t trips,
+                      int64_t now_ms)
+{
+    if (until_ms <= now_ms || cause == SL_BREAKER_CAUSE_NONE)
+        return false;
+    if (b->state == SL_BREAKER_OPEN && b->until_ms >= until_ms && b->cause == cause)
+        return false;
+    if (b->state == SL_BREAKER_OPEN && b->until_ms > until_ms)
+        return false;
+    *b = (sl_breaker_t){.state = SL_BREAKER_OPEN,
+                        .cause = cause,
+                        .trips = trips > b->trips ? trips : b->trips,
+                        .until_ms = until_ms};
+    return true;
+}
+
+bool
 sl_breaker_on_failure(sl_breaker_t *b, sl_breaker_cause_t cause, int64_t now_ms,
                       const sl_breaker_params_t *params, int64_t reset_at_ms)
 {

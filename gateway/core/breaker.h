@@ -110,6 +110,16 @@ bool sl_breaker_on_failure(sl_breaker_t *b, sl_breaker_cause_t cause, int64_t no
                            const sl_breaker_params_t *params, int64_t reset_at_ms);
 
 /*
+ * Another instance of the cluster opened the breaker (cluster.md: only the
+ * verdict is shared, each instance counts its own failures): open with its
+ * cause until until_ms (this instance's clock; SL_BREAKER_UNTIL_CLEARED:
+ * held until cleared), its trip count kept. A hold here that ends later
+ * stays. Returns whether the state, its hold or its cause changed.
+ */
+bool sl_breaker_adopt_open(sl_breaker_t *b, sl_breaker_cause_t cause, int64_t until_ms, uint32_t trips,
+                           int64_t now_ms);
+
+/*
  * Hands an unused probe back (the probe hop was cancelled, got a 429, or
  * was never sent), so the next sl_breaker_check hands it out again. No-op
  * unless half-open with the probe out; never changes the state.

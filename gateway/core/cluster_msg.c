@@ -12,6 +12,8 @@ static const char *const op_slugs[SL_CLUSTER_OP_COUNT] = {
     [SL_CLUSTER_PROBE_ABANDONED] = "abandoned",
     [SL_CLUSTER_SLOT_FREED] = "freed",
     [SL_CLUSTER_LIMITS] = "limits",
+    [SL_CLUSTER_BREAKER_OPEN] = "breaker",
+    [SL_CLUSTER_BREAKER_CLOSED] = "healthy",
 };
 
 static const char *const per_slugs[] = {"minute", "hour", "day", "week", "month"};

@@ -37,6 +37,8 @@ typedef enum {
     SL_CLUSTER_PROBE_ABANDONED, /* the probe went away without an answer: another may go */
     SL_CLUSTER_SLOT_FREED,      /* a max_concurrent slot came free while some instance found them all taken */
     SL_CLUSTER_LIMITS,          /* an operator replaced the usage limits of an upstream or a client key */
+    SL_CLUSTER_BREAKER_OPEN,    /* its breaker opened until UNTIL: CONSECUTIVE its trips, GRACE its cause */
+    SL_CLUSTER_BREAKER_CLOSED,  /* its breaker closed: a probe passed */
     SL_CLUSTER_OP_COUNT
 } sl_cluster_op_t;
 

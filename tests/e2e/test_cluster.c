@@ -35,6 +35,11 @@ static uint16_t ports[MAX_INSTANCES], control_ports[MAX_INSTANCES];
 static char dir[64];
 /* More of the provider's fields, e.g. ", max_concurrent: 4". */
 static const char *provider_extra = "";
+/* More providers (YAML list items), and more of the cluster section (", when_redis_down: closed"). */
+static const char *more_providers = "", *cluster_extra = "";
+/* timeout_ms: short, so that tests of a slow Redis stay short; long where a test must not see an instance go
+ * on alone because the machine is busy. */
+static int timeout_ms = 200;
 /* The failover section (wait_secs is scaled with SLUICE_TEST_TIME_SCALE). */
 static const char *failover = "wait_secs: 60";
 
@@ -97,10 +102,12 @@ start_instance(int i)
              "clients: [{name: tester, key: \"" GATEWAY_KEY "\"}]\n"
              "providers:\n"
              "  - {name: one, protocol: anthropic, base_url: \"http://127.0.0.1:%u\", key: k1%s}\n"
+             "%s"
              "failover: {%s}\n"
              "store: {path: %s}\n"
-             "cluster: {redis: \"%s\", name: t%ld, instance: %c, timeout_ms: 200}\n",
-             fake_port(up), provider_extra, failover, store, redis.url, (long)getpid(), 'a' + i);
+             "cluster: {redis: \"%s\", name: t%ld, instance: %c, timeout_ms: %d%s}\n",
+             fake_port(up), provider_extra, more_providers, failover, store, redis.url, (long)getpid(),
+             'a' + i, timeout_ms, cluster_extra);
     snprintf(path, sizeof(path), "%s/%c.yaml", dir, 'a' + i);
     FILE *f = fopen(path, "w");
     cr_assert_not_null(f);
@@ -513,6 +520,7 @@ Test(cluster, a_token_limit_holds_exactly_across_two_instances_and_one_instance_
 {
     setenv("SLUICE_TEST_TIME_SCALE", "0.01", 1);
     failover = "wait_secs: 600";
+    timeout_ms = 2000;
     /* More room than clients: nobody waits past one window, so none reaches its deadline (6 s, scaled). */
     int64_t per_request = tokens_per_request(), fits = 20;
     static char limits[160];
@@ -591,4 +599,72 @@ Test(cluster, limits_pushed_on_one_instance_bind_on_the_other_within_a_second)
     fclose(f);
     text[n] = '\0';
     cr_assert_not_null(strstr(text, "requests: 2"), "%s", text);
+}
+
+Test(cluster, closed_when_redis_is_down_refuses_what_needs_shared_limits_and_serves_the_rest)
+{
+    static char two[256];
+    provider_extra = ", models: [\"claude-limited*\"], max_concurrent: 4";
+    snprintf(two, sizeof(two),
+             "  - {name: two, protocol: anthropic, base_url: \"http://127.0.0.1:%u\", key: k2, models: "
+             "[\"claude-free*\"]}\n",
+             fake_port(up));
+    more_providers = two;
+    cluster_extra = ", when_redis_down: closed";
+    start_instance(0);
+    fake_set_default(up, slow_plain(0));
+    static const char limited[] =
+        "{\"model\":\"claude-limited\",\"max_tokens\":8,\"messages\":[{\"role\":\"user\","
+        "\"content\":\"hi\"}]}";
+    static const char free_body[] =
+        "{\"model\":\"claude-free\",\"max_tokens\":8,\"messages\":[{\"role\":\"user\","
+        "\"content\":\"hi\"}]}";
+    http_response_t res = {0};
+    cr_assert(http_request_h(ports[0], "POST", "/v1/messages", ANTHROPIC_HEADERS, limited, &res));
+    cr_assert_eq(res.status, 200, "joined: served (%s)", res.body);
+    redis_kill(&redis);
+    cr_assert(health_says(0, "degraded", 3000), "%s", procs[0].log);
+    cr_assert(http_request_h(ports[0], "POST", "/v1/messages", ANTHROPIC_HEADERS, limited, &res));
+    cr_assert_eq(res.status, 503, "%s", res.body);
+    cr_assert_not_null(strstr(res.body, "gw.cluster.unavailable"), "%s", res.body);
+    cr_assert_not_null(strstr(res.body, "\"type\":\"error\""), "in the client's format: %s", res.body);
+    char retry_after[16];
+    cr_assert(http_header(&res, "retry-after", retry_after, sizeof(retry_after)));
+    cr_assert(http_request_h(ports[0], "POST", "/v1/messages", ANTHROPIC_HEADERS, free_body, &res));
+    cr_assert_eq(res.status, 200, "no limits, no slots: served alone (%s)", res.body);
+    cr_assert(redis_restart(&redis, false));
+    cr_assert(health_says(0, "joined", 5000), "%s", procs[0].log);
+    cr_assert(http_request_h(ports[0], "POST", "/v1/messages", ANTHROPIC_HEADERS, limited, &res));
+    cr_assert_eq(res.status, 200, "joined again: served (%s)", res.body);
+    http_response_free(&res);
+}
+
+Test(cluster, a_breaker_opened_on_one_instance_holds_on_the_other)
+{
+    fake_upstream_t *up2 = fake_start(NULL, NULL, false);
+    static char two[256];
+    snprintf(two, sizeof(two),
+             "  - {name: two, protocol: anthropic, base_url: \"http://127.0.0.1:%u\", key: k2}\n",
+             fake_port(up2));
+    more_providers = two;
+    failover = "wait_secs: 60, failures_to_pause: 1, pause_secs: 30";
+    start_instance(0);
+    start_instance(1);
+    static const char down[] = "{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"down\"}}";
+    fake_set_default(
+        up, (fake_reply_t){.status = 500, .headers = "content-type: application/json\r\n", .body = down});
+    fake_set_default(up2, slow_plain(0));
+    http_response_t res = {0};
+    cr_assert(http_request_h(ports[0], "POST", "/v1/messages", ANTHROPIC_HEADERS, PLAIN_BODY, &res));
+    cr_assert_eq(res.status, 200, "failed over to two: %s", res.body);
+    cr_assert_eq(fake_count(up), 1);
+    cr_assert(proc_wait_log(&procs[1], "as another instance found", 1000), "%s", procs[1].log);
+    static const char other[] = "{\"model\":\"claude-x\",\"max_tokens\":8,\"messages\":[{\"role\":\"user\","
+                                "\"content\":\"another conversation\"}]}";
+    cr_assert(http_request_h(ports[1], "POST", "/v1/messages", ANTHROPIC_HEADERS, other, &res));
+    cr_assert_eq(res.status, 200, "%s", res.body);
+    cr_assert_eq(fake_count(up), 1, "b skips the upstream a's breaker opened for");
+    cr_assert_eq(fake_count(up2), 2);
+    http_response_free(&res);
+    fake_stop(up2);
 }

@@ -339,3 +339,37 @@ Test(breaker_filter, cooling_follows_the_breakers)
     cr_expect_eq(sl_breaker_filter(cooling, 3, skip), 2);
     cr_expect(!skip[0] && skip[1] && skip[2]);
 }
+
+/* ---- another instance's verdict (cluster.md) -------------------------------------------------- */
+
+Test(breaker, another_instances_open_breaker_holds_here_until_its_end)
+{
+    sl_breaker_t b = {0};
+    b.failures = 2;
+    cr_assert(sl_breaker_adopt_open(&b, SL_BREAKER_CAUSE_UNEXPLAINED, T0 + 30 * SEC, 1, T0));
+    cr_assert_eq(b.state, SL_BREAKER_OPEN);
+    cr_assert_eq(b.failures, 0, "the count starts again after the pause");
+    cr_assert(sl_breaker_is_cooling(&b, T0 + 29 * SEC));
+    bool probe = false;
+    cr_assert_eq(sl_breaker_check(&b, T0 + 30 * SEC, &probe, NULL), SL_BREAKER_HALF_OPEN);
+    cr_assert(probe, "at its end a probe goes from here too");
+}
+
+Test(breaker, a_shorter_hold_from_another_instance_leaves_a_longer_one_here)
+{
+    sl_breaker_t b = {0};
+    cr_assert(sl_breaker_adopt_open(&b, SL_BREAKER_CAUSE_NO_BALANCE, T0 + 60 * SEC, 0, T0));
+    cr_assert_not(sl_breaker_adopt_open(&b, SL_BREAKER_CAUSE_UNEXPLAINED, T0 + 10 * SEC, 1, T0));
+    cr_assert_eq(b.cause, SL_BREAKER_CAUSE_NO_BALANCE);
+    cr_assert(sl_breaker_adopt_open(&b, SL_BREAKER_CAUSE_AUTH, SL_BREAKER_UNTIL_CLEARED, 0, T0));
+    cr_assert_eq(b.until_ms, SL_BREAKER_UNTIL_CLEARED);
+    cr_assert_not(sl_breaker_adopt_open(&b, SL_BREAKER_CAUSE_AUTH, SL_BREAKER_UNTIL_CLEARED, 0, T0),
+                  "old news");
+}
+
+Test(breaker, a_hold_that_already_ended_elsewhere_changes_nothing)
+{
+    sl_breaker_t b = {0};
+    cr_assert_not(sl_breaker_adopt_open(&b, SL_BREAKER_CAUSE_UNEXPLAINED, T0 - 1, 1, T0));
+    cr_assert_eq(b.state, SL_BREAKER_CLOSED);
+}

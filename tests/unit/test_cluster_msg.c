@@ -54,6 +54,10 @@ Test(cluster_msg, every_change_goes_as_one_line_and_comes_back_the_same)
     expect_round_trip(&m, "v1 c abandoned - 3 10000 x");
     m = msg(SL_CLUSTER_SLOT_FREED, "c", "x", -1);
     expect_round_trip(&m, "v1 c freed - 3 10000 x");
+    m = msg(SL_CLUSTER_BREAKER_OPEN, "c", "x", SL_CLUSTER_NEVER);
+    expect_round_trip(&m, "v1 c breaker never 3 10000 x");
+    m = msg(SL_CLUSTER_BREAKER_CLOSED, "c", "x", -1);
+    expect_round_trip(&m, "v1 c healthy - 3 10000 x");
 }
 
 Test(cluster_msg, an_upstream_name_with_spaces_comes_last_and_whole)

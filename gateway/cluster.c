@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include <hiredis/async.h>
+#include <openssl/sha.h>
 
 #include "cluster_scripts.h"
 #include "core/cluster_msg.h"
@@ -33,6 +34,7 @@ typedef struct cmd {
     void *ctx;
     int64_t deadline_ms; /* once sent */
     bool counted;        /* it missed its deadline and counted as a failure */
+    bool as_script;      /* an EVAL sent as EVALSHA: sent again whole when Redis does not know the script */
     int argc;
     char **argv;
     size_t *lens;
@@ -71,6 +73,12 @@ struct sl_cluster {
     int64_t beat_sent_wall;
     int64_t reconnect_at_ms, backoff_ms, next_beat_ms, next_tick_ms;
     char run_id[48];
+    struct script_sha {
+        char *text; /* owned */
+        size_t len;
+        char hex[41];
+    } shas[8];
+    size_t n_shas;
 };
 
 const char *
@@ -330,6 +338,31 @@ unlink_inflight(sl_cluster_t *c, cmd_t *m)
     }
 }
 
+/*
+ * The SHA-1 (hex) of a script, as EVALSHA names it. The scripts are a few
+ * constants (cluster_scripts.h): each is hashed once; NULL past the few
+ * (the script then goes whole).
+ */
+static const char *
+script_sha(sl_cluster_t *c, const char *script, size_t len)
+{
+    for (size_t i = 0; i < c->n_shas; i++) {
+        if (c->shas[i].len == len && memcmp(c->shas[i].text, script, len) == 0)
+            return c->shas[i].hex;
+    }
+    if (c->n_shas == sizeof(c->shas) / sizeof(c->shas[0]))
+        return NULL;
+    unsigned char digest[SHA_DIGEST_LENGTH];
+    SHA1((const unsigned char *)script, len, digest);
+    struct script_sha *e = &c->shas[c->n_shas++];
+    for (int i = 0; i < SHA_DIGEST_LENGTH; i++)
+        snprintf(e->hex + 2 * i, 3, "%02x", digest[i]);
+    e->text = sl_xmalloc(len);
+    memcpy(e->text, script, len);
+    e->len = len;
+    return e->hex;
+}
+
 /* Sends a command on the command connection; it is in flight until its answer. */
 static void
 send_cmd(sl_cluster_t *c, cmd_t *m)
@@ -345,7 +378,24 @@ send_cmd(sl_cluster_t *c, cmd_t *m)
     else
         c->inflight = m;
     c->inflight_tail = m;
-    if (redisAsyncCommandArgv(c->cmd.ac, on_reply, m, m->argc, (const char **)m->argv, m->lens) != REDIS_OK) {
+    int rc;
+    const char *sha = NULL;
+    /* A script goes by its SHA-1, not its few kilobytes, once Redis knows it. */
+    if (!m->as_script && m->argc >= 2 && strcmp(m->argv[0], "EVAL") == 0)
+        sha = script_sha(c, m->argv[1], m->lens[1]);
+    if (sha != NULL) {
+        m->as_script = true;
+        const char *head = m->argv[0], *script = m->argv[1];
+        size_t head_len = m->lens[0], script_len = m->lens[1];
+        m->argv[0] = "EVALSHA", m->lens[0] = 7;
+        m->argv[1] = (char *)sha, m->lens[1] = 40;
+        rc = redisAsyncCommandArgv(c->cmd.ac, on_reply, m, m->argc, (const char **)m->argv, m->lens);
+        m->argv[0] = (char *)head, m->lens[0] = head_len;
+        m->argv[1] = (char *)script, m->lens[1] = script_len;
+    } else {
+        rc = redisAsyncCommandArgv(c->cmd.ac, on_reply, m, m->argc, (const char **)m->argv, m->lens);
+    }
+    if (rc != REDIS_OK) {
         unlink_inflight(c, m);
         answer(m, NULL);
     }
@@ -366,6 +416,12 @@ on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     sl_cluster_t *c = ac->data;
     cmd_t *m = privdata;
     unlink_inflight(c, m);
+    redisReply *r = reply;
+    if (r != NULL && m->as_script && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "NOSCRIPT", 8) == 0) {
+        /* Redis does not know the script (yet, or any more since a restart): the whole EVAL caches it. */
+        send_cmd(c, m);
+        return;
+    }
     if (reply != NULL && !m->counted)
         c->failures = 0;
     answer(m, reply);
@@ -736,6 +792,8 @@ sl_cluster_stop(sl_cluster_t *c)
     free(c->password);
     free(c->name);
     free(c->instance);
+    for (size_t i = 0; i < c->n_shas; i++)
+        free(c->shas[i].text);
     free(c);
 }
 

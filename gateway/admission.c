@@ -93,6 +93,7 @@ sl__stop_waiting(request_t *r, bool for_hop)
         r->wait.counts_waiting = false;
     }
     r->wait.queued = false;
+    r->wait.woken = false;
 }
 
 /* Something it waits on may have changed (a wake-up, or its timer): look again. */
@@ -103,11 +104,15 @@ look_again(request_t *r)
         return;
     /*
      * Its claim is out (a cluster's Redis has not answered yet): it decides
-     * with that answer. Asking again would cancel it, and a line woken more
-     * often than Redis answers would never let it through.
+     * with that answer, and looks again if that answer puts it back in line.
+     * Asking again now would cancel it, and a line woken more often than
+     * Redis answers would never let it through.
      */
-    if (r->wait.call.pending != NULL)
+    if (r->wait.call.pending != NULL) {
+        r->wait.woken = true;
         return;
+    }
+    r->wait.woken = false;
     if (r->wait.key_waiting) {
         sl__admit_key_then_route(r);
         return;
@@ -192,6 +197,8 @@ on_lines_joined(void *ctx, const sl_lines_joined_t *result)
     request_t *r = ctx;
     if (!result->joined)
         sl__refuse_to_wait(r, SL_CODE_GW_SHUTTING_DOWN, "1");
+    else if (r->wait.woken)
+        look_again(r);
 }
 
 /* Waits in lines (n of them) for the gates (for RequestQueued) until woken, or timer_ms at the latest. */

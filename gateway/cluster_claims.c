@@ -108,9 +108,12 @@ renew_slots(sl_cluster_shared_t *s)
 {
     pthread_mutex_lock(&s->slots_lock);
     size_t n = s->n_held;
-    held_slot_t *held = n > 0 ? sl_xcalloc(n, sizeof(*held)) : NULL;
-    if (n > 0)
-        memcpy(held, s->held, n * sizeof(*held));
+    if (n == 0) {
+        pthread_mutex_unlock(&s->slots_lock);
+        return;
+    }
+    held_slot_t *held = sl_xcalloc(n, sizeof(*held));
+    memcpy(held, s->held, n * sizeof(*held));
     pthread_mutex_unlock(&s->slots_lock);
     qsort(held, n, sizeof(*held), by_upstream);
     int64_t mono = sl_now_ms();

@@ -184,6 +184,21 @@ sl_cluster_usage_settle(sl_cluster_usage_t *u, const sl_charge_t *charge, const 
     queue_charge(u, charge, &delta);
 }
 
+int64_t
+sl_cluster_usage_move(sl_cluster_usage_t *u, const sl_charge_t *was, int64_t at_ms)
+{
+    if (was->set == NULL || was->shared_at_ms == 0 || at_ms <= was->at_ms)
+        return was->shared_at_ms;
+    /* Moved by the same span on both clocks: the offset between them plays no part. */
+    sl_charge_t moved = *was;
+    moved.at_ms = at_ms;
+    moved.shared_at_ms = was->shared_at_ms + (at_ms - was->at_ms);
+    sl_amounts_t back = {-was->amounts.requests, -was->amounts.tokens, -was->amounts.cost_micros};
+    queue_charge(u, was, &back);
+    queue_charge(u, &moved, &was->amounts);
+    return moved.shared_at_ms;
+}
+
 void
 sl_cluster_usage_count_alone(sl_cluster_usage_t *u, const sl_charge_t *charge)
 {

@@ -39,6 +39,14 @@ size_t sl_cluster_usage_claim_args(sl_cluster_usage_t *u, sl_limit_set_t *set, c
 /* The charge's settlement (used instead of its estimate), at the time the counters took it, batched. */
 void sl_cluster_usage_settle(sl_cluster_usage_t *u, const sl_charge_t *charge, const sl_amounts_t *used);
 
+/*
+ * The hop went out later than it was claimed: its charge (was: as claimed)
+ * counts from then, in the counters too, like the local counts
+ * (sl_shared_hop_sent): the upstream counts a request from its arrival.
+ * Returns the charge's new shared time (Redis's clock).
+ */
+int64_t sl_cluster_usage_move(sl_cluster_usage_t *u, const sl_charge_t *was, int64_t at_ms);
+
 /* A charge this instance took alone (its shared_at_ms: Redis's clock, as estimated): added once joined. */
 void sl_cluster_usage_count_alone(sl_cluster_usage_t *u, const sl_charge_t *charge);
 

@@ -237,6 +237,7 @@ typedef struct {
             *dispatching;      /* it left this upstream's queue for a hop: the next goes once it is sent */
         bool throttle_probe;   /* the hop in flight is its upstream's probe after a 429 pause */
         bool key_waiting;      /* it waits in the key's queue (gate key_window) */
+        bool woken;            /* woken while its claim was out: it looks again once it is in line */
         int64_t key_pause_ms;  /* time it waited for its key: part of the first hop's pause_ms */
         int64_t *recovery_ms;  /* per candidate: when its full window has room, its period resets */
         sl_shared_call_t call; /* the shared state's answer awaited: a claim, the key's admission, a line */

@@ -314,7 +314,11 @@ static void
 cluster_hop_sent(sl_shared_state_t *ss, sl_upstream_t *up, bool dispatching, sl_charge_t *charge,
                  int64_t wall_ms)
 {
-    sl_shared_hop_sent(state_of(ss)->local, up, dispatching, charge, wall_ms);
+    sl_cluster_shared_t *s = state_of(ss);
+    sl_charge_t was = charge != NULL ? *charge : (sl_charge_t){0};
+    sl_shared_hop_sent(s->local, up, dispatching, charge, wall_ms);
+    if (charge != NULL && charge->set != NULL)
+        charge->shared_at_ms = sl_cluster_usage_move(s->usage, &was, charge->at_ms);
 }
 
 /* The news of a change this instance made, published when the 429 state moved. */

@@ -515,6 +515,8 @@ most_in_a_window(size_t from, int64_t window_ms)
 
 /* SLUICE_TEST_TIME_SCALE=0.01: "per minute, every 5" is a 3 s window of 60 slots of 50 ms. */
 #define SCALED_WINDOW_MS 3000
+/* What a loaded test machine may add between sluice sending a request and the fake reading it. */
+#define SCHEDULING_LAG_MS 200
 
 Test(cluster, a_token_limit_holds_exactly_across_two_instances_and_one_instance_can_use_all_of_it)
 {
@@ -542,7 +544,16 @@ Test(cluster, a_token_limit_holds_exactly_across_two_instances_and_one_instance_
         pthread_join(clients[i].thread, NULL);
         sent += clients[i].sent, failed += clients[i].failed, held += clients[i].held;
     }
-    size_t most = most_in_a_window(0, SCALED_WINDOW_MS);
+    /*
+     * A charge counts one margin slot past its window for the upstream's lag
+     * (core/limits.h): 5 s unscaled, but 50 ms here, less than a loaded
+     * 2-core machine may take between sluice sending a request and the fake
+     * reading it. So the upstream's count is taken over the window less that
+     * lag; without the sharing it would be twice the limit.
+     */
+    size_t most = most_in_a_window(0, SCALED_WINDOW_MS - SCHEDULING_LAG_MS);
+    fprintf(stderr, "(over the whole %d ms window, counting the machine's lag: at most %zu)\n",
+            SCALED_WINDOW_MS, most_in_a_window(0, SCALED_WINDOW_MS));
     fprintf(
         stderr,
         "two instances, %lld tokens per window: %d requests, %d held, at most %zu (of %lld) in a window\n",
@@ -562,7 +573,7 @@ Test(cluster, a_token_limit_holds_exactly_across_two_instances_and_one_instance_
     }
     for (int i = 0; i < 8; i++)
         pthread_join(clients[i].thread, NULL);
-    size_t alone = most_in_a_window(before, SCALED_WINDOW_MS);
+    size_t alone = most_in_a_window(before, SCALED_WINDOW_MS - SCHEDULING_LAG_MS);
     fprintf(stderr, "one instance alone: at most %zu (of %lld) in a window\n", alone, (long long)fits);
     cr_assert_geq(alone * 10, (size_t)(9 * fits), "one instance gets >= 0.9 of the limit (%zu)", alone);
     cr_assert_leq(alone, (size_t)fits);

@@ -35,6 +35,8 @@ static uint16_t ports[MAX_INSTANCES], control_ports[MAX_INSTANCES];
 static char dir[64];
 /* More of the provider's fields, e.g. ", max_concurrent: 4". */
 static const char *provider_extra = "";
+/* More of the client key's fields (", limits: [...]"). */
+static const char *client_extra = "";
 /* More providers (YAML list items), and more of the cluster section (", when_redis_down: closed"). */
 static const char *more_providers = "", *cluster_extra = "";
 /* timeout_ms: short, so that tests of a slow Redis stay short; long where a test must not see an instance go
@@ -99,15 +101,15 @@ start_instance(int i)
     snprintf(store, sizeof(store), "%s/%c.db", dir, 'a' + i);
     snprintf(yaml, sizeof(yaml),
              "listen: {gateway: {bind: 127.0.0.1, port: 0}, control: {port: 0}}\n"
-             "clients: [{name: tester, key: \"" GATEWAY_KEY "\"}]\n"
+             "clients: [{name: tester, key: \"" GATEWAY_KEY "\"%s}]\n"
              "providers:\n"
              "  - {name: one, protocol: anthropic, base_url: \"http://127.0.0.1:%u\", key: k1%s}\n"
              "%s"
              "failover: {%s}\n"
              "store: {path: %s}\n"
              "cluster: {redis: \"%s\", name: t%ld, instance: %c, timeout_ms: %d%s}\n",
-             fake_port(up), provider_extra, more_providers, failover, store, redis.url, (long)getpid(),
-             'a' + i, timeout_ms, cluster_extra);
+             client_extra, fake_port(up), provider_extra, more_providers, failover, store, redis.url,
+             (long)getpid(), 'a' + i, timeout_ms, cluster_extra);
     snprintf(path, sizeof(path), "%s/%c.yaml", dir, 'a' + i);
     FILE *f = fopen(path, "w");
     cr_assert_not_null(f);
@@ -678,4 +680,56 @@ Test(cluster, a_breaker_opened_on_one_instance_holds_on_the_other)
     cr_assert_eq(fake_count(up2), 2);
     http_response_free(&res);
     fake_stop(up2);
+}
+
+/* One request to instance i: its status. */
+static int
+status_of(int i)
+{
+    http_response_t res = {0};
+    int status = http_request_h(ports[i], "POST", "/v1/messages", ANTHROPIC_HEADERS, PLAIN_BODY, &res)
+                     ? res.status
+                     : -1;
+    http_response_free(&res);
+    return status;
+}
+
+Test(cluster, a_client_keys_limit_holds_across_instances)
+{
+    client_extra = ", limits: [{per: minute, requests: 2}]";
+    failover = "wait_secs: 0";
+    start_instance(0);
+    start_instance(1);
+    fake_set_default(up, slow_plain(0));
+    cr_assert_eq(status_of(0), 200);
+    cr_assert_eq(status_of(1), 200);
+    cr_assert_eq(status_of(0), 429, "the key's third request in the minute, whatever instance takes it");
+    cr_assert_eq(status_of(1), 429);
+    cr_assert_eq(fake_count(up), 2);
+}
+
+Test(cluster, budgets_survive_a_redis_restarted_empty_and_an_instance_restarted)
+{
+    provider_extra = ", limits: [{per: minute, requests: 3}]";
+    failover = "wait_secs: 0";
+    start_instance(0);
+    start_instance(1);
+    fake_set_default(up, slow_plain(0));
+    cr_assert_eq(status_of(0), 200);
+    cr_assert_eq(status_of(1), 200);
+    /* Redis comes back without its data: each instance adds what it counted in the window again. */
+    cr_assert(redis_restart(&redis, false));
+    cr_assert(proc_wait_log(&procs[0], "Redis restarted", 5000), "%s", procs[0].log);
+    cr_assert(proc_wait_log(&procs[1], "Redis restarted", 5000), "%s", procs[1].log);
+    cr_assert(health_says(0, "joined", 5000));
+    cr_assert(health_says(1, "joined", 5000));
+    usleep(300 * 1000); /* the re-added usage goes in the next batch (100 ms) */
+    cr_assert_eq(status_of(1), 200, "the third of three");
+    cr_assert_eq(status_of(0), 429, "a fourth: the budget survived Redis's restart");
+    /* An instance restarted keeps the budget too: it is in Redis. */
+    kill(procs[1].pid, SIGTERM);
+    cr_assert_eq(proc_wait_exit(&procs[1], 5000), 0, "%s", procs[1].log);
+    start_instance(1);
+    cr_assert_eq(status_of(1), 429, "restarted, b still finds the window full");
+    cr_assert_eq(fake_count(up), 3);
 }

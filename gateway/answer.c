@@ -125,12 +125,15 @@ sl__answer_with_failure(request_t *r)
 /*
  * The upstream's own answer goes to the client unchanged: status, headers,
  * body — now, or as the rest of it still arrives. Behind keep-alives the
- * status cannot be sent any more: the failure is told inside the stream.
+ * status cannot be sent any more: a 2xx stream (an error event inside it)
+ * goes on in the stream already started, any other answer is told as the
+ * gateway's error inside the stream.
  */
 void
 sl__hand_over(request_t *r, bool cut)
 {
-    if (r->out.state == OUT_KEEPALIVE) {
+    bool fits_the_stream = r->rd.events && r->rd.up_status >= 200 && r->rd.up_status < 300;
+    if (r->out.state == OUT_KEEPALIVE && !fits_the_stream) {
         char status[16];
         snprintf(status, sizeof(status), "%d", r->rd.up_status);
         sl_msg_t msg = sl_msg_make(SL_CODE_GW_UPSTREAM_STATUS, "provider", sl__provider_of(r, r->cur)->name,

@@ -346,6 +346,23 @@ after_keepalives(const char *body)
     return body != NULL ? body : "";
 }
 
+int
+hold_refusing_port(uint16_t *port)
+{
+    /* No SO_REUSEADDR: a bind of this port by anyone else conflicts. */
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof(a);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+        getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
 long
 proc_rss_kib(pid_t pid)
 {

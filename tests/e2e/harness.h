@@ -73,6 +73,13 @@ bool db_text(const char *path, const char *sql, char *out, size_t size);
  */
 int raw_post(uint16_t port, int rcvbuf, const char *path, const char *headers, const char *body);
 
+/*
+ * A loopback port that refuses connections and that no other process can take while the returned socket is
+ * open (bound, never listening). A fake merely stopped frees its port for a test running in parallel, whose
+ * fake then gets this test's requests. -1 on failure.
+ */
+int hold_refusing_port(uint16_t *port);
+
 /* The resident memory of process pid in KiB (VmRSS), or -1. */
 long proc_rss_kib(pid_t pid);
 

@@ -695,11 +695,11 @@ before_head(fake_reply_t fault, const char *code)
 
 Test(faults, an_upstream_that_refuses_the_connection)
 {
-    /* A port nothing listens on any more. */
-    one_port = fake_port(up1);
-    fake_stop(up1);
-    up1 = NULL;
+    /* A port nothing listens on, held for the whole test. */
+    int held = hold_refusing_port(&one_port);
+    cr_assert_geq(held, 0);
     before_head((fake_reply_t){0}, "gw.upstream.connect_failed");
+    close(held);
 }
 
 Test(faults, an_upstream_that_resets_before_the_head)

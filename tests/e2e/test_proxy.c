@@ -197,10 +197,10 @@ Test(proxy, fails_over_on_503)
 
 Test(proxy, fails_over_when_the_connection_is_refused)
 {
-    /* up1's port is closed before the gateway starts. */
-    uint16_t closed = fake_port(up1);
-    fake_stop(up1);
-    up1 = fake_start(NULL, NULL, false);
+    /* A port that refuses connections, held for the whole test. */
+    uint16_t closed;
+    int held = hold_refusing_port(&closed);
+    cr_assert_geq(held, 0);
     char extra[256];
     snprintf(extra, sizeof(extra), "routes:\n  - {match: \"*\", failover: [dead, up2]}\n");
     char yaml[2048];
@@ -219,6 +219,7 @@ Test(proxy, fails_over_when_the_connection_is_refused)
     cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, anthropic_body, &res));
     cr_assert_eq(res.status, 200, "%s", res.body);
     cr_assert_str_eq(res.body, fixture("anthropic-ok.sse", NULL));
+    close(held);
 }
 
 Test(proxy, fails_over_on_an_overload_inside_the_stream_before_content)

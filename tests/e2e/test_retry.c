@@ -153,9 +153,11 @@ Test(retry, a_503_and_a_502_are_retried_twice)
 
 Test(retry, a_refused_connection_is_retried_until_the_upstream_comes_up)
 {
-    uint16_t p = fake_port(up1);
     fake_stop(up1);
     up1 = NULL;
+    uint16_t p;
+    int held = hold_refusing_port(&p);
+    cr_assert_geq(held, 0);
     char yaml[1024];
     snprintf(yaml, sizeof(yaml),
              "listen: {gateway: {bind: 127.0.0.1, port: 0}, control: {port: 0}}\n"
@@ -166,12 +168,14 @@ Test(retry, a_refused_connection_is_retried_until_the_upstream_comes_up)
     port = sluice_start(&proc, write_temp_file(0, yaml), "debug", NULL);
     pid_t child = fork();
     if (child == 0) {
-        /* The client, while the upstream is still down. */
+        /* The client, while the upstream is still down (the port is the parent's to free). */
+        close(held);
         http_response_t r = {0};
         bool ok = http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, stream_body, &r);
         _exit(ok && r.status == 200 && strstr(r.body, "message_stop") != NULL ? 0 : 1);
     }
     cr_assert(proc_wait_log(&proc, "event request_retrying id=1 attempt=2", 3000), "%s", proc.log);
+    close(held);
     up1 = fake_start_on_port(p);
     cr_assert_not_null(up1);
     fake_push(up1, sse("anthropic-ok.sse"));
@@ -246,7 +250,24 @@ Test(retry, an_invalid_encrypted_content_error_in_the_stream_is_not_retried)
     fake_push(up1, sse("responses-failed-invalid-encrypted-content.sse"));
     cr_assert(http_request_h(port, "POST", "/v1/responses", BEARER_HEADERS,
                              "{\"model\":\"gpt-x\",\"stream\":true,\"input\":\"hi\"}", &res));
-    cr_assert_str_eq(res.body, fixture("responses-failed-invalid-encrypted-content.sse", NULL));
+    cr_assert_str_eq(after_keepalives(res.body),
+                     fixture("responses-failed-invalid-encrypted-content.sse", NULL));
+    cr_assert_eq(fake_count(up1), 1);
+}
+
+Test(retry, an_error_in_the_stream_after_keep_alives_is_passed_on_unchanged_in_that_stream)
+{
+    start("openai-responses", 1, NULL, NULL);
+    fake_reply_t late = sse("responses-failed-invalid-encrypted-content.sse");
+    late.delay_ms = 200; /* the head comes after the first keep-alive (150 ms scaled) */
+    fake_push(up1, late);
+    cr_assert(http_request_h(port, "POST", "/v1/responses", BEARER_HEADERS,
+                             "{\"model\":\"gpt-x\",\"stream\":true,\"input\":\"hi\"}", &res));
+    cr_assert_eq(res.status, 200);
+    cr_assert_eq(strncmp(res.body, ": keep-alive\n\n", 14), 0, "%s", res.body);
+    cr_assert_str_eq(after_keepalives(res.body),
+                     fixture("responses-failed-invalid-encrypted-content.sse", NULL),
+                     "what the provider said, not the gateway's own error");
     cr_assert_eq(fake_count(up1), 1);
 }
 

@@ -69,13 +69,20 @@ async function startRedis() {
   return { port, proc: p };
 }
 
+// Redis's calls so far by command (INFO itself left out).
 function redisCalls(redis) {
   return run("redis-cli", ["-p", String(redis.port), "INFO", "commandstats"]).then((r) => {
-    let sum = 0;
-    for (const m of r.out.matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) if (m[1] !== "info") sum += Number(m[2]);
-    return sum;
+    const calls = {};
+    for (const m of r.out.matchAll(/^cmdstat_([^:]+):calls=(\d+),usec=(\d+)/gm)) {
+      if (m[1] !== "info") calls[m[1]] = Number(m[2]);
+      if (m[1] === "evalsha") redisScriptUsec = { calls: Number(m[2]), usec: Number(m[3]) };
+    }
+    return calls;
   });
 }
+let redisScriptUsec = null; // the claim script's time in Redis so far, from the last INFO
+const total = (calls) => Object.values(calls).reduce((a, b) => a + b, 0);
+const commandsPerRequest = {};
 
 async function startSide(name, upstream, redis) {
   const sdir = path.join(dir, name);
@@ -112,13 +119,18 @@ fs.writeFileSync(bodyFile, body);
 
 async function wrk(side, redis) {
   const script = wrkScript(path.join(dir, `wrk-${side.key}.lua`), body, side.headers);
-  const calls0 = redis ? await redisCalls(redis) : 0;
+  const calls0 = redis ? await redisCalls(redis) : {};
   const ticks0 = cpuTicks(side.proc.pid);
   const r = await run("wrk", ["-t2", "-c64", `-d${seconds}s`, "--latency", "--timeout", "5s", "-s", script, side.url],
                       { timeoutMs: (seconds + 30) * 1000 });
   const w = parseWrk(r.out);
   w.cpuUs = w.requests ? ((cpuTicks(side.proc.pid) - ticks0) * (1e6 / CLK_TCK)) / w.requests : null;
-  if (redis && w.requests) w.redisPerRequest = ((await redisCalls(redis)) - calls0) / w.requests;
+  if (redis && w.requests) {
+    const calls = await redisCalls(redis);
+    w.redisPerRequest = (total(calls) - total(calls0)) / w.requests;
+    for (const [name, n] of Object.entries(calls))
+      commandsPerRequest[name] = (commandsPerRequest[name] || []).concat([(n - (calls0[name] || 0)) / w.requests]);
+  }
   if (r.code !== 0 || w.requests === null) problem(`wrk on ${side.key}: ${r.err || r.out}`);
   if (w.non2xx) problem(`wrk on ${side.key}: ${w.non2xx} answers other than 2xx`);
   return w;
@@ -167,6 +179,11 @@ try {
   const ratio = res.cluster.wrk.map((w, i) => w.rps / res.single.wrk[i].rps);
   const added = res.cluster.rate.map((h, i) => h.p50 - res.single.rate[i].p50);
   const added99 = res.cluster.rate.map((h, i) => h.p99 - res.single.rate[i].p99);
+  console.log("Redis commands/request by command: " +
+              Object.entries(commandsPerRequest).map(([name, v]) => `${name} ${cell(summary(v), 3)}`).join(", "));
+  if (redisScriptUsec?.calls)
+    console.log(`Redis time per EVALSHA (the claim script, its inner commands included): ` +
+                `${(redisScriptUsec.usec / redisScriptUsec.calls).toFixed(1)} us`);
   console.log(`cluster / single req/s: ${cell(summary(ratio), 2)} [bar >= 0.8]; ` +
               `added at ${rate} req/s: p50 ${cell(summary(added), 0)} us [bar <= 150], p99 ${cell(summary(added99), 0)} us`);
 } catch (e) {

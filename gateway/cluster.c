@@ -19,7 +19,6 @@
 #include <unistd.h>
 
 #include <hiredis/async.h>
-#include <openssl/sha.h>
 
 #include "cluster_scripts.h"
 #include "core/cluster_msg.h"
@@ -73,12 +72,7 @@ struct sl_cluster {
     int64_t beat_sent_wall;
     int64_t reconnect_at_ms, backoff_ms, next_beat_ms, next_tick_ms;
     char run_id[48];
-    struct script_sha {
-        char *text; /* owned */
-        size_t len;
-        char hex[41];
-    } shas[8];
-    size_t n_shas;
+    sl_script_shas_t shas;
 };
 
 const char *
@@ -338,31 +332,6 @@ unlink_inflight(sl_cluster_t *c, cmd_t *m)
     }
 }
 
-/*
- * The SHA-1 (hex) of a script, as EVALSHA names it. The scripts are a few
- * constants (cluster_scripts.h): each is hashed once; NULL past the few
- * (the script then goes whole).
- */
-static const char *
-script_sha(sl_cluster_t *c, const char *script, size_t len)
-{
-    for (size_t i = 0; i < c->n_shas; i++) {
-        if (c->shas[i].len == len && memcmp(c->shas[i].text, script, len) == 0)
-            return c->shas[i].hex;
-    }
-    if (c->n_shas == sizeof(c->shas) / sizeof(c->shas[0]))
-        return NULL;
-    unsigned char digest[SHA_DIGEST_LENGTH];
-    SHA1((const unsigned char *)script, len, digest);
-    struct script_sha *e = &c->shas[c->n_shas++];
-    for (int i = 0; i < SHA_DIGEST_LENGTH; i++)
-        snprintf(e->hex + 2 * i, 3, "%02x", digest[i]);
-    e->text = sl_xmalloc(len);
-    memcpy(e->text, script, len);
-    e->len = len;
-    return e->hex;
-}
-
 /* Sends a command on the command connection; it is in flight until its answer. */
 static void
 send_cmd(sl_cluster_t *c, cmd_t *m)
@@ -382,7 +351,7 @@ send_cmd(sl_cluster_t *c, cmd_t *m)
     const char *sha = NULL;
     /* A script goes by its SHA-1, not its few kilobytes, once Redis knows it. */
     if (!m->as_script && m->argc >= 2 && strcmp(m->argv[0], "EVAL") == 0)
-        sha = script_sha(c, m->argv[1], m->lens[1]);
+        sha = sl_script_sha(&c->shas, m->argv[1], m->lens[1]);
     if (sha != NULL) {
         m->as_script = true;
         const char *head = m->argv[0], *script = m->argv[1];
@@ -792,8 +761,7 @@ sl_cluster_stop(sl_cluster_t *c)
     free(c->password);
     free(c->name);
     free(c->instance);
-    for (size_t i = 0; i < c->n_shas; i++)
-        free(c->shas[i].text);
+    sl_script_shas_dispose(&c->shas);
     free(c);
 }
 
@@ -813,6 +781,17 @@ uint32_t
 sl_cluster_timeout_ms(const sl_cluster_t *c)
 {
     return c->timeout_ms;
+}
+
+sl_cluster_endpoint_t
+sl_cluster_endpoint(const sl_cluster_t *c)
+{
+    return (sl_cluster_endpoint_t){.host = c->host,
+                                   .unix_path = c->unix_path,
+                                   .user = c->user,
+                                   .password = c->password,
+                                   .port = c->port,
+                                   .db = c->db};
 }
 
 sl_cluster_state_t

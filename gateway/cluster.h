@@ -59,6 +59,14 @@ const char *sl_cluster_instance(const sl_cluster_t *c);
 const char *sl_cluster_name(const sl_cluster_t *c);
 uint32_t sl_cluster_timeout_ms(const sl_cluster_t *c);
 
+/* Where Redis is and how to log in to it (the strings live as long as c). */
+typedef struct {
+    const char *host, *unix_path, *user, *password;
+    uint16_t port;
+    uint32_t db;
+} sl_cluster_endpoint_t;
+sl_cluster_endpoint_t sl_cluster_endpoint(const sl_cluster_t *c);
+
 sl_cluster_state_t sl_cluster_state(const sl_cluster_t *c);
 static inline bool
 sl_cluster_joined(const sl_cluster_t *c)

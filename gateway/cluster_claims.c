@@ -5,10 +5,12 @@
  * (SL_CLUSTER_CLAIM_LUA) checks and takes all of it or nothing. A claim
  * that needs none of these makes no round trip.
  *
- * The answer comes on the cluster's thread and is handed to the claim's
- * worker (its inbox), where the claim is delivered as taken, or given back
- * and delivered as skipped. No answer within timeout_ms: the instance
- * decides alone, and a late answer is undone.
+ * The script goes on the claim's worker's own connection (cluster_lane.h),
+ * so the answer comes on that worker; while that connection is down it goes
+ * through the cluster's thread, and the answer is handed to the worker (its
+ * inbox). There the claim is delivered as taken, or given back and
+ * delivered as skipped. No answer within timeout_ms: the instance decides
+ * alone, and a late answer is undone.
  */
 #include "shared_cluster.h"
 
@@ -16,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster_lane.h"
 #include "cluster_scripts.h"
 #include "core/cluster_msg.h"
 #include "core/xalloc.h"
@@ -434,11 +437,10 @@ on_ask_letter(sl_shared_letter_t *letter)
     free(a);
 }
 
-/* On the cluster's thread. */
+/* What Redis said of the claim (NULL: nothing, in time or at all). */
 static void
-on_ask_reply(void *ctx, const redisReply *r)
+read_ask_reply(ask_t *a, const redisReply *r)
 {
-    ask_t *a = ctx;
     a->outcome = ASKED_NO_ANSWER;
     if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 &&
         r->element[0]->type == REDIS_REPLY_INTEGER) {
@@ -458,7 +460,24 @@ on_ask_reply(void *ctx, const redisReply *r)
         sl_log_warn("cluster %s: claim refused by Redis: %.*s", sl_cluster_name(a->s->cluster), (int)r->len,
                     r->str);
     }
+}
+
+/* Sent through the cluster's thread: the answer comes there, and goes on to the claim's worker. */
+static void
+on_ask_reply_elsewhere(void *ctx, const redisReply *r)
+{
+    ask_t *a = ctx;
+    read_ask_reply(a, r);
     sl_shared_inbox_post(a->inbox, &a->letter);
+}
+
+/* Sent on the worker's own lane: the answer is already on the claim's worker. */
+static void
+on_ask_reply_here(void *ctx, const redisReply *r)
+{
+    ask_t *a = ctx;
+    read_ask_reply(a, r);
+    on_ask_letter(&a->letter);
 }
 
 /* No answer within timeout_ms: this instance decides alone, as if not joined. */
@@ -530,7 +549,8 @@ ask(ask_t *a, const char *upstream, int64_t grace_ms, uint32_t max, sl_limit_set
     a->call->pending = a;
     sl_timer_arm(a->call->timers, &a->timeout, sl_now_ms() + sl_cluster_timeout_ms(s->cluster),
                  on_ask_timeout);
-    sl_cluster_send(s->cluster, &cmd, on_ask_reply, a);
+    if (!sl_cluster_lane_send(a->call->lane, &cmd, on_ask_reply_here, a))
+        sl_cluster_send(s->cluster, &cmd, on_ask_reply_elsewhere, a);
 }
 
 /*

@@ -7,6 +7,8 @@
 #ifndef SL_CLUSTER_SCRIPTS_H
 #define SL_CLUSTER_SCRIPTS_H
 
+#include <stddef.h>
+
 /*
  * The heartbeat. KEYS: 1 hb:INSTANCE, 2 instances (a sorted set of live
  * instances by the end of their heartbeat). ARGV: 1 what the heartbeat
@@ -179,5 +181,22 @@
 #define SL_CLUSTER_RELEASE_LEASE_LUA                                                                         \
     "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end\n"                  \
     "return 0\n"
+
+/*
+ * The SHA-1s (hex) of the scripts a connection sends, as EVALSHA names them:
+ * each script is hashed once. One per connection's thread (no lock).
+ */
+typedef struct {
+    struct sl_script_sha {
+        char *text; /* owned */
+        size_t len;
+        char hex[41];
+    } shas[8];
+    size_t n;
+} sl_script_shas_t;
+
+/* The script's SHA-1, NULL past the few it keeps (the script then goes whole). */
+const char *sl_script_sha(sl_script_shas_t *shas, const char *script, size_t len);
+void sl_script_shas_dispose(sl_script_shas_t *shas);
 
 #endif

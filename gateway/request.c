@@ -411,6 +411,7 @@ request_new(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapshot_t 
     /* The shared state's answers come on this worker. */
     r->wait.call.timers = r->acct.news.timers = &io->timers;
     r->wait.call.inbox = r->acct.news.inbox = io->shared_inbox;
+    r->wait.call.lane = r->acct.news.lane = io->cluster_lane;
     r->out.client_fd = -1;
     if (req->version < 0x200) {
         h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);

@@ -24,6 +24,7 @@
 #include "core/xalloc.h"
 #include "accept.h"
 #include "cluster.h"
+#include "cluster_lane.h"
 #include "linger.h"
 #include "log.h"
 #include "refusal.h"
@@ -320,6 +321,8 @@ init_worker(worker_t *w)
     h2o_multithread_register_receiver(w->queue, &w->cancels, on_cancels);
     init_worker_io(&w->io, w->ctx.loop, w->queue, s->upstream_ssl_ctx, s->upstream_ssl_ctx_by_address);
     w->lingers = sl_lingers_new(w->ctx.loop, &w->io.timers);
+    if (s->gateway->cluster != NULL)
+        w->io.cluster_lane = sl_cluster_lane_new(w->ctx.loop, &w->io.timers, s->gateway->cluster);
     w->accept_env = (sl_accept_env_t){.loop = w->ctx.loop,
                                       .ssl_ctx = s->ssl_ctx,
                                       .timeout = &w->ctx.handshake_timeout,

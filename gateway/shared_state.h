@@ -58,6 +58,7 @@ typedef struct {
     void *pending;
     sl_timerheap_t *timers;   /* where an answer that comes later is delivered */
     sl_shared_inbox_t *inbox; /* where an answer made on another thread is handed over; NULL: none */
+    struct sl_cluster_lane *lane; /* the caller's worker's own connection to the cluster; NULL: none */
 } sl_shared_call_t;
 
 /*

@@ -5,7 +5,8 @@
 // each side in turn:
 //   - wrk, 64 connections: req/s (bar: cluster >= 0.8 x single);
 //   - h2load at a fixed 2 000 req/s (10 connections): p50 / p99 latency (bar: cluster p50 <= single + 150 us);
-//   - Redis commands per request (INFO commandstats around the wrk run, heartbeats included).
+//   - Redis commands per request (INFO commandstats around the wrk run, heartbeats included; a script's
+//     own commands count too), by command, and redis-server's CPU per request (it shares the cores).
 // Prints a table; asserts nothing but that every answer is a 200.
 //
 //   node bench/cluster.mjs [--rounds 3] [--seconds 5] [--rate 2000] [--quick]
@@ -120,12 +121,13 @@ fs.writeFileSync(bodyFile, body);
 async function wrk(side, redis) {
   const script = wrkScript(path.join(dir, `wrk-${side.key}.lua`), body, side.headers);
   const calls0 = redis ? await redisCalls(redis) : {};
-  const ticks0 = cpuTicks(side.proc.pid);
+  const ticks0 = cpuTicks(side.proc.pid), redisTicks0 = redis ? cpuTicks(redis.proc.pid) : 0;
   const r = await run("wrk", ["-t2", "-c64", `-d${seconds}s`, "--latency", "--timeout", "5s", "-s", script, side.url],
                       { timeoutMs: (seconds + 30) * 1000 });
   const w = parseWrk(r.out);
   w.cpuUs = w.requests ? ((cpuTicks(side.proc.pid) - ticks0) * (1e6 / CLK_TCK)) / w.requests : null;
   if (redis && w.requests) {
+    w.redisCpuUs = ((cpuTicks(redis.proc.pid) - redisTicks0) * (1e6 / CLK_TCK)) / w.requests;
     const calls = await redisCalls(redis);
     w.redisPerRequest = (total(calls) - total(calls0)) / w.requests;
     for (const [name, n] of Object.entries(calls))
@@ -172,6 +174,7 @@ try {
   console.log(table(["", "single process", "cluster (1 instance, loopback Redis)"], [
     ["wrk 64 conns: req/s", col("single", (w) => w.rps, 0), col("cluster", (w) => w.rps, 0)],
     ["wrk 64 conns: CPU us/request (sluice)", col("single", (w) => w.cpuUs, 1), col("cluster", (w) => w.cpuUs, 1)],
+    ["wrk 64 conns: CPU us/request (redis-server)", "-", col("cluster", (w) => w.redisCpuUs, 1)],
     ["wrk 64 conns: Redis commands/request", "-", col("cluster", (w) => w.redisPerRequest, 2)],
     [`${rate} req/s: p50 us`, colRate("single", (h) => h.p50, 0), colRate("cluster", (h) => h.p50, 0)],
     [`${rate} req/s: p99 us`, colRate("single", (h) => h.p99, 0), colRate("cluster", (h) => h.p99, 0)],

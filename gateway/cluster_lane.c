@@ -21,8 +21,7 @@ struct sl_cluster_lane {
     h2o_socket_t *sock;    /* ac's descriptor on the loop */
     bool ready;            /* connected: commands may go */
     bool refused;          /* Redis refused the login: no use trying again with the same password */
-    bool sending;          /* inside sl_cluster_lane_send: the write is made there, not a loop turn later */
-    bool wants_write;      /* hiredis asked to write while sending */
+    bool wants_write;      /* commands wait to be written, by sl_cluster_lane_flush */
     sl_timer_t reconnect;
     int64_t backoff_ms;
     sl_script_shas_t shas;
@@ -78,11 +77,13 @@ arm_write(sl_cluster_lane_t *lane)
         h2o_socket_notify_write(lane->sock, on_writable);
 }
 
+/* Connected, the loop iteration's commands go in one write at its end; connecting, the connection's
+ * writability says it is made. */
 static void
 ev_add_write(void *p)
 {
     sl_cluster_lane_t *lane = p;
-    if (lane->sending)
+    if (lane->ready)
         lane->wants_write = true;
     else
         arm_write(lane);
@@ -109,6 +110,7 @@ ev_cleanup(void *p)
     lane->ac->c.fd = -1;
     lane->ac = NULL;
     lane->ready = false;
+    lane->wants_write = false;
     if (!lane->refused)
         sl_timer_arm(lane->timers, &lane->reconnect, sl_now_ms() + lane->backoff_ms, on_reconnect);
     lane->backoff_ms = lane->backoff_ms * 2 > 2000 ? 2000 : lane->backoff_ms * 2;
@@ -227,7 +229,8 @@ issue(lane_cmd_t *m)
         sha = sl_script_sha(&lane->shas, argv[1], lens[1]);
     m->by_sha = sha != NULL;
     if (!m->by_sha)
-        return redisAsyncCommandArgv(lane->ac, on_reply, m, m->args.argc, (const char **)argv, lens) == REDIS_OK;
+        return redisAsyncCommandArgv(lane->ac, on_reply, m, m->args.argc, (const char **)argv, lens) ==
+               REDIS_OK;
     const char *head = argv[0], *script = argv[1];
     size_t head_len = lens[0], script_len = lens[1];
     argv[0] = "EVALSHA", lens[0] = 7;
@@ -257,14 +260,17 @@ on_reply(redisAsyncContext *ac, void *reply, void *privdata)
 }
 
 /*
- * Writes what hiredis buffered now rather than after the loop's next poll
- * (the claim's answer comes a loop turn sooner). A failed or partial write
- * is left to the writable notification: hiredis then finds the error, and
- * breaks the connection outside any caller's call.
+ * What the iteration buffered goes in one write, without waiting for the
+ * loop's next poll. A failed or partial write is left to the writable
+ * notification: hiredis then finds the error and breaks the connection
+ * outside any caller's call.
  */
-static void
-write_now(sl_cluster_lane_t *lane)
+void
+sl_cluster_lane_flush(sl_cluster_lane_t *lane)
 {
+    if (lane == NULL || !lane->wants_write || lane->ac == NULL)
+        return;
+    lane->wants_write = false;
     int done = 0;
     if (redisBufferWrite(&lane->ac->c, &done) == REDIS_ERR || !done)
         arm_write(lane);
@@ -279,17 +285,11 @@ sl_cluster_lane_send(sl_cluster_lane_t *lane, sl_cluster_args_t *a, sl_cluster_r
         return false;
     lane_cmd_t *m = sl_xmalloc(sizeof(*m));
     *m = (lane_cmd_t){.lane = lane, .done = done, .ctx = ctx, .args = *a};
-    lane->sending = true;
-    lane->wants_write = false;
-    bool sent = issue(m);
-    lane->sending = false;
     /* Refused while the connection is breaking (its pending commands are being answered with NULL). */
-    if (!sent) {
+    if (!issue(m)) {
         free(m);
         return false;
     }
-    if (lane->wants_write)
-        write_now(lane);
     *a = (sl_cluster_args_t){0};
     return true;
 }

@@ -36,4 +36,7 @@ sl_cluster_lane_t *sl_cluster_lane_new(h2o_loop_t *loop, sl_timerheap_t *timers,
  */
 bool sl_cluster_lane_send(sl_cluster_lane_t *lane, sl_cluster_args_t *a, sl_cluster_reply_cb done, void *ctx);
 
+/* Writes the commands sent since the last flush, in one write: once per loop iteration (NULL: nothing). */
+void sl_cluster_lane_flush(sl_cluster_lane_t *lane);
+
 #endif

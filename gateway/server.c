@@ -356,6 +356,7 @@ worker_main(void *arg)
             errno != EINTR)
             break;
         fired = sl_timerheap_run(&w->io.timers, sl_now_ms());
+        sl_cluster_lane_flush(w->io.cluster_lane);
         /* One handoff per loop iteration, whatever happened in it. */
         if (w->io.events.len > 0)
             sl_bus_flush(w->server->gateway->bus, &w->io.events);

@@ -57,6 +57,7 @@ typedef enum sl_cli_command {
     SL_CLI_CANCEL,
     SL_CLI_CONFIG_GET,
     SL_CLI_CONFIG_PUT,
+    SL_CLI_INSTANCES,
     SL_CLI_COMMAND_COUNT
 } sl_cli_command_t;
 
@@ -179,13 +180,26 @@ void sl_cli_event_line(const sl_proto_event_t *ev, sl_strbuf_t *out);
 /* One JSON object and a newline: the event as on the wire (schema field names, enums as slugs). */
 void sl_cli_event_json(const sl_proto_event_t *ev, sl_strbuf_t *out);
 
-/* The providers table (a header line, then one line per view); now_ms for the throttles' remaining time. */
+/*
+ * The providers table (a header line, then one line per view); now_ms for the throttles' remaining time.
+ * In cluster mode in-flight and queued carry the cluster's totals too ("3/64 (cluster 7)").
+ */
 void sl_cli_providers_table(const sl_proto_provider_view_t *views, size_t n, uint64_t now_ms,
                             sl_strbuf_t *out);
 void sl_cli_provider_json(const sl_proto_provider_view_t *view, sl_strbuf_t *out);
 /* The history table (a header line, then one line per row). */
 void sl_cli_history_table(const sl_proto_history_row_t *rows, size_t n, sl_strbuf_t *out);
 void sl_cli_history_json(const sl_proto_history_row_t *row, sl_strbuf_t *out);
+/*
+ * The cluster as this instance sees it (a line: its name, this instance, its state and the live
+ * instances), then a table of the instances (name, in flight, queued, how long since its heartbeat as of
+ * now_ms). instances may be NULL when n is 0.
+ */
+void sl_cli_instances_table(const sl_proto_cluster_view_t *cluster, const sl_proto_instance_view_t *instances,
+                            size_t n, uint64_t now_ms, sl_strbuf_t *out);
+/* One JSON object and a newline: {"cluster": ClusterView, "instances": [InstanceView...]}, as on the wire. */
+void sl_cli_instances_json(const sl_proto_cluster_view_t *cluster, const sl_proto_instance_view_t *instances,
+                           size_t n, sl_strbuf_t *out);
 /* One line per request: who, what, how old, and its last event. */
 void sl_cli_in_flight_lines(const sl_proto_in_flight_t *in_flight, sl_strbuf_t *out);
 void sl_cli_in_flight_json(const sl_proto_in_flight_request_t *request, sl_strbuf_t *out);
@@ -197,7 +211,7 @@ void sl_cli_refused_line(const sl_proto_refused_msg_t *r, sl_strbuf_t *out);
 
 /*
  * The ok answering a.command's request: what goes to stdout (out) and what
- * to stderr (err). now_ms for the table of providers.
+ * to stderr (err). now_ms for the tables of providers and instances.
  */
 void sl_cli_ok_lines(const sl_cli_args_t *a, const sl_proto_ok_msg_t *ok, uint64_t now_ms, sl_strbuf_t *out,
                      sl_strbuf_t *err);

@@ -38,6 +38,7 @@ static const char general_help[] =
     "Commands:\n"
     "  events [--json] [--providers] [--count N]   stream events live\n"
     "  providers [--json]                          upstreams: health, throttle, load, limits\n"
+    "  instances [--json]                          the cluster's live instances and their load\n"
     "  in-flight [--json]                          live requests with their last event\n"
     "  history [--since DUR] [--limit N] [--client NAME] [--provider NAME] [--model NAME]\n"
     "          [--status N] [--cursor C] [--json]   answered requests from the request DB\n"
@@ -74,9 +75,23 @@ static const char providers_help[] =
     "\n"
     "Prints a table of the upstreams: name, protocol, health (ok, open, half_open, disabled),\n"
     "throttle (its kind and the seconds left, or -), in-flight (with max_concurrent), queued,\n"
-    "and each usage limit as used/limit.\n"
+    "and each usage limit as used/limit. In cluster mode in-flight and queued also show the\n"
+    "whole cluster's, e.g. 3/64 (cluster 7).\n"
     "\n"
     "  --json   one JSON object (ProviderView) per line\n"
+    "\n" OPTIONS_HELP;
+
+static const char instances_help[] =
+    "usage: sluicectl instances [--json]\n"
+    "\n"
+    "In cluster mode, prints the cluster as this instance sees it: its name, this instance,\n"
+    "its state (joined; degraded: Redis lost; alone: not joined yet) and how many instances\n"
+    "are live; then a table of the live instances: name ((this) marks the one answering),\n"
+    "in-flight, queued, and the seconds since its last heartbeat. Outside cluster mode it\n"
+    "says so.\n"
+    "\n"
+    "  --json   one JSON object {\"cluster\": ClusterView, \"instances\": [InstanceView...]};\n"
+    "           nothing outside cluster mode\n"
     "\n" OPTIONS_HELP;
 
 static const char in_flight_help[] =
@@ -158,6 +173,7 @@ static const struct help_text {
     [SL_CLI_HELP] = {general_help, "usage: sluicectl help [COMMAND]"},
     [SL_CLI_EVENTS] = {events_help, "usage: sluicectl events [--json] [--providers] [--count N]"},
     [SL_CLI_PROVIDERS] = {providers_help, "usage: sluicectl providers [--json]"},
+    [SL_CLI_INSTANCES] = {instances_help, "usage: sluicectl instances [--json]"},
     [SL_CLI_IN_FLIGHT] = {in_flight_help, "usage: sluicectl in-flight [--json]"},
     [SL_CLI_HISTORY] = {history_help, "usage: sluicectl history [--since DUR] [--limit N] [--client NAME] "
                                       "[--provider NAME] [--model NAME] [--status N] [--cursor C] [--json]"},

@@ -1,6 +1,7 @@
 /*
- * JSON output: events, provider views, history rows and in-flight requests
- * as one JSON object per line, made by encoding the value with the
+ * JSON output: events, provider views, history rows, in-flight requests
+ * and the cluster's instances as one JSON object per line, made by
+ * encoding the value with the
  * protocol's codec and converting the msgpack it writes, so that field
  * names, their order and the enums' slugs are the wire's (the schema's).
  */
@@ -66,9 +67,9 @@ object_at(const msgpack_object *o, const char *const *path)
     return o;
 }
 
-/* Encodes m with the codec and appends the JSON line of the value at path in it ("null" if none). */
-static void
-wire_json_line(const sl_proto_message_t *m, const char *const *path, sl_strbuf_t *out)
+/* Encodes m with the codec and returns the JSON of the value at path in it (NULL if none or on failure). */
+static json_t *
+wire_json(const sl_proto_message_t *m, const char *const *path)
 {
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
@@ -85,10 +86,23 @@ wire_json_line(const sl_proto_message_t *m, const char *const *path, sl_strbuf_t
         msgpack_unpacked_destroy(&u);
     }
     msgpack_sbuffer_destroy(&sb);
+    return j;
+}
+
+/* Appends j as one compact JSON line ("null" for NULL) and releases it. */
+static void
+json_line(json_t *j, sl_strbuf_t *out)
+{
     char *s = j != NULL ? json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_ENCODE_ANY) : NULL;
     sl_strbuf_appendf(out, "%s\n", s != NULL ? s : "null");
     free(s);
     json_decref(j);
+}
+
+static void
+wire_json_line(const sl_proto_message_t *m, const char *const *path, sl_strbuf_t *out)
+{
+    json_line(wire_json(m, path), out);
 }
 
 /*
@@ -141,4 +155,24 @@ sl_cli_in_flight_json(const sl_proto_in_flight_request_t *request, sl_strbuf_t *
     sl_proto_in_flight_t in_flight = {.requests = (sl_proto_in_flight_request_t *)request, .requests_len = 1};
     sl_proto_ok_msg_t ok = {.in_flight = &in_flight};
     ok_json_line(&ok, path, out);
+}
+
+void
+sl_cli_instances_json(const sl_proto_cluster_view_t *cluster, const sl_proto_instance_view_t *instances,
+                      size_t n, sl_strbuf_t *out)
+{
+    static const char *const cluster_path[] = {"cluster", NULL};
+    static const char *const instances_path[] = {"instances", NULL};
+    sl_proto_message_t m;
+    memset(&m, 0, sizeof m);
+    m.kind = SL_PROTO_MESSAGE_OK;
+    m.ok.cluster = (sl_proto_cluster_view_t *)cluster;
+    m.ok.has_instances = true;
+    m.ok.instances = (sl_proto_instance_view_t *)instances;
+    m.ok.instances_len = n;
+    json_t *j = json_object();
+    json_t *c = wire_json(&m, cluster_path), *list = wire_json(&m, instances_path);
+    json_object_set_new(j, "cluster", c != NULL ? c : json_null());
+    json_object_set_new(j, "instances", list != NULL ? list : json_array());
+    json_line(j, out);
 }

@@ -1,8 +1,8 @@
 /*
- * What sluicectl prints for the answer to a command: the providers and
- * history tables (columns aligned), the error and refused lines, and the
- * ok of each command on stdout and stderr, in text or, with --json, as JSON
- * lines (cli_json.c).
+ * What sluicectl prints for the answer to a command: the providers,
+ * instances and history tables (columns aligned), the error and refused
+ * lines, and the ok of each command on stdout and stderr, in text or, with
+ * --json, as JSON lines (cli_json.c).
  */
 #include "cli_internal.h"
 
@@ -101,9 +101,15 @@ sl_cli_providers_table(const sl_proto_provider_view_t *views, size_t n, uint64_t
         } else {
             throttle = xprintf("%s", sl_proto_throttle_kind_slug(v->throttle->kind));
         }
-        char *in_flight = v->has_max_concurrent
-                              ? xprintf("%u/%u", (unsigned)v->in_flight, (unsigned)v->max_concurrent)
-                              : xprintf("%u", (unsigned)v->in_flight);
+        sl_strbuf_t in_flight = {0}, queued = {0};
+        sl_strbuf_appendf(&in_flight, "%u", (unsigned)v->in_flight);
+        if (v->has_max_concurrent)
+            sl_strbuf_appendf(&in_flight, "/%u", (unsigned)v->max_concurrent);
+        if (v->has_cluster_in_flight)
+            sl_strbuf_appendf(&in_flight, " (cluster %u)", (unsigned)v->cluster_in_flight);
+        sl_strbuf_appendf(&queued, "%u", (unsigned)v->queued);
+        if (v->has_cluster_queued)
+            sl_strbuf_appendf(&queued, " (cluster %u)", (unsigned)v->cluster_queued);
         sl_strbuf_t limits = {0};
         for (size_t k = 0; k < v->limits_len; k++) {
             char text[160];
@@ -113,8 +119,29 @@ sl_cli_providers_table(const sl_proto_provider_view_t *views, size_t n, uint64_t
         if (limits.len == 0)
             sl_strbuf_append(&limits, "-", 1);
         table_add(&t, xprintf("%s", v->name), xprintf("%s", sl_proto_dialect_slug(v->protocol)),
-                  xprintf("%s", sl__cli_health_text(v)), throttle, in_flight,
-                  xprintf("%u", (unsigned)v->queued), sl_strbuf_finish(&limits));
+                  xprintf("%s", sl__cli_health_text(v)), throttle, sl_strbuf_finish(&in_flight),
+                  sl_strbuf_finish(&queued), sl_strbuf_finish(&limits));
+    }
+    table_finish(&t, out);
+}
+
+void
+sl_cli_instances_table(const sl_proto_cluster_view_t *cluster, const sl_proto_instance_view_t *instances,
+                       size_t n, uint64_t now_ms, sl_strbuf_t *out)
+{
+    const char *state = sl_proto_cluster_state_slug(cluster->state);
+    sl_strbuf_appendf(out, "cluster %s: instance %s, %s, %u live instance%s\n", cluster->name,
+                      cluster->instance, state != NULL ? state : "?", (unsigned)cluster->instances,
+                      cluster->instances == 1 ? "" : "s");
+    table_t t = {.ncols = 4, .align = "lrrr"};
+    table_add(&t, xprintf("NAME"), xprintf("IN-FLIGHT"), xprintf("QUEUED"), xprintf("SEEN"));
+    for (size_t i = 0; i < n; i++) {
+        const sl_proto_instance_view_t *v = &instances[i];
+        /* Another instance's clock may run a little ahead: never "-1s ago". */
+        uint64_t ago = now_ms > v->seen_ms ? now_ms - v->seen_ms : 0;
+        table_add(&t, xprintf("%s%s", v->name, v->self ? " (this)" : ""),
+                  xprintf("%u", (unsigned)v->in_flight), xprintf("%u", (unsigned)v->queued),
+                  xprintf("%llus ago", (unsigned long long)(ago / 1000)));
     }
     table_finish(&t, out);
 }
@@ -196,6 +223,14 @@ sl_cli_ok_lines(const sl_cli_args_t *a, const sl_proto_ok_msg_t *ok, uint64_t no
         } else {
             sl_cli_providers_table(ok->providers, ok->providers_len, now_ms, out);
         }
+        break;
+    case SL_CLI_INSTANCES:
+        if (ok->cluster == NULL)
+            sl_strbuf_appendf(a->json ? err : out, "not in cluster mode\n");
+        else if (a->json)
+            sl_cli_instances_json(ok->cluster, ok->instances, ok->instances_len, out);
+        else
+            sl_cli_instances_table(ok->cluster, ok->instances, ok->instances_len, now_ms, out);
         break;
     case SL_CLI_IN_FLIGHT:
         if (ok->in_flight == NULL || ok->in_flight->requests_len == 0) {

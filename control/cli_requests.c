@@ -67,6 +67,10 @@ sl_cli_build_request(const sl_cli_args_t *a, uint32_t req, uint64_t now_ms, cons
         sl_proto_message_init(out, SL_PROTO_MESSAGE_GET_PROVIDERS);
         out->get_providers.req = req;
         return 0;
+    case SL_CLI_INSTANCES:
+        sl_proto_message_init(out, SL_PROTO_MESSAGE_GET_INSTANCES);
+        out->get_instances.req = req;
+        return 0;
     case SL_CLI_IN_FLIGHT:
         sl_proto_message_init(out, SL_PROTO_MESSAGE_GET_IN_FLIGHT);
         out->get_in_flight.req = req;

@@ -292,6 +292,10 @@ provider_view_fields(sl_strbuf_t *b, const sl_proto_provider_view_t *v)
     else
         kv_u(b, "in_flight", v->in_flight);
     kv_u(b, "queued", v->queued);
+    if (v->has_cluster_in_flight)
+        kv_u(b, "cluster_in_flight", v->cluster_in_flight);
+    if (v->has_cluster_queued)
+        kv_u(b, "cluster_queued", v->cluster_queued);
 }
 
 bool
@@ -355,6 +359,8 @@ event_fields(const sl_proto_event_t *ev, bool with_id, sl_strbuf_t *b)
         kv(b, "path", e->path);
         if (e->session != NULL)
             kv(b, "session", e->session);
+        if (e->instance != NULL)
+            kv(b, "instance", e->instance);
         break;
     }
     case SL_PROTO_EVENT_REQUEST_ROUTED: {
@@ -465,6 +471,14 @@ event_fields(const sl_proto_event_t *ev, bool with_id, sl_strbuf_t *b)
     case SL_PROTO_EVENT_PROVIDER_CHANGED:
         provider_view_fields(b, &ev->provider_changed.view);
         break;
+    case SL_PROTO_EVENT_CLUSTER_CHANGED: {
+        const sl_proto_cluster_changed_t *e = &ev->cluster_changed;
+        kv(b, "state", sl_proto_cluster_state_slug(e->state));
+        kv_u(b, "instances", e->instances);
+        if (e->reason != NULL)
+            kv(b, "reason", e->reason->code);
+        break;
+    }
     case SL_PROTO_EVENT_ROWS_DROPPED:
         kv_u(b, "count", ev->rows_dropped.count);
         break;

@@ -186,6 +186,11 @@ sl_control_handle(const sl_control_ctx_t *ctx, const sl_proto_message_t *m, sl_p
         reply->ok.has_providers = true;
         reply->ok.providers_len = sl_runtime_provider_views(ctx->runtime, &reply->ok.providers);
         break;
+    case SL_PROTO_MESSAGE_GET_INSTANCES:
+        ok(reply, m->get_instances.req);
+        reply->ok.has_instances = sl_runtime_cluster_view(ctx->runtime, &reply->ok.cluster,
+                                                          &reply->ok.instances, &reply->ok.instances_len);
+        break;
     case SL_PROTO_MESSAGE_GET_CONFIG:
         get_config(ctx, m->get_config.req, reply);
         break;

@@ -415,6 +415,7 @@ sl_bus_request_started(sl_proto_event_t *out, int64_t at_ms, const sl_bus_starte
     e->path = text_dup(stripped, path_len);
     free(stripped);
     e->session = opt_dup(s->session);
+    e->instance = opt_dup(s->instance);
     return out;
 }
 
@@ -732,6 +733,19 @@ static const sl_proto_period_t periods[] = {
         (l)->has_cost_micros = (src)->measure == SL_MEASURE_COST;                                            \
         (l)->cost_micros = (l)->has_cost_micros ? amount_ : 0;                                               \
     } while (0)
+
+sl_proto_event_t *
+sl_bus_cluster_changed(sl_proto_event_t *out, int64_t at_ms, sl_proto_cluster_state_t state,
+                       uint32_t instances, const sl_msg_t *reason)
+{
+    sl_proto_event_init(out, SL_PROTO_EVENT_CLUSTER_CHANGED);
+    sl_proto_cluster_changed_t *e = &out->cluster_changed;
+    e->at_ms = u64_of(at_ms);
+    e->state = state;
+    e->instances = instances;
+    e->reason = msg_box(reason);
+    return out;
+}
 
 sl_proto_event_t *
 sl_bus_limits_changed(sl_proto_event_t *out, int64_t at_ms, sl_proto_limit_target_t target, const char *name,

@@ -170,7 +170,8 @@ typedef struct {
     bool stream;
     const char *path; /* path and query as sent, path_len bytes; Gemini's `key=` is stripped */
     size_t path_len;
-    const char *session; /* the conversation's name, NULL = none */
+    const char *session;  /* the conversation's name, NULL = none */
+    const char *instance; /* in cluster mode: this instance's name, else NULL */
 } sl_bus_started_t;
 
 sl_proto_event_t *sl_bus_request_started(sl_proto_event_t *out, int64_t at_ms, const sl_bus_started_t *s);
@@ -281,7 +282,10 @@ sl_proto_throttle_t *sl_bus_throttle_view(const char *provider, const sl_bus_thr
 sl_proto_event_t *sl_bus_throttle_changed(sl_proto_event_t *out, int64_t at_ms, const char *provider,
                                           sl_proto_throttle_t *view);
 
-/* The pause (or a queue) is over; upstream NULL = not yet known. */
+/* This instance's part in its cluster changed (reason: why, when not joined; NULL = none). */
+sl_proto_event_t *sl_bus_cluster_changed(sl_proto_event_t *out, int64_t at_ms, sl_proto_cluster_state_t state,
+                                         uint32_t instances, const sl_msg_t *reason);
+
 /* The usage limits of a provider or client key (target) named name were replaced by limits (n). */
 sl_proto_event_t *sl_bus_limits_changed(sl_proto_event_t *out, int64_t at_ms, sl_proto_limit_target_t target,
                                         const char *name, const sl_limit_t *limits, size_t n);

@@ -50,7 +50,7 @@ struct sl_cluster {
     char *host, *unix_path, *user, *password, *name, *instance;
     uint16_t port;
     uint32_t db, timeout_ms;
-    char channel[160], hb_key[320], instances_key[160];
+    char channel[160], hb_key[320], hb_prefix[200], instances_key[160];
     sl_cluster_hooks_t hooks;
 
     pthread_t thread;
@@ -62,6 +62,9 @@ struct sl_cluster {
     _Atomic int state;
     atomic_uint instances;
     atomic_int_fast64_t offset_ms;
+    pthread_mutex_t roster_lock; /* guards the roster */
+    sl_cluster_member_t *roster;
+    size_t n_roster;
 
     /* the thread's own */
     conn_t cmd, sub;
@@ -373,7 +376,7 @@ send_cmd(sl_cluster_t *c, cmd_t *m)
 static void
 send_own(sl_cluster_t *c, sl_cluster_reply_cb done, int argc, const char *const *argv)
 {
-    size_t lens[8];
+    size_t lens[10];
     for (int i = 0; i < argc; i++)
         lens[i] = strlen(argv[i]);
     send_cmd(c, cmd_new(argc, argv, lens, done, c));
@@ -450,20 +453,48 @@ on_info(void *ctx, const redisReply *r)
     }
 }
 
+/* The heartbeat's answer lists the live instances after its two numbers: name, heartbeat, name, ... */
+static void
+keep_roster(sl_cluster_t *c, const redisReply *r)
+{
+    size_t n = (r->elements - 2) / 2;
+    sl_cluster_member_t *members = n > 0 ? sl_xcalloc(n, sizeof(*members)) : NULL;
+    size_t kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        const redisReply *name = r->element[2 + 2 * i], *body = r->element[3 + 2 * i];
+        if (name->type != REDIS_REPLY_STRING || body->type != REDIS_REPLY_STRING)
+            continue;
+        members[kept].name = sl_xstrdup(name->str);
+        members[kept].body = sl_xstrdup(body->str);
+        kept++;
+    }
+    pthread_mutex_lock(&c->roster_lock);
+    sl_cluster_member_t *old = c->roster;
+    size_t n_old = c->n_roster;
+    c->roster = members;
+    c->n_roster = kept;
+    pthread_mutex_unlock(&c->roster_lock);
+    sl_cluster_roster_free(old, n_old);
+}
+
 static void
 on_heartbeat(void *ctx, const redisReply *r)
 {
     sl_cluster_t *c = ctx;
     int64_t got = sl_wall_ms();
-    if (reply_is_error(r) || r->type != REDIS_REPLY_ARRAY || r->elements != 2 ||
+    if (reply_is_error(r) || r->type != REDIS_REPLY_ARRAY || r->elements < 2 ||
         r->element[0]->type != REDIS_REPLY_INTEGER || r->element[1]->type != REDIS_REPLY_INTEGER)
         return;
     /* An answer that came later than timeout_ms says nothing about now. */
     if (got - c->beat_sent_wall > (int64_t)c->timeout_ms)
         return;
     atomic_store(&c->offset_ms, sl_cluster_offset_ms(r->element[0]->integer, c->beat_sent_wall, got));
-    atomic_store(&c->instances, (unsigned)r->element[1]->integer);
+    unsigned was = atomic_exchange(&c->instances, (unsigned)r->element[1]->integer);
+    keep_roster(c, r);
     c->beat_once = true;
+    if (was != (unsigned)r->element[1]->integer && atomic_load(&c->state) == SL_CLUSTER_JOINED &&
+        c->hooks.on_state != NULL)
+        c->hooks.on_state(c->hooks.ctx, SL_CLUSTER_JOINED, NULL, (uint32_t)r->element[1]->integer);
     if (atomic_load(&c->state) != SL_CLUSTER_JOINED) {
         maybe_joined(c);
     } else if (c->restarted) {
@@ -478,13 +509,17 @@ static void
 heartbeat(sl_cluster_t *c)
 {
     send_own(c, on_info, 2, (const char *[]){"INFO", "server"});
-    char body[96], ttl[16];
-    snprintf(body, sizeof(body), "{\"pid\":%ld,\"at_ms\":%" PRId64 "}", (long)getpid(), sl_wall_ms());
+    char body[4096], ttl[16];
+    if (c->hooks.describe != NULL)
+        c->hooks.describe(c->hooks.ctx, body, sizeof(body));
+    else
+        snprintf(body, sizeof(body), "{\"pid\":%ld,\"at_ms\":%" PRId64 "}", (long)getpid(), sl_wall_ms());
     snprintf(ttl, sizeof(ttl), "%d", SL_CLUSTER_HEARTBEAT_TTL_MS);
     const char *argv[] = {
-        "EVAL", SL_CLUSTER_HEARTBEAT_LUA, "2", c->hb_key, c->instances_key, body, c->instance, ttl};
+        "EVAL",      SL_CLUSTER_HEARTBEAT_LUA, "2", c->hb_key, c->instances_key, body, c->instance, ttl,
+        c->hb_prefix};
     c->beat_sent_wall = sl_wall_ms();
-    send_own(c, on_heartbeat, 8, argv);
+    send_own(c, on_heartbeat, 9, argv);
 }
 
 static void
@@ -723,6 +758,8 @@ sl_cluster_start(const sl_cluster_config_t *config, const char *instance, const 
     sl_cluster_key(c->channel, sizeof(c->channel), c->name, "events", NULL);
     sl_cluster_key(c->hb_key, sizeof(c->hb_key), c->name, "hb", c->instance);
     sl_cluster_key(c->instances_key, sizeof(c->instances_key), c->name, "instances", NULL);
+    sl_cluster_key(c->hb_prefix, sizeof(c->hb_prefix), c->name, "hb", "");
+    pthread_mutex_init(&c->roster_lock, NULL);
     c->backoff_ms = 100;
     atomic_init(&c->state, SL_CLUSTER_CONNECTING);
     pthread_mutex_init(&c->lock, NULL);
@@ -762,6 +799,8 @@ sl_cluster_stop(sl_cluster_t *c)
     free(c->name);
     free(c->instance);
     sl_script_shas_dispose(&c->shas);
+    sl_cluster_roster_free(c->roster, c->n_roster);
+    pthread_mutex_destroy(&c->roster_lock);
     free(c);
 }
 
@@ -810,4 +849,29 @@ int64_t
 sl_cluster_clock_offset_ms(const sl_cluster_t *c)
 {
     return atomic_load(&((sl_cluster_t *)c)->offset_ms);
+}
+
+size_t
+sl_cluster_roster(const sl_cluster_t *c, sl_cluster_member_t **out)
+{
+    sl_cluster_t *m = (sl_cluster_t *)c;
+    pthread_mutex_lock(&m->roster_lock);
+    size_t n = m->n_roster;
+    *out = n > 0 ? sl_xcalloc(n, sizeof(**out)) : NULL;
+    for (size_t i = 0; i < n; i++) {
+        (*out)[i].name = sl_xstrdup(m->roster[i].name);
+        (*out)[i].body = sl_xstrdup(m->roster[i].body);
+    }
+    pthread_mutex_unlock(&m->roster_lock);
+    return n;
+}
+
+void
+sl_cluster_roster_free(sl_cluster_member_t *members, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        free(members[i].name);
+        free(members[i].body);
+    }
+    free(members);
 }

@@ -35,8 +35,11 @@ typedef struct {
     /* Joined (again): read the shared state; redis_restarted: Redis lost its data, announce this instance's.
      */
     void (*on_joined)(void *ctx, bool redis_restarted);
-    /* The state changed (reason: why it degraded; NULL when joined). */
+    /* The state, or while joined the count of live instances, changed (reason: why it degraded; NULL when
+     * joined). */
     void (*on_state)(void *ctx, sl_cluster_state_t state, const char *reason, uint32_t instances);
+    /* What this instance's heartbeat holds, for the others to read (written into out, NUL-terminated). */
+    void (*describe)(void *ctx, char *out, size_t size);
     /* Each heartbeat, joined: renew what this instance holds (slot leases). */
     void (*on_heartbeat)(void *ctx);
     /* Every SL_CLUSTER_TICK_MS, joined: send what was batched (settlements). */
@@ -77,6 +80,15 @@ sl_cluster_joined(const sl_cluster_t *c)
 uint32_t sl_cluster_instances(const sl_cluster_t *c);
 /* Redis's clock minus this instance's wall clock, ms (0 before the first heartbeat). */
 int64_t sl_cluster_clock_offset_ms(const sl_cluster_t *c);
+
+/* A live instance as of the last heartbeat answered: its name and what its heartbeat holds (describe's). */
+typedef struct {
+    char *name, *body;
+} sl_cluster_member_t;
+
+/* A copy of the live instances (this one included; none before the first heartbeat), for any thread. */
+size_t sl_cluster_roster(const sl_cluster_t *c, sl_cluster_member_t **out);
+void sl_cluster_roster_free(sl_cluster_member_t *members, size_t n);
 
 /*
  * The answer to a command, on the cluster's thread: Redis's reply, or NULL

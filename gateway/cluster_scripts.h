@@ -12,8 +12,10 @@
 /*
  * The heartbeat. KEYS: 1 hb:INSTANCE, 2 instances (a sorted set of live
  * instances by the end of their heartbeat). ARGV: 1 what the heartbeat
- * holds, 2 the instance, 3 its lifetime (ms). Returns {Redis's time, live
- * instances}.
+ * holds, 2 the instance, 3 its lifetime (ms), 4 the heartbeat keys' prefix
+ * (hb: under the cluster's tag, so every key stays in one slot). Returns
+ * {Redis's time, live instances, then each live instance's name and
+ * heartbeat}.
  */
 #define SL_CLUSTER_HEARTBEAT_LUA                                                                             \
     "local t = redis.call('TIME')\n"                                                                         \
@@ -21,7 +23,13 @@
     "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])\n"                                                   \
     "redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[2])\n"                                        \
     "redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)\n"                                                 \
-    "return {now, redis.call('ZCARD', KEYS[2])}\n"
+    "local names = redis.call('ZRANGE', KEYS[2], 0, -1)\n"                                                   \
+    "local out = {now, #names}\n"                                                                            \
+    "for _, name in ipairs(names) do\n"                                                                      \
+    "  out[#out + 1] = name\n"                                                                               \
+    "  out[#out + 1] = redis.call('GET', ARGV[4] .. name) or ''\n"                                           \
+    "end\n"                                                                                                  \
+    "return out\n"
 
 /*
  * A claim, all or nothing: room in every usage limit (of an upstream or a

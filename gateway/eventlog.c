@@ -33,9 +33,11 @@ sl_eventlog_write(const sl_proto_event_t *ev)
     const char *kind = sl_proto_event_kind_slug(ev->kind);
     switch (ev->kind) {
     case SL_PROTO_EVENT_REQUEST_STARTED:
-        sl_log_debug("event %s id=%llu client=%s model=%s stream=%d path=%s", kind,
+        sl_log_debug("event %s id=%llu client=%s model=%s stream=%d path=%s%s%s", kind,
                      (unsigned long long)ev->request_started.id, ev->request_started.client,
-                     ev->request_started.model, ev->request_started.stream, ev->request_started.path);
+                     ev->request_started.model, ev->request_started.stream, ev->request_started.path,
+                     ev->request_started.instance != NULL ? " instance=" : "",
+                     ev->request_started.instance != NULL ? ev->request_started.instance : "");
         break;
     case SL_PROTO_EVENT_ATTEMPT: {
         const sl_proto_attempt_view_t *v = &ev->attempt.view;
@@ -94,6 +96,12 @@ sl_eventlog_write(const sl_proto_event_t *ev)
         sl_log_debug("event %s target=%s name=%s limits=%zu", kind,
                      sl_proto_limit_target_slug(ev->limits_changed.target), ev->limits_changed.name,
                      ev->limits_changed.limits_len);
+        break;
+    case SL_PROTO_EVENT_CLUSTER_CHANGED:
+        sl_log_debug("event %s state=%s instances=%u%s%s", kind,
+                     sl_proto_cluster_state_slug(ev->cluster_changed.state), ev->cluster_changed.instances,
+                     ev->cluster_changed.reason != NULL ? " reason=" : "",
+                     ev->cluster_changed.reason != NULL ? ev->cluster_changed.reason->code : "");
         break;
     default:
         sl_log_debug("event %s", kind);

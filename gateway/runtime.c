@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include "bus.h"
+#include "cluster.h"
+#include "cluster_view.h"
 #include "shared_state.h"
 #include "core/mask.h"
 #include "core/xalloc.h"
@@ -872,6 +874,90 @@ cluster_announce_health(void *ctx, sl_upstream_t *up, const sl_breaker_t *b)
     sl_snapshot_release(s);
 }
 
+/* ClusterChanged: this instance joined, lost Redis, or saw the count of live instances change. */
+static void
+cluster_announce(void *ctx, sl_cluster_part_t part, const char *reason, uint32_t instances)
+{
+    static const sl_proto_cluster_state_t states[] = {
+        [SL_CLUSTER_PART_JOINED] = SL_PROTO_CLUSTER_STATE_JOINED,
+        [SL_CLUSTER_PART_DEGRADED] = SL_PROTO_CLUSTER_STATE_DEGRADED,
+        [SL_CLUSTER_PART_ALONE] = SL_PROTO_CLUSTER_STATE_ALONE};
+    sl_runtime_t *rt = ctx;
+    sl_msg_t why = {0};
+    if (reason != NULL)
+        why = sl_msg_make(SL_CODE_GW_CLUSTER_DEGRADED, "cluster", sl_cluster_name(rt->gw->cluster), "reason",
+                          reason, NULL);
+    sl_proto_event_t ev;
+    pthread_mutex_lock(&rt->lock);
+    emit(rt,
+         sl_bus_cluster_changed(&ev, sl_wall_ms(), states[part], instances, reason != NULL ? &why : NULL));
+    pthread_mutex_unlock(&rt->lock);
+    if (reason != NULL)
+        sl_msg_free(&why);
+}
+
+/* This instance's counts per upstream, and their sum. */
+static size_t
+own_counts(sl_runtime_t *rt, sl_snapshot_t *s, sl_cluster_count_t *counts, size_t cap, uint32_t *in_flight,
+           uint32_t *queued)
+{
+    size_t n = s->config->n_providers < cap ? s->config->n_providers : cap;
+    *in_flight = *queued = 0;
+    for (size_t i = 0; i < n; i++) {
+        sl_upstream_view_t v = sl_shared_upstream_view(
+            rt->gw->shared, s->upstreams[i], s->limits.providers != NULL ? s->limits.providers[i] : NULL);
+        counts[i] = (sl_cluster_count_t){s->config->providers[i].name, v.in_flight, v.queued};
+        *in_flight += v.in_flight;
+        *queued += v.queued;
+    }
+    return n;
+}
+
+#define SL_CLUSTER_COUNTS_MAX 256
+
+/* What this instance's heartbeat tells the others. */
+static void
+cluster_describe(void *ctx, char *out, size_t size)
+{
+    sl_runtime_t *rt = ctx;
+    sl_snapshot_t *s = sl_snapshot_acquire(&rt->holder);
+    sl_cluster_count_t counts[SL_CLUSTER_COUNTS_MAX];
+    uint32_t in_flight, queued;
+    size_t n = own_counts(rt, s, counts, SL_CLUSTER_COUNTS_MAX, &in_flight, &queued);
+    sl_cluster_describe(counts, n, sl_wall_ms(), out, size);
+    sl_snapshot_release(s);
+}
+
+bool
+sl_runtime_cluster_view(sl_runtime_t *rt, sl_proto_cluster_view_t **cluster,
+                        sl_proto_instance_view_t **instances, size_t *n_instances)
+{
+    sl_cluster_t *c = rt->gw->cluster;
+    if (c == NULL)
+        return false;
+    sl_snapshot_t *s = sl_snapshot_acquire(&rt->holder);
+    sl_cluster_count_t counts[SL_CLUSTER_COUNTS_MAX];
+    uint32_t in_flight, queued;
+    own_counts(rt, s, counts, SL_CLUSTER_COUNTS_MAX, &in_flight, &queued);
+    sl_snapshot_release(s);
+    sl_cluster_member_t *roster;
+    size_t n = sl_cluster_roster(c, &roster);
+    *n_instances = sl_cluster_instance_views(roster, n, sl_cluster_instance(c), in_flight, queued,
+                                             sl_wall_ms(), instances);
+    sl_cluster_roster_free(roster, n);
+    sl_cluster_state_t state = sl_cluster_state(c);
+    *cluster = sl_xcalloc(1, sizeof(**cluster));
+    **cluster = (sl_proto_cluster_view_t){
+        .name = sl_xstrdup(sl_cluster_name(c)),
+        .instance = sl_xstrdup(sl_cluster_instance(c)),
+        .state = state == SL_CLUSTER_JOINED     ? SL_PROTO_CLUSTER_STATE_JOINED
+                 : state == SL_CLUSTER_DEGRADED ? SL_PROTO_CLUSTER_STATE_DEGRADED
+                                                : SL_PROTO_CLUSTER_STATE_ALONE,
+        .instances = sl_cluster_instances(c),
+    };
+    return true;
+}
+
 /* Another instance's operator pushed limits: this instance applies them and writes its own file. */
 static void
 cluster_apply_limits(void *ctx, sl_bucket_kind_t kind, const char *name, const sl_limit_t *limits, size_t n)
@@ -916,6 +1002,8 @@ sl_runtime_join_cluster(sl_runtime_t *rt)
                                        .announce = announce_throttle,
                                        .announce_health = cluster_announce_health,
                                        .apply_limits = cluster_apply_limits,
+                                       .announce_cluster = cluster_announce,
+                                       .describe = cluster_describe,
                                        .ctx = rt};
     sl_shared_state_t *shared =
         sl_shared_cluster_new(sl_shared_local_new(&gw->stopping, false), cc, instance, &hooks, &gw->cluster);
@@ -973,9 +1061,23 @@ sl_runtime_provider_views(sl_runtime_t *rt, sl_proto_provider_view_t **out)
     size_t n = s->config->n_providers;
     *out = n > 0 ? sl_xcalloc(n, sizeof(**out)) : NULL;
     int64_t mono = sl_now_ms(), wall = sl_wall_ms();
-    for (size_t i = 0; i < n; i++)
-        provider_view(&(*out)[i], rt->gw->shared, &s->config->providers[i], s->upstreams[i],
+    sl_cluster_t *c = rt->gw->cluster;
+    sl_cluster_member_t *roster = NULL;
+    size_t n_roster = c != NULL ? sl_cluster_roster(c, &roster) : 0;
+    for (size_t i = 0; i < n; i++) {
+        sl_proto_provider_view_t *v = &(*out)[i];
+        provider_view(v, rt->gw->shared, &s->config->providers[i], s->upstreams[i],
                       s->limits.providers != NULL ? s->limits.providers[i] : NULL, s->config->tz, mono, wall);
+        if (c == NULL)
+            continue;
+        /* The cluster's totals: this instance's of now, the others' of their last heartbeat. */
+        uint32_t in_flight, queued;
+        sl_cluster_others_count(roster, n_roster, sl_cluster_instance(c), v->name, &in_flight, &queued);
+        v->has_cluster_in_flight = v->has_cluster_queued = true;
+        v->cluster_in_flight = v->in_flight + in_flight;
+        v->cluster_queued = v->queued + queued;
+    }
+    sl_cluster_roster_free(roster, n_roster);
     sl_snapshot_release(s);
     return n;
 }

@@ -99,6 +99,14 @@ int sl_runtime_resume(sl_runtime_t *rt, const char *name, sl_msg_t *err);
 size_t sl_runtime_provider_views(sl_runtime_t *rt, sl_proto_provider_view_t **out);
 void sl_runtime_provider_views_free(sl_proto_provider_view_t *views, size_t n);
 
+/*
+ * In cluster mode: the cluster as this instance sees it and its live
+ * instances (the caller's: sl_proto_cluster_view_free /
+ * sl_proto_instance_view_free, then free). false outside cluster mode.
+ */
+bool sl_runtime_cluster_view(sl_runtime_t *rt, sl_proto_cluster_view_t **cluster,
+                             sl_proto_instance_view_t **instances, size_t *n_instances);
+
 /* The request DB's path (for history), or NULL when there is none. Owned by rt. */
 const char *sl_runtime_store_path(const sl_runtime_t *rt);
 

@@ -544,6 +544,26 @@ on_heartbeat(void *ctx)
 }
 
 static void
+on_state(void *ctx, sl_cluster_state_t state, const char *reason, uint32_t instances)
+{
+    sl_cluster_shared_t *s = ctx;
+    if (state == SL_CLUSTER_JOINED)
+        s->ever_joined = true;
+    sl_cluster_part_t part = state == SL_CLUSTER_JOINED ? SL_CLUSTER_PART_JOINED
+                             : s->ever_joined           ? SL_CLUSTER_PART_DEGRADED
+                                                        : SL_CLUSTER_PART_ALONE;
+    if (s->hooks.announce_cluster != NULL)
+        s->hooks.announce_cluster(s->hooks.ctx, part, reason, instances);
+}
+
+static void
+describe(void *ctx, char *out, size_t size)
+{
+    sl_cluster_shared_t *s = ctx;
+    s->hooks.describe(s->hooks.ctx, out, size);
+}
+
+static void
 on_tick(void *ctx)
 {
     sl_cluster_shared_t *s = ctx;
@@ -565,6 +585,8 @@ sl_shared_cluster_new(sl_shared_state_t *local, const sl_cluster_config_t *confi
                                                         .on_joined = on_joined,
                                                         .on_heartbeat = on_heartbeat,
                                                         .on_tick = on_tick,
+                                                        .on_state = on_state,
+                                                        .describe = hooks->describe != NULL ? describe : NULL,
                                                         .ctx = s});
     if (s->cluster == NULL) {
         pthread_mutex_destroy(&s->slots_lock);

@@ -56,8 +56,8 @@ typedef struct sl_shared_inbox sl_shared_inbox_t;
 
 typedef struct {
     void *pending;
-    sl_timerheap_t *timers;   /* where an answer that comes later is delivered */
-    sl_shared_inbox_t *inbox; /* where an answer made on another thread is handed over; NULL: none */
+    sl_timerheap_t *timers;       /* where an answer that comes later is delivered */
+    sl_shared_inbox_t *inbox;     /* where an answer made on another thread is handed over; NULL: none */
     struct sl_cluster_lane *lane; /* the caller's worker's own connection to the cluster; NULL: none */
 } sl_shared_call_t;
 
@@ -438,6 +438,9 @@ sl_shared_state_t *sl_shared_local_new(const atomic_bool *stopping, bool defer_a
 
 struct sl_cluster;
 
+/* An instance's part in its cluster, as its control stream shows it (ClusterChanged). */
+typedef enum { SL_CLUSTER_PART_JOINED, SL_CLUSTER_PART_DEGRADED, SL_CLUSTER_PART_ALONE } sl_cluster_part_t;
+
 /* How the cluster's state reaches this instance's upstreams and control stream (from the cluster's thread).
  */
 typedef struct {
@@ -454,6 +457,11 @@ typedef struct {
     /* Another instance's operator replaced the limits of (kind, name): applied here as if pushed here. */
     void (*apply_limits)(void *ctx, sl_bucket_kind_t kind, const char *name, const sl_limit_t *limits,
                          size_t n);
+    /* ClusterChanged: joined, degraded after having joined, or alone (never joined yet); reason when not
+     * joined. */
+    void (*announce_cluster)(void *ctx, sl_cluster_part_t part, const char *reason, uint32_t instances);
+    /* What this instance's heartbeat tells the others (its counts), NUL-terminated in out. */
+    void (*describe)(void *ctx, char *out, size_t size);
     void *ctx;
 } sl_shared_cluster_hooks_t;
 

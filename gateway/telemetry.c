@@ -6,6 +6,8 @@
  */
 #include "req.h"
 
+#include "cluster.h"
+
 /* Who sent the request: the client's name, "local" when no keys are configured, "unknown" when refused. */
 const char *
 sl__client_name(const request_t *r)
@@ -64,6 +66,7 @@ sl__emit_started(request_t *r)
         .path = r->path.base,
         .path_len = r->path.len,
         .session = session != NULL ? session_text : NULL,
+        .instance = r->gw->cluster != NULL ? sl_cluster_instance(r->gw->cluster) : NULL,
     };
     sl_proto_event_t ev;
     sl__emit(r, sl_bus_request_started(&ev, r->started_wall_ms, &st));

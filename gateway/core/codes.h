@@ -187,6 +187,8 @@
     X(SL_CODE_GW_CANCELLED, "gw.cancelled", 503, "sluice: the request was cancelled by an operator")         \
     X(SL_CODE_GW_CLUSTER_UNAVAILABLE, "gw.cluster.unavailable", 503,                                         \
       "sluice: the cluster's shared state (Redis) cannot be reached, and this request's limits need it")     \
+    X(SL_CODE_GW_CLUSTER_DEGRADED, "gw.cluster.degraded", 0,                                                 \
+      "cluster {cluster}: {reason}; this instance goes on with its share of each limit")                     \
     X(SL_CODE_CONTROL_AUTH_REJECTED, "control.auth.rejected", 0, "the control key is wrong")                 \
     X(SL_CODE_CONTROL_PROTOCOL_MISMATCH, "control.protocol.mismatch", 0,                                     \
       "protocol version mismatch: sluice speaks {ours}, the client {theirs}")                                \

@@ -133,6 +133,9 @@ describe("web control app (chromium, sluice --demo)", () => {
     const demo = await startDemo("calm", 0);
     try {
       const page = await openApp(demo);
+      // not in cluster mode: no instance panel
+      await page.waitForTimeout(300);
+      assert.equal(await page.locator('[data-testid="instance-panel"]').isVisible(), false, "no cluster panel outside cluster mode");
       await page.click('[data-testid="tab-limits"]');
       const editor = page.locator('[data-testid="limits-editor"]');
       await editor.waitFor();
@@ -165,6 +168,93 @@ describe("web control app (chromium, sluice --demo)", () => {
       assert.ok(rows.some((t) => t.includes("demo-anthropic-b")), rows.join("\n"));
       assert.ok(rows.some((t) => t.includes("demo-anthropic-a")), rows.join("\n"));
       await shot(page, "limits-history");
+      await page.close();
+    } finally {
+      await demo.stop();
+    }
+  });
+
+  test("cluster mode: the instance panel follows get_instances and ClusterChanged; providers show the cluster's totals", T, async () => {
+    // sluice --demo serves the app; its control endpoint is replaced by a scripted one in cluster mode.
+    const demo = await startDemo("calm", 0);
+    try {
+      const page = await browser.newPage({ viewport: { width: 1400, height: 900 } });
+      page.on("pageerror", (e) => { throw e; });
+      const proto = await protocol();
+      const lost = { code: "gw.cluster.lost", args: {}, text: "Redis at 127.0.0.1:6379 does not answer" };
+      let cluster = { name: "prod", instance: "gw-a", state: "joined", instances: 2 };
+      let instances = () => [
+        { name: "gw-b", self: false, seen_ms: Date.now() - 700, in_flight: 4, queued: 1 },
+        { name: "gw-a", self: true, seen_ms: Date.now(), in_flight: 3, queued: 0 },
+      ];
+      const asked = [];
+      let server = null;
+      const encode = (m) => Buffer.from(proto.encodeMessage(m));
+      await page.routeWebSocket(/\/control$/, (ws) => {
+        server = ws;
+        ws.onMessage((data) => {
+          const m = proto.decodeMessage(new Uint8Array(typeof data === "string" ? Buffer.from(data) : data));
+          if (m.kind === "hello") {
+            ws.send(encode({ kind: "welcome", protocol: proto.PROTOCOL_VERSION, server: "sluice (scripted)", now_ms: Date.now() }));
+          } else if (m.kind === "subscribe") {
+            ws.send(encode({
+              kind: "snapshot", req: m.req, now_ms: Date.now(), in_flight: [], seq: 0,
+              providers: [{ name: "anthropic-a", protocol: "anthropic", base_url: "https://a.example", disabled: false,
+                            health: "ok", limits: [], in_flight: 3, max_concurrent: 8, queued: 1,
+                            cluster_in_flight: 7, cluster_queued: 5 }],
+            }));
+          } else if (m.kind === "get_instances") {
+            asked.push(Date.now());
+            ws.send(encode({ kind: "ok", req: m.req, cluster, instances: instances() }));
+          } else if ("req" in m) {
+            ws.send(encode({ kind: "error", req: m.req, message: { code: "control.unknown", args: {}, text: "not scripted" } }));
+          }
+        });
+      });
+      await page.goto(`http://127.0.0.1:${demo.controlPort}/#key=${demo.key}`);
+      const panel = page.locator('[data-testid="instance-panel"]');
+      await panel.waitFor({ state: "visible", timeout: 10_000 });
+      assert.equal(asked.length, 1, "asked once on connect");
+      assert.equal(await panel.locator('[data-testid="cluster-name"]').textContent(), "prod");
+      assert.equal(await panel.getAttribute("data-state"), "joined");
+      assert.equal(await panel.locator('[data-testid="cluster-state"]').textContent(), "joined");
+      assert.match(await panel.locator('[data-testid="cluster-summary"]').textContent(), /instance gw-a · 2 live/);
+      const rows = panel.locator('[data-testid="instance-row"]');
+      assert.equal(await rows.count(), 2);
+      assert.equal(await rows.nth(0).getAttribute("data-name"), "gw-a", "this instance first");
+      assert.equal(await rows.nth(0).getAttribute("data-self"), "1");
+      assert.ok(await rows.nth(0).locator('[data-testid="instance-self"]').isVisible(), "marked as this one");
+      assert.ok(!(await rows.nth(1).locator('[data-testid="instance-self"]').isVisible()));
+      assert.equal(await rows.nth(1).locator('[data-testid="instance-in-flight"]').textContent(), "4");
+      assert.equal(await rows.nth(1).locator('[data-testid="instance-queued"]').textContent(), "1");
+      assert.match(await rows.nth(1).locator('[data-testid="instance-seen"]').textContent(), /ago|now/);
+
+      const card = page.locator('[data-testid="provider-card"][data-name="anthropic-a"]');
+      assert.equal(await card.locator('[data-testid="in-flight"]').textContent(), "3 / 8 · cluster 7");
+      assert.equal(await card.locator('[data-testid="queued-count"]').textContent(), "1 · cluster 5");
+      await shot(page, "cluster-joined");
+
+      // Redis lost: the event marks the panel degraded at once, and the app asks for the instances again.
+      const beforeEvent = asked.length;
+      cluster = { ...cluster, state: "degraded", instances: 1 };
+      instances = () => [{ name: "gw-a", self: true, seen_ms: Date.now(), in_flight: 3, queued: 0 }];
+      server.send(encode({ kind: "event", seq: 1,
+                           event: { kind: "cluster_changed", at_ms: Date.now(), state: "degraded", instances: 1, reason: lost } }));
+      await page.locator('[data-testid="instance-panel"][data-state="degraded"]').waitFor({ timeout: 5000 });
+      assert.equal(await panel.locator('[data-testid="cluster-state"]').textContent(), "degraded");
+      assert.match(await panel.locator('[data-testid="cluster-reason"]').textContent(), /does not answer \(gw\.cluster\.lost\)/);
+      await page.waitForFunction(() => document.querySelectorAll('[data-testid="instance-row"]').length === 1, null, { timeout: 5000 });
+      assert.ok(asked.length > beforeEvent, "asked again after ClusterChanged");
+      assert.match(await page.locator('[data-testid="notices"]').textContent(), /cluster degraded: 1 live instance — Redis at 127\.0\.0\.1:6379 does not answer/);
+      await shot(page, "cluster-degraded");
+
+      // …and every 5 s while the panel is shown.
+      const before = asked.length;
+      await page.waitForTimeout(5600);
+      assert.ok(asked.length > before, `refreshed within 5.6 s (${asked.length - before} more)`);
+      const polls = asked.slice(beforeEvent);
+      const gaps = polls.slice(1).map((t, i) => t - polls[i]);
+      assert.ok(gaps.every((g) => g >= 4500), `no faster than every 5 s: ${gaps.join(", ")} ms`);
       await page.close();
     } finally {
       await demo.stop();

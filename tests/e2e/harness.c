@@ -75,11 +75,17 @@ read_some(proc_t *p, int wait_ms)
 bool
 proc_wait_log(proc_t *p, const char *needle, int timeout_ms)
 {
+    return proc_wait_log_after(p, 0, needle, timeout_ms);
+}
+
+bool
+proc_wait_log_after(proc_t *p, size_t from, const char *needle, int timeout_ms)
+{
     long deadline = now_ms() + timeout_ms;
-    while (strstr(p->log, needle) == NULL) {
+    while (strstr(p->log + (from < p->log_len ? from : p->log_len), needle) == NULL) {
         long left = deadline - now_ms();
         if (left <= 0 || !read_some(p, (int)(left < 50 ? left : 50)))
-            return strstr(p->log, needle) != NULL;
+            return strstr(p->log + (from < p->log_len ? from : p->log_len), needle) != NULL;
     }
     return true;
 }

@@ -22,6 +22,8 @@ typedef struct {
 void proc_start(proc_t *p, const char *const *args);
 /* Reads output until needle appears; false after timeout_ms or when the process ends without it. */
 bool proc_wait_log(proc_t *p, const char *needle, int timeout_ms);
+/* The same for text logged after the first from bytes. */
+bool proc_wait_log_after(proc_t *p, size_t from, const char *needle, int timeout_ms);
 /* Waits for the exit; returns the exit status, or -1 (after SIGKILL) when it did not end in time. */
 int proc_wait_exit(proc_t *p, int timeout_ms);
 /* Kills a process still running (test teardown). */

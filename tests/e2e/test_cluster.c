@@ -44,6 +44,8 @@ static const char *more_providers = "", *cluster_extra = "";
 static int timeout_ms = 200;
 /* The failover section (wait_secs is scaled with SLUICE_TEST_TIME_SCALE). */
 static const char *failover = "wait_secs: 60";
+/* The instances' log level ("debug" logs every event). */
+static const char *log_level = "info";
 
 static int64_t
 now_ms(void)
@@ -115,7 +117,7 @@ start_instance(int i)
     cr_assert_not_null(f);
     fputs(yaml, f);
     fclose(f);
-    ports[i] = sluice_start(&procs[i], path, "info", "2");
+    ports[i] = sluice_start(&procs[i], path, log_level, "2");
     cr_assert_neq(ports[i], 0, "%s", procs[i].log);
     char joined[64];
     snprintf(joined, sizeof(joined), "joined as %c", 'a' + i);
@@ -135,6 +137,32 @@ sluicectl(int i, const char *args)
     snprintf(cmd, sizeof(cmd), "%s --port %u --key-file %s/sluice.key --timeout 5 %s >/dev/null 2>&1", bin,
              control_ports[i], dir, args);
     return system(cmd);
+}
+
+/* sluicectl's output (stdout) against instance i, in out; false when it failed. */
+static bool
+sluicectl_output(int i, const char *args, char *out, size_t size)
+{
+    const char *bin = getenv("SLUICECTL");
+    cr_assert_not_null(bin, "SLUICECTL is not set");
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "%s --port %u --key-file %s/sluice.key --timeout 5 %s 2>&1", bin,
+             control_ports[i], dir, args);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    size_t n = fread(out, 1, size - 1, p);
+    out[n] = '\0';
+    return pclose(p) == 0;
+}
+
+/* Whether a JSON text has "name": value (compact or not). */
+static bool
+json_has(const char *text, const char *name, const char *value)
+{
+    char a[128], b[128];
+    snprintf(a, sizeof(a), "\"%s\":%s", name, value);
+    snprintf(b, sizeof(b), "\"%s\": %s", name, value);
+    return strstr(text, a) != NULL || strstr(text, b) != NULL;
 }
 
 /* What /healthz says of the cluster: "joined", "degraded", ... */
@@ -732,4 +760,48 @@ Test(cluster, budgets_survive_a_redis_restarted_empty_and_an_instance_restarted)
     start_instance(1);
     cr_assert_eq(status_of(1), 429, "restarted, b still finds the window full");
     cr_assert_eq(fake_count(up), 3);
+}
+
+Test(cluster, the_control_stream_shows_the_instances_their_counts_and_the_clusters_changes)
+{
+    log_level = "debug";
+    start_instance(0);
+    start_instance(1);
+    cr_assert(proc_wait_log(&procs[0], "event cluster_changed state=joined instances=2", 3000), "%s",
+              procs[0].log);
+    /* A request held on b (its upstream answers after 3 s) counts in a's cluster totals after b's next
+     * heartbeat. */
+    fake_push(up, (fake_reply_t){.status = 200,
+                                 .headers = "content-type: application/json\r\n",
+                                 .body = "{\"type\":\"message\",\"content\":[]}",
+                                 .delay_ms = 3000});
+    call_t c;
+    call_async(&c, 1);
+    cr_assert(proc_wait_log(&procs[1], "event request_started id=1 client=tester", 3000), "%s", procs[1].log);
+    cr_assert(strstr(procs[1].log, "instance=b") != NULL, "RequestStarted names its instance: %s",
+              procs[1].log);
+    static char out[1 << 16];
+    bool seen = false;
+    for (int64_t until = now_ms() + 2500; !seen && now_ms() < until; usleep(100 * 1000))
+        seen = sluicectl_output(0, "providers --json", out, sizeof(out)) &&
+               json_has(out, "cluster_in_flight", "1");
+    cr_assert(seen, "a's provider view counts b's request: %s", out);
+    cr_assert(json_has(out, "in_flight", "0"), "%s", out);
+    cr_assert(sluicectl_output(0, "instances --json", out, sizeof(out)), "%s", out);
+    cr_assert(strstr(out, "\"a\"") != NULL && strstr(out, "\"b\"") != NULL, "both instances listed: %s", out);
+    cr_assert(json_has(out, "self", "true"), "%s", out);
+    cr_assert(json_has(out, "state", "\"joined\""), "%s", out);
+    cr_assert_eq(call_wait(&c), 200);
+    /* b gone: a's next heartbeats after b's lapses (3 s) count one instance. */
+    size_t from = procs[0].log_len;
+    proc_kill(&procs[1]);
+    cr_assert(proc_wait_log_after(&procs[0], from, "event cluster_changed state=joined instances=1", 6000),
+              "%s", procs[0].log);
+    redis_kill(&redis);
+    cr_assert(proc_wait_log_after(
+                  &procs[0], from,
+                  "event cluster_changed state=degraded instances=1 reason=gw.cluster.degraded", 3000),
+              "%s", procs[0].log);
+    cr_assert(sluicectl_output(0, "instances --json", out, sizeof(out)), "%s", out);
+    cr_assert(json_has(out, "state", "\"degraded\""), "%s", out);
 }

@@ -1,8 +1,9 @@
 /*
  * sluicectl's pure half (control/cli.h): the command line of every command
  * and its errors, dollars and durations, the limit groups becoming
- * sl_proto limits, the requests built, and events, providers, history and
- * errors formatted as lines and as JSON. Times are shown in UTC here.
+ * sl_proto limits, the requests built, and events, providers (with the
+ * cluster's totals), the cluster's instances, history and errors formatted
+ * as lines and as JSON. Times are shown in UTC here.
  */
 #include <criterion/criterion.h>
 #include <stdarg.h>
@@ -55,6 +56,15 @@ static char *
 text(sl_strbuf_t *b)
 {
     return sl_strbuf_finish(b);
+}
+
+static size_t
+count_lines(const char *s)
+{
+    size_t n = 0;
+    for (; *s; s++)
+        n += *s == '\n';
+    return n;
 }
 
 static void
@@ -566,6 +576,30 @@ Test(cli, hello_and_subscribe)
     sl_proto_message_free(&m);
 }
 
+Test(cli, instances_command)
+{
+    sl_cli_args_t a;
+    char err[256];
+    sl_proto_message_t m;
+    cr_assert_eq(PARSE(&a, err, "instances"), 0, "%s", err);
+    cr_assert_eq(a.command, SL_CLI_INSTANCES);
+    cr_assert(!a.json);
+    cr_assert_eq(sl_cli_build_request(&a, 6, T0, NULL, &m), 0);
+    cr_assert_eq(m.kind, SL_PROTO_MESSAGE_GET_INSTANCES);
+    cr_assert_eq(m.get_instances.req, 6);
+    assert_roundtrips(&m);
+    sl_proto_message_free(&m);
+
+    cr_assert_eq(PARSE(&a, err, "instances", "--json"), 0, "%s", err);
+    cr_assert(a.json);
+    cr_assert_eq(PARSE(&a, err, "help", "instances"), 0, "%s", err);
+    cr_assert_eq(a.command, SL_CLI_INSTANCES);
+    cr_assert(strstr(sl_cli_help(a.command), "usage: sluicectl instances [--json]") != NULL);
+    cr_assert(strstr(sl_cli_help(SL_CLI_NONE), "instances [--json]") != NULL, "listed in the general help");
+    PARSE_FAILS("instances: unknown option --count", "instances", "--count", "2");
+    PARSE_FAILS("instances: unexpected argument \"gw-a\"", "instances", "gw-a");
+}
+
 /* ---- formatting ---------------------------------------------------------------------------------- */
 
 Test(cli, small_texts)
@@ -729,6 +763,61 @@ Test(cli, finished_and_limits_changed_lines)
     sl_proto_event_free(&ev);
 }
 
+Test(cli, cluster_changed_line_and_json)
+{
+    sl_proto_event_t ev;
+    sl_proto_event_init(&ev, SL_PROTO_EVENT_CLUSTER_CHANGED);
+    ev.cluster_changed.at_ms = T0 + 300;
+    ev.cluster_changed.state = SL_PROTO_CLUSTER_STATE_DEGRADED;
+    ev.cluster_changed.instances = 2;
+    ev.cluster_changed.reason = sl_xcalloc(1, sizeof(sl_proto_msg_t));
+    set_msg(ev.cluster_changed.reason, "gw.cluster.lost", "Redis at 127.0.0.1:6379 does not answer");
+    char *line = event_line(&ev);
+    cr_assert_str_eq(line,
+                     "14:13:20.300 cluster_changed state=degraded instances=2 reason=gw.cluster.lost\n");
+    free(line);
+    char *json = event_json(&ev);
+    cr_assert_str_eq(json, "{\"kind\":\"cluster_changed\",\"at_ms\":1790000000300,\"state\":\"degraded\","
+                           "\"instances\":2,\"reason\":{\"code\":\"gw.cluster.lost\",\"args\":{},\"text\":"
+                           "\"Redis at 127.0.0.1:6379 does not answer\"}}\n");
+    free(json);
+    sl_proto_event_free(&ev);
+
+    /* joined again: no reason */
+    sl_proto_event_init(&ev, SL_PROTO_EVENT_CLUSTER_CHANGED);
+    ev.cluster_changed.at_ms = T0 + 400;
+    ev.cluster_changed.state = SL_PROTO_CLUSTER_STATE_JOINED;
+    ev.cluster_changed.instances = 3;
+    line = event_line(&ev);
+    cr_assert_str_eq(line, "14:13:20.400 cluster_changed state=joined instances=3\n");
+    free(line);
+    json = event_json(&ev);
+    cr_assert_str_eq(json, "{\"kind\":\"cluster_changed\",\"at_ms\":1790000000400,\"state\":\"joined\","
+                           "\"instances\":3}\n");
+    free(json);
+    sl_proto_event_free(&ev);
+}
+
+Test(cli, request_started_shows_the_instance_in_cluster_mode)
+{
+    sl_proto_event_t ev;
+    started_event(&ev, 9, T0);
+    char *line = event_line(&ev);
+    cr_assert_str_eq(line, "14:13:20.000 request_started id=9 client=alice dialect=anthropic "
+                           "model=claude-sonnet-4 stream=yes path=/v1/messages\n");
+    free(line);
+    ev.request_started.session = sl_xstrdup("s1");
+    ev.request_started.instance = sl_xstrdup("gw-b");
+    line = event_line(&ev);
+    cr_assert_str_eq(line, "14:13:20.000 request_started id=9 client=alice dialect=anthropic "
+                           "model=claude-sonnet-4 stream=yes path=/v1/messages session=s1 instance=gw-b\n");
+    free(line);
+    char *json = event_json(&ev);
+    cr_assert(strstr(json, "\"session\":\"s1\",\"instance\":\"gw-b\"}\n") != NULL, "%s", json);
+    free(json);
+    sl_proto_event_free(&ev);
+}
+
 static void
 provider_view(sl_proto_provider_view_t *v)
 {
@@ -790,6 +879,178 @@ Test(cli, providers_table_row)
     free(t);
     sl_proto_provider_view_free(&v[0]);
     sl_proto_provider_view_free(&v[1]);
+}
+
+Test(cli, providers_show_the_cluster_totals)
+{
+    sl_proto_provider_view_t v[2];
+    provider_view(&v[0]);
+    v[0].has_cluster_in_flight = true;
+    v[0].cluster_in_flight = 7;
+    v[0].has_cluster_queued = true;
+    v[0].cluster_queued = 20;
+    memset(&v[1], 0, sizeof v[1]);
+    v[1].name = sl_xstrdup("relay");
+    v[1].protocol = SL_PROTO_DIALECT_OPENAI_CHAT;
+    v[1].base_url = sl_xstrdup("https://relay");
+    v[1].in_flight = 1;
+    v[1].has_cluster_in_flight = true;
+    v[1].cluster_in_flight = 1;
+    v[1].has_cluster_queued = true;
+    v[1].cluster_queued = 0;
+    sl_strbuf_t b = {0};
+    sl_cli_providers_table(v, 2, T0, &b);
+    char *t = text(&b);
+    cr_assert_str_eq(
+        t, "NAME       PROTOCOL     HEALTH     THROTTLE           IN-FLIGHT           QUEUED  LIMITS\n"
+           "anthropic  anthropic    half_open  paused 42s  3/64 (cluster 7)  12 (cluster 20)  "
+           "1200/10000000 tokens per 5 min, $1.20/$20.00 per day\n"
+           "relay      openai_chat  ok         -              1 (cluster 1)    0 (cluster 0)  -\n");
+    free(t);
+
+    sl_cli_provider_json(&v[0], &b);
+    t = text(&b);
+    cr_assert(strstr(t, "\"in_flight\":3,\"max_concurrent\":64,\"queued\":12,\"cluster_in_flight\":7,"
+                        "\"cluster_queued\":20}\n") != NULL,
+              "%s", t);
+    free(t);
+
+    /* provider_changed carries the same view */
+    sl_proto_event_t ev;
+    memset(&ev, 0, sizeof ev);
+    ev.kind = SL_PROTO_EVENT_PROVIDER_CHANGED;
+    ev.provider_changed.at_ms = T0;
+    ev.provider_changed.view = v[1]; /* borrowed */
+    char *line = event_line(&ev);
+    cr_assert_str_eq(line, "14:13:20.000 provider_changed provider=relay health=ok in_flight=1 queued=0 "
+                           "cluster_in_flight=1 cluster_queued=0\n");
+    free(line);
+    sl_proto_provider_view_free(&v[0]);
+    sl_proto_provider_view_free(&v[1]);
+}
+
+static void
+cluster_view(sl_proto_cluster_view_t *c, sl_proto_cluster_state_t state)
+{
+    memset(c, 0, sizeof *c);
+    c->name = sl_xstrdup("prod");
+    c->instance = sl_xstrdup("gw-a");
+    c->state = state;
+    c->instances = 2;
+}
+
+static sl_proto_instance_view_t *
+instance_views(void)
+{
+    sl_proto_instance_view_t *v = sl_xcalloc(2, sizeof *v);
+    v[0] = (sl_proto_instance_view_t){.self = true, .seen_ms = T0 - 400, .in_flight = 3, .queued = 0};
+    v[0].name = sl_xstrdup("gw-a");
+    v[1] = (sl_proto_instance_view_t){.seen_ms = T0 - 2900, .in_flight = 12, .queued = 4};
+    v[1].name = sl_xstrdup("gw-bravo");
+    return v;
+}
+
+Test(cli, instances_table_and_json)
+{
+    sl_proto_cluster_view_t c;
+    cluster_view(&c, SL_PROTO_CLUSTER_STATE_JOINED);
+    sl_proto_instance_view_t *v = instance_views();
+    sl_strbuf_t b = {0};
+    sl_cli_instances_table(&c, v, 2, T0, &b);
+    char *t = text(&b);
+    cr_assert_str_eq(t, "cluster prod: instance gw-a, joined, 2 live instances\n"
+                        "NAME         IN-FLIGHT  QUEUED    SEEN\n"
+                        "gw-a (this)          3       0  0s ago\n"
+                        "gw-bravo            12       4  2s ago\n");
+    free(t);
+
+    /* a heartbeat from a clock a little ahead is "0s ago" */
+    v[1].seen_ms = T0 + 300;
+    c.state = SL_PROTO_CLUSTER_STATE_DEGRADED;
+    c.instances = 1;
+    sl_cli_instances_table(&c, v, 2, T0, &b);
+    t = text(&b);
+    cr_assert(strncmp(t, "cluster prod: instance gw-a, degraded, 1 live instance\n", 55) == 0, "%s", t);
+    cr_assert(strstr(t, "gw-bravo            12       4  0s ago\n") != NULL, "%s", t);
+    free(t);
+
+    sl_cli_instances_json(&c, v, 2, &b);
+    t = text(&b);
+    cr_assert_str_eq(t, "{\"cluster\":{\"name\":\"prod\",\"instance\":\"gw-a\",\"state\":\"degraded\","
+                        "\"instances\":1},\"instances\":[{\"name\":\"gw-a\",\"self\":true,\"seen_ms\":"
+                        "1789999999600,\"in_flight\":3,\"queued\":0},{\"name\":\"gw-bravo\",\"self\":false,"
+                        "\"seen_ms\":1790000000300,\"in_flight\":12,\"queued\":4}]}\n");
+    free(t);
+
+    /* no instances heard of yet (alone) */
+    c.state = SL_PROTO_CLUSTER_STATE_ALONE;
+    c.instances = 0;
+    sl_cli_instances_json(&c, NULL, 0, &b);
+    t = text(&b);
+    cr_assert_str_eq(t, "{\"cluster\":{\"name\":\"prod\",\"instance\":\"gw-a\",\"state\":\"alone\","
+                        "\"instances\":0},\"instances\":[]}\n");
+    free(t);
+    sl_cli_instances_table(&c, NULL, 0, T0, &b);
+    t = text(&b);
+    cr_assert_str_eq(t, "cluster prod: instance gw-a, alone, 0 live instances\n"
+                        "NAME  IN-FLIGHT  QUEUED  SEEN\n");
+    free(t);
+
+    for (size_t i = 0; i < 2; i++)
+        sl_proto_instance_view_free(&v[i]);
+    free(v);
+    sl_proto_cluster_view_free(&c);
+}
+
+Test(cli, ok_lines_of_instances)
+{
+    sl_cli_args_t a;
+    char err[256];
+    sl_proto_ok_msg_t ok;
+    sl_strbuf_t out = {0}, errb = {0};
+    char *o, *e;
+
+    /* outside cluster mode: neither field */
+    memset(&ok, 0, sizeof ok);
+    cr_assert_eq(PARSE(&a, err, "instances"), 0, "%s", err);
+    sl_cli_ok_lines(&a, &ok, T0, &out, &errb);
+    o = text(&out);
+    e = text(&errb);
+    cr_assert_str_eq(o, "not in cluster mode\n");
+    cr_assert_str_eq(e, "");
+    free(o);
+    free(e);
+    cr_assert_eq(PARSE(&a, err, "instances", "--json"), 0, "%s", err);
+    sl_cli_ok_lines(&a, &ok, T0, &out, &errb);
+    o = text(&out);
+    e = text(&errb);
+    cr_assert_str_eq(o, "", "stdout stays empty: no JSON to read");
+    cr_assert_str_eq(e, "not in cluster mode\n");
+    free(o);
+    free(e);
+
+    ok.cluster = sl_xcalloc(1, sizeof *ok.cluster);
+    cluster_view(ok.cluster, SL_PROTO_CLUSTER_STATE_JOINED);
+    ok.has_instances = true;
+    ok.instances = instance_views();
+    ok.instances_len = 2;
+    sl_cli_ok_lines(&a, &ok, T0, &out, &errb);
+    o = text(&out);
+    e = text(&errb);
+    cr_assert(strncmp(o, "{\"cluster\":{\"name\":\"prod\",", 26) == 0, "%s", o);
+    cr_assert_eq(count_lines(o), 1, "one JSON object: %s", o);
+    cr_assert_str_eq(e, "");
+    free(o);
+    free(e);
+    cr_assert_eq(PARSE(&a, err, "instances"), 0, "%s", err);
+    sl_cli_ok_lines(&a, &ok, T0, &out, &errb);
+    o = text(&out);
+    e = text(&errb);
+    cr_assert(strncmp(o, "cluster prod: instance gw-a, joined, 2 live instances\nNAME ", 58) == 0, "%s", o);
+    cr_assert_eq(count_lines(o), 4, "%s", o);
+    free(o);
+    free(e);
+    sl_proto_ok_msg_free(&ok);
 }
 
 Test(cli, history_table)
@@ -930,15 +1191,6 @@ snapshot(uint64_t seq, size_t nevents)
         headers_event(&s.in_flight[0].events[i], 17, T0 + i); /* at_ms tells them apart */
     started_event(&s.in_flight[0].events[0], 17, T0);
     return s;
-}
-
-static size_t
-count_lines(const char *s)
-{
-    size_t n = 0;
-    for (; *s; s++)
-        n += *s == '\n';
-    return n;
 }
 
 Test(cli, stream_replays_then_resyncs_without_repeating)

@@ -5,8 +5,8 @@ import { ProtocolError } from "./runtime.js";
 export { ProtocolError } from "./runtime.js";
 export type { ErrorKind } from "./runtime.js";
 
-export const PROTOCOL_VERSION = 2;
-export const PROTOCOL_FINGERPRINT = "43ced761865156c7";
+export const PROTOCOL_VERSION = 3;
+export const PROTOCOL_FINGERPRINT = "33bee5553def030e";
 
 /** What a subscription streams. */
 export type Topic = "events" | "providers";
@@ -79,6 +79,12 @@ export type LimitTarget = "provider" | "client";
 export const LIMIT_TARGET_VALUES: readonly LimitTarget[] = ["provider", "client"];
 const decLimitTarget = rt.slugOf(LIMIT_TARGET_VALUES);
 const encLimitTarget = rt.encSlugOf(LIMIT_TARGET_VALUES);
+
+/** An instance's part in its cluster (cluster.md): joined; degraded (Redis lost: it goes on alone with its share of every limit, or refuses what needs the cluster); alone (not joined since it started: Redis not reached yet). */
+export type ClusterState = "joined" | "degraded" | "alone";
+export const CLUSTER_STATE_VALUES: readonly ClusterState[] = ["joined", "degraded", "alone"];
+const decClusterState = rt.slugOf(CLUSTER_STATE_VALUES);
+const encClusterState = rt.encSlugOf(CLUSTER_STATE_VALUES);
 
 /** Where a configuration change came from. */
 export type ConfigSource = "file" | "control";
@@ -186,6 +192,34 @@ export interface ProviderView {
   /** absent when unlimited */
   max_concurrent?: number;
   queued: number;
+  /** in cluster mode: in flight on every live instance (the others' as of their last heartbeat) */
+  cluster_in_flight?: number;
+  /** in cluster mode: queued on every live instance, counted the same way */
+  cluster_queued?: number;
+}
+
+/** The cluster this instance belongs to, as this instance sees it. */
+export interface ClusterView {
+  /** the cluster's name (its keys' prefix in Redis) */
+  name: string;
+  /** this instance's name */
+  instance: string;
+  state: ClusterState;
+  /** live instances as of the last heartbeat, this one included */
+  instances: number;
+}
+
+/** A live instance of the cluster, from its heartbeat (refreshed every second). */
+export interface InstanceView {
+  name: string;
+  /** the instance that answers */
+  self: boolean;
+  /** its last heartbeat */
+  seen_ms: number;
+  /** requests in flight on it, every upstream together */
+  in_flight: number;
+  /** requests queued on it */
+  queued: number;
 }
 
 /** A live request with its events so far, in order (RequestStarted first); a late subscriber replays them. */
@@ -240,6 +274,8 @@ export interface RequestStarted {
   path: string;
   /** the conversation name used for affinity */
   session?: string;
+  /** in cluster mode: the instance serving the request */
+  instance?: string;
 }
 
 /** The request's candidates are known. */
@@ -412,6 +448,18 @@ export interface ProviderChanged {
   view: ProviderView;
 }
 
+/** This instance joined its cluster, lost it (degraded), or the count of live instances changed. */
+export interface ClusterChanged {
+  kind: "cluster_changed";
+  /** when it happened, ms since the Unix epoch */
+  at_ms: number;
+  state: ClusterState;
+  /** live instances as of the last heartbeat, this one included */
+  instances: number;
+  /** why it degraded */
+  reason?: Msg;
+}
+
 /** Request DB rows could not be written. */
 export interface RowsDropped {
   kind: "rows_dropped";
@@ -488,6 +536,12 @@ export interface GetProvidersMessage {
   req: number;
 }
 
+/** Answered by `ok` with `cluster` and `instances`; outside cluster mode with neither. */
+export interface GetInstancesMessage {
+  kind: "get_instances";
+  req: number;
+}
+
 /** Answered by `ok` with `yaml`, `revision`, `persisted`, and in safe mode `problems` and `repair_yaml`. */
 export interface GetConfigMessage {
   kind: "get_config";
@@ -552,7 +606,7 @@ export interface HistoryMessage {
   cursor?: string;
 }
 
-/** A request succeeded. Only the result fields of that request are present: get_in_flight → in_flight; get_providers → providers; get_config → yaml, revision, persisted, problems?, repair_yaml?; history → rows, next_cursor?; the others → none. */
+/** A request succeeded. Only the result fields of that request are present: get_in_flight → in_flight; get_providers → providers; get_config → yaml, revision, persisted, problems?, repair_yaml?; history → rows, next_cursor?; get_instances → cluster?, instances?; the others → none. */
 export interface OkMessage {
   kind: "ok";
   req: number;
@@ -570,6 +624,8 @@ export interface OkMessage {
   repair_yaml?: string;
   rows?: HistoryRow[];
   next_cursor?: string;
+  cluster?: ClusterView;
+  instances?: InstanceView[];
 }
 
 /** A request failed, or a message could not be read (then `req` is 0 when it could not be read). */
@@ -623,6 +679,7 @@ export type Event =
   | SecretsFound
   | ContentMatched
   | ProviderChanged
+  | ClusterChanged
   | RowsDropped
   | ConfigReloaded
   | ConfigRejected;
@@ -646,6 +703,7 @@ export const EVENT_KINDS: readonly Event["kind"][] = [
   "secrets_found",
   "content_matched",
   "provider_changed",
+  "cluster_changed",
   "rows_dropped",
   "config_reloaded",
   "config_rejected",
@@ -689,6 +747,8 @@ function decEvent(x: unknown): Event {
       return decContentMatched(o);
     case "provider_changed":
       return decProviderChanged(o);
+    case "cluster_changed":
+      return decClusterChanged(o);
     case "rows_dropped":
       return decRowsDropped(o);
     case "config_reloaded":
@@ -734,6 +794,8 @@ function encEvent(v: Event): rt.Obj {
       return encContentMatched(v);
     case "provider_changed":
       return encProviderChanged(v);
+    case "cluster_changed":
+      return encClusterChanged(v);
     case "rows_dropped":
       return encRowsDropped(v);
     case "config_reloaded":
@@ -754,6 +816,7 @@ export type Message =
   | UnsubscribeMessage
   | GetInFlightMessage
   | GetProvidersMessage
+  | GetInstancesMessage
   | GetConfigMessage
   | PutConfigMessage
   | SetProviderLimitsMessage
@@ -777,6 +840,7 @@ export const MESSAGE_KINDS: readonly Message["kind"][] = [
   "unsubscribe",
   "get_in_flight",
   "get_providers",
+  "get_instances",
   "get_config",
   "put_config",
   "set_provider_limits",
@@ -810,6 +874,8 @@ function decMessage(x: unknown): Message {
       return decGetInFlightMessage(o);
     case "get_providers":
       return decGetProvidersMessage(o);
+    case "get_instances":
+      return decGetInstancesMessage(o);
     case "get_config":
       return decGetConfigMessage(o);
     case "put_config":
@@ -855,6 +921,8 @@ function encMessage(v: Message): rt.Obj {
       return encGetInFlightMessage(v);
     case "get_providers":
       return encGetProvidersMessage(v);
+    case "get_instances":
+      return encGetInstancesMessage(v);
     case "get_config":
       return encGetConfigMessage(v);
     case "put_config":
@@ -1067,9 +1135,13 @@ function decProviderView(x: unknown): ProviderView {
   const f_in_flight = rt.field(o, "in_flight", rt.decU32);
   const f_max_concurrent = rt.optField(o, "max_concurrent", rt.decU32);
   const f_queued = rt.field(o, "queued", rt.decU32);
+  const f_cluster_in_flight = rt.optField(o, "cluster_in_flight", rt.decU32);
+  const f_cluster_queued = rt.optField(o, "cluster_queued", rt.decU32);
   const v: ProviderView = { name: f_name, protocol: f_protocol, base_url: f_base_url, disabled: f_disabled, health: f_health, limits: f_limits, in_flight: f_in_flight, queued: f_queued };
   if (f_throttle !== undefined) v.throttle = f_throttle;
   if (f_max_concurrent !== undefined) v.max_concurrent = f_max_concurrent;
+  if (f_cluster_in_flight !== undefined) v.cluster_in_flight = f_cluster_in_flight;
+  if (f_cluster_queued !== undefined) v.cluster_queued = f_cluster_queued;
   return v;
 }
 
@@ -1084,6 +1156,48 @@ function encProviderView(v: ProviderView): rt.Obj {
   rt.put(o, "limits", v.limits, rt.encArrayOf(encLimitView));
   rt.put(o, "in_flight", v.in_flight, rt.encU32);
   if (v.max_concurrent !== undefined) rt.put(o, "max_concurrent", v.max_concurrent, rt.encU32);
+  rt.put(o, "queued", v.queued, rt.encU32);
+  if (v.cluster_in_flight !== undefined) rt.put(o, "cluster_in_flight", v.cluster_in_flight, rt.encU32);
+  if (v.cluster_queued !== undefined) rt.put(o, "cluster_queued", v.cluster_queued, rt.encU32);
+  return o;
+}
+
+function decClusterView(x: unknown): ClusterView {
+  const o = rt.decMapObject(x);
+  const f_name = rt.field(o, "name", rt.decStr);
+  const f_instance = rt.field(o, "instance", rt.decStr);
+  const f_state = rt.field(o, "state", decClusterState);
+  const f_instances = rt.field(o, "instances", rt.decU32);
+  const v: ClusterView = { name: f_name, instance: f_instance, state: f_state, instances: f_instances };
+  return v;
+}
+
+function encClusterView(v: ClusterView): rt.Obj {
+  const o: rt.Obj = {};
+  rt.put(o, "name", v.name, rt.encStr);
+  rt.put(o, "instance", v.instance, rt.encStr);
+  rt.put(o, "state", v.state, encClusterState);
+  rt.put(o, "instances", v.instances, rt.encU32);
+  return o;
+}
+
+function decInstanceView(x: unknown): InstanceView {
+  const o = rt.decMapObject(x);
+  const f_name = rt.field(o, "name", rt.decStr);
+  const f_self = rt.field(o, "self", rt.decBool);
+  const f_seen_ms = rt.field(o, "seen_ms", rt.decU64);
+  const f_in_flight = rt.field(o, "in_flight", rt.decU32);
+  const f_queued = rt.field(o, "queued", rt.decU32);
+  const v: InstanceView = { name: f_name, self: f_self, seen_ms: f_seen_ms, in_flight: f_in_flight, queued: f_queued };
+  return v;
+}
+
+function encInstanceView(v: InstanceView): rt.Obj {
+  const o: rt.Obj = {};
+  rt.put(o, "name", v.name, rt.encStr);
+  rt.put(o, "self", v.self, rt.encBool);
+  rt.put(o, "seen_ms", v.seen_ms, rt.encU64);
+  rt.put(o, "in_flight", v.in_flight, rt.encU32);
   rt.put(o, "queued", v.queued, rt.encU32);
   return o;
 }
@@ -1190,9 +1304,11 @@ function decRequestStarted(o: rt.Obj): RequestStarted {
   const f_stream = rt.field(o, "stream", rt.decBool);
   const f_path = rt.field(o, "path", rt.decStr);
   const f_session = rt.optField(o, "session", rt.decStr);
+  const f_instance = rt.optField(o, "instance", rt.decStr);
   const v: RequestStarted = { kind: "request_started", at_ms: f_at_ms, id: f_id, client: f_client, dialect: f_dialect, model: f_model, stream: f_stream, path: f_path };
   if (f_key_masked !== undefined) v.key_masked = f_key_masked;
   if (f_session !== undefined) v.session = f_session;
+  if (f_instance !== undefined) v.instance = f_instance;
   return v;
 }
 
@@ -1207,6 +1323,7 @@ function encRequestStarted(v: RequestStarted): rt.Obj {
   rt.put(o, "stream", v.stream, rt.encBool);
   rt.put(o, "path", v.path, rt.encStr);
   if (v.session !== undefined) rt.put(o, "session", v.session, rt.encStr);
+  if (v.instance !== undefined) rt.put(o, "instance", v.instance, rt.encStr);
   return o;
 }
 
@@ -1509,6 +1626,25 @@ function encProviderChanged(v: ProviderChanged): rt.Obj {
   return o;
 }
 
+function decClusterChanged(o: rt.Obj): ClusterChanged {
+  const f_at_ms = rt.field(o, "at_ms", rt.decU64);
+  const f_state = rt.field(o, "state", decClusterState);
+  const f_instances = rt.field(o, "instances", rt.decU32);
+  const f_reason = rt.optField(o, "reason", decMsg);
+  const v: ClusterChanged = { kind: "cluster_changed", at_ms: f_at_ms, state: f_state, instances: f_instances };
+  if (f_reason !== undefined) v.reason = f_reason;
+  return v;
+}
+
+function encClusterChanged(v: ClusterChanged): rt.Obj {
+  const o: rt.Obj = { kind: "cluster_changed" };
+  rt.put(o, "at_ms", v.at_ms, rt.encU64);
+  rt.put(o, "state", v.state, encClusterState);
+  rt.put(o, "instances", v.instances, rt.encU32);
+  if (v.reason !== undefined) rt.put(o, "reason", v.reason, encMsg);
+  return o;
+}
+
 function decRowsDropped(o: rt.Obj): RowsDropped {
   const f_at_ms = rt.field(o, "at_ms", rt.decU64);
   const f_count = rt.field(o, "count", rt.decU64);
@@ -1651,6 +1787,18 @@ function encGetProvidersMessage(v: GetProvidersMessage): rt.Obj {
   return o;
 }
 
+function decGetInstancesMessage(o: rt.Obj): GetInstancesMessage {
+  const f_req = rt.field(o, "req", rt.decU32);
+  const v: GetInstancesMessage = { kind: "get_instances", req: f_req };
+  return v;
+}
+
+function encGetInstancesMessage(v: GetInstancesMessage): rt.Obj {
+  const o: rt.Obj = { kind: "get_instances" };
+  rt.put(o, "req", v.req, rt.encU32);
+  return o;
+}
+
 function decGetConfigMessage(o: rt.Obj): GetConfigMessage {
   const f_req = rt.field(o, "req", rt.decU32);
   const v: GetConfigMessage = { kind: "get_config", req: f_req };
@@ -1787,6 +1935,8 @@ function decOkMessage(o: rt.Obj): OkMessage {
   const f_repair_yaml = rt.optField(o, "repair_yaml", rt.decStr);
   const f_rows = rt.optField(o, "rows", rt.arrayOf(decHistoryRow));
   const f_next_cursor = rt.optField(o, "next_cursor", rt.decStr);
+  const f_cluster = rt.optField(o, "cluster", decClusterView);
+  const f_instances = rt.optField(o, "instances", rt.arrayOf(decInstanceView));
   const v: OkMessage = { kind: "ok", req: f_req };
   if (f_in_flight !== undefined) v.in_flight = f_in_flight;
   if (f_providers !== undefined) v.providers = f_providers;
@@ -1797,6 +1947,8 @@ function decOkMessage(o: rt.Obj): OkMessage {
   if (f_repair_yaml !== undefined) v.repair_yaml = f_repair_yaml;
   if (f_rows !== undefined) v.rows = f_rows;
   if (f_next_cursor !== undefined) v.next_cursor = f_next_cursor;
+  if (f_cluster !== undefined) v.cluster = f_cluster;
+  if (f_instances !== undefined) v.instances = f_instances;
   return v;
 }
 
@@ -1812,6 +1964,8 @@ function encOkMessage(v: OkMessage): rt.Obj {
   if (v.repair_yaml !== undefined) rt.put(o, "repair_yaml", v.repair_yaml, rt.encStr);
   if (v.rows !== undefined) rt.put(o, "rows", v.rows, rt.encArrayOf(encHistoryRow));
   if (v.next_cursor !== undefined) rt.put(o, "next_cursor", v.next_cursor, rt.encStr);
+  if (v.cluster !== undefined) rt.put(o, "cluster", v.cluster, encClusterView);
+  if (v.instances !== undefined) rt.put(o, "instances", v.instances, rt.encArrayOf(encInstanceView));
   return o;
 }
 

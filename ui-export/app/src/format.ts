@@ -168,3 +168,13 @@ export function fmtLimit(l: Limit | LimitView): string {
 export function fmtAmount(l: Limit | LimitView, v: number): string {
   return measureOf(l) === "cost" ? fmtMicros(v) : fmtCount(v, true);
 }
+
+/** A provider's load with the whole cluster's beside it: "3 / 64 · cluster 7"; just `local` outside cluster mode. */
+export function withClusterTotal(local: string, cluster: number | undefined): string {
+  return cluster === undefined ? local : `${local} · cluster ${cluster}`;
+}
+
+/** How long ago a heartbeat came: "0.4 s ago"; "now" for one from a clock a little ahead. */
+export function fmtAgo(atMs: number, nowMs: number): string {
+  return atMs >= nowMs ? "now" : `${fmtDuration(nowMs - atMs)} ago`;
+}

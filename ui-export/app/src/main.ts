@@ -10,6 +10,7 @@ import { Banner, KeyForm } from "./views/banner.js";
 import { Board } from "./views/board.js";
 import type { Ctx, Selection } from "./views/ctx.js";
 import { HistoryView } from "./views/history.js";
+import { InstancePanel } from "./views/instances.js";
 import { LimitsEditor } from "./views/limits.js";
 import { ProviderBoard } from "./views/providers.js";
 import { TimelinePanel } from "./views/timeline.js";
@@ -24,6 +25,7 @@ class App implements Ctx {
   private keyForm: KeyForm;
   private board: Board;
   private providers: ProviderBoard;
+  private instances: InstancePanel;
   private timeline: TimelinePanel;
   private limits: LimitsEditor;
   private history: HistoryView;
@@ -40,7 +42,10 @@ class App implements Ctx {
     this.conn = new Control(controlUrl(location), {
       message: (m) => this.onMessage(m),
       link: (info) => this.onLink(info),
-      welcome: () => void this.subscribe(),
+      welcome: () => {
+        void this.subscribe();
+        this.instances.refresh();
+      },
     });
     this.banner = new Banner(() => this.conn.connect());
     this.keyForm = new KeyForm((key) => {
@@ -50,6 +55,7 @@ class App implements Ctx {
     });
     this.board = new Board(this);
     this.providers = new ProviderBoard(this);
+    this.instances = new InstancePanel(this);
     this.timeline = new TimelinePanel(this, () => {
       this.board.selected = null;
       this.changed();
@@ -58,7 +64,7 @@ class App implements Ctx {
     this.history = new HistoryView(this);
     this.notices = h("ol", { class: "notices", testid: "notices" });
 
-    const live = h("section", { class: "tab-live" }, this.providers.el, this.board.el, h("details", { class: "log" }, h("summary", {}, "gateway notices"), this.notices));
+    const live = h("section", { class: "tab-live" }, this.instances.el, this.providers.el, this.board.el, h("details", { class: "log" }, h("summary", {}, "gateway notices"), this.notices));
     const nav = h("nav", { class: "tabs" });
     for (const [tab, label, section] of [
       ["live", "Live", live],
@@ -152,6 +158,8 @@ class App implements Ctx {
       case "event":
         applyEnvelope(this.state, m.seq, m.event, now);
         if (!this.state.synced) this.resync("resyncing: an event was missing");
+        // The event carries the state and the count; the instances' list comes from get_instances.
+        if (m.event.kind === "cluster_changed") this.instances.refresh();
         break;
       case "events_dropped":
         applyEventsDropped(this.state, m.count, now);
@@ -196,6 +204,7 @@ class App implements Ctx {
   private frame(): void {
     tick(this.state, this.now());
     this.banner.tick();
+    if (this.tab === "live") this.instances.poll();
     this.render();
   }
 
@@ -204,6 +213,7 @@ class App implements Ctx {
   private render(): void {
     this.board.selected = this.timeline.selectedId;
     if (this.tab === "live") {
+      this.instances.render();
       this.providers.render();
       this.board.render();
       if (this.state.notices.at(-1) !== this.noticesSeen) {

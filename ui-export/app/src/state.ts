@@ -6,11 +6,13 @@
 // high event rate costs no copying; `rev` counters tell the views what changed.
 import type {
   AttemptView,
+  ClusterView,
   Dialect,
   Event,
   FailureSource,
   Gate,
   HealthState,
+  InstanceView,
   Limit,
   LimitTarget,
   LimitView,
@@ -21,6 +23,7 @@ import type {
   ThrottleKind,
   Usage,
   Affinity,
+  ClusterState,
 } from "../../src/protocol.js";
 
 import { fmtDuration, gateText } from "./format.js";
@@ -81,6 +84,8 @@ export interface Req {
   stream: boolean;
   path: string;
   session?: string;
+  /** in cluster mode: the instance serving it */
+  instance?: string;
   route?: string;
   candidates: string[];
   affinity?: Affinity;
@@ -124,6 +129,16 @@ export interface LimitsApplied {
   limits: Limit[];
 }
 
+/** The cluster as this instance sees it (cluster mode only), from get_instances and ClusterChanged. */
+export interface Cluster extends ClusterView {
+  members: InstanceView[];
+  /** why it degraded, from the last ClusterChanged (kept while it stays degraded) */
+  reason?: Msg;
+  /** when get_instances last answered (sluice's clock) */
+  fetchedAt: number;
+  rev: number;
+}
+
 export interface Notice {
   at: number;
   text: string;
@@ -153,6 +168,8 @@ export interface State {
   limitsAppliedTotal: number;
   notices: Notice[];
   droppedEvents: number;
+  /** null outside cluster mode, and until get_instances first answers with a cluster */
+  cluster: Cluster | null;
   rev: number;
 }
 
@@ -179,6 +196,7 @@ export function initialState(): State {
     limitsAppliedTotal: 0,
     notices: [],
     droppedEvents: 0,
+    cluster: null,
     rev: 0,
   };
 }
@@ -340,6 +358,18 @@ export function applyEvent(state: State, ev: Event, nowMs: number): State {
       if (state.limitsApplied.length > LIMITS_APPLIED_MAX) state.limitsApplied.shift();
       break;
     }
+    case "cluster_changed": {
+      const c = state.cluster;
+      if (c) {
+        c.state = ev.state;
+        c.instances = ev.instances;
+        if (ev.reason !== undefined) c.reason = ev.reason;
+        else if (ev.state !== "degraded") delete c.reason;
+        c.rev++;
+      }
+      pushNotice(state, { at: ev.at_ms, text: clusterNotice(ev.state, ev.instances, ev.reason), code: ev.reason?.code });
+      break;
+    }
     case "rows_dropped":
       pushNotice(state, { at: ev.at_ms, text: `${ev.count} request DB rows could not be written`, code: "rows_dropped" });
       break;
@@ -357,6 +387,29 @@ export function applyEvent(state: State, ev: Event, nowMs: number): State {
       applyRequestEvent(state, ev);
       if (ev.kind === "request_finished" || ev.kind === "request_failed" || ev.kind === "request_cancelled")
         ageBoard(state, nowMs);
+  }
+  state.rev++;
+  return state;
+}
+
+/** "cluster degraded: 1 live instance — Redis at … does not answer (gw.cluster.lost)". */
+function clusterNotice(st: ClusterState, instances: number, reason?: Msg): string {
+  const live = `${instances} live instance${instances === 1 ? "" : "s"}`;
+  return `cluster ${st}: ${live}${reason ? ` — ${reason.text} (${reason.code})` : ""}`;
+}
+
+/**
+ * get_instances answered: the cluster and its live instances, or (neither present) not in
+ * cluster mode. `nowMs` is when the answer came (sluice's clock).
+ */
+export function applyInstances(state: State, reply: { cluster?: ClusterView; instances?: InstanceView[] }, nowMs: number): State {
+  const old = state.cluster;
+  if (!reply.cluster) {
+    state.cluster = null;
+  } else {
+    const c: Cluster = { ...reply.cluster, members: reply.instances ?? [], fetchedAt: nowMs, rev: (old?.rev ?? 0) + 1 };
+    if (old?.reason && c.state === "degraded") c.reason = old.reason;
+    state.cluster = c;
   }
   state.rev++;
   return state;
@@ -423,6 +476,7 @@ function applyRequestEvent(state: State, ev: Event): void {
       req.stream = e.stream;
       req.path = e.path;
       if (e.session !== undefined) req.session = e.session;
+      if (e.instance !== undefined) req.instance = e.instance;
       req.startedAt = e.at_ms;
       req.partial = false;
       state.clients[e.client] = e.at_ms;
@@ -678,6 +732,12 @@ export function providerQueue(state: State, name: string): { waiting: number; ol
     if (oldest === undefined || q.start < oldest) oldest = q.start;
   }
   return oldest === undefined ? { waiting } : { waiting, oldestSince: oldest };
+}
+
+/** The cluster's instances: this one first, then by name. */
+export function clusterMembers(state: State): InstanceView[] {
+  const members = state.cluster?.members ?? [];
+  return members.slice().sort((a, b) => Number(b.self) - Number(a.self) || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
 }
 
 /** The client names seen, most recent first. */

@@ -111,3 +111,24 @@ export const paused = (name, t, ms, consecutive = 1) => ({
     provider: name,
   }),
 });
+
+// Cluster mode: the event, and get_instances' answer as sluice sends it.
+export const clusterChanged = (t, state, instances, reason) => ({
+  kind: "cluster_changed",
+  at_ms: T0 + t,
+  state,
+  instances,
+  ...(reason ? { reason } : {}),
+});
+
+export const instance = (name, over = {}) => ({ name, self: false, seen_ms: T0, in_flight: 0, queued: 0, ...over });
+
+export function instancesOk(over = {}) {
+  return {
+    kind: "ok",
+    req: 2,
+    cluster: { name: "prod", instance: "gw-a", state: "joined", instances: 2 },
+    instances: [instance("gw-b", { seen_ms: T0 - 900, in_flight: 4, queued: 1 }), instance("gw-a", { self: true, in_flight: 3 })],
+    ...over,
+  };
+}

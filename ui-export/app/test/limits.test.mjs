@@ -80,3 +80,12 @@ test("text: durations, countdowns, statuses, limits", () => {
   assert.equal(m.gateText("throttled"), "throttled");
   assert.equal(m.gateText("window_full"), "window full");
 });
+
+test("text: a provider's load with the cluster's total, heartbeat ages", () => {
+  assert.equal(m.withClusterTotal("3 / 64", 7), "3 / 64 · cluster 7");
+  assert.equal(m.withClusterTotal("12", 0), "12 · cluster 0", "a cluster total of 0 is shown");
+  assert.equal(m.withClusterTotal("3 / ∞", undefined), "3 / ∞", "outside cluster mode: this instance's only");
+  assert.equal(m.fmtAgo(9_600, 10_000), "400 ms ago");
+  assert.equal(m.fmtAgo(7_000, 10_000), "3.0 s ago");
+  assert.equal(m.fmtAgo(10_300, 10_000), "now", "a heartbeat from a clock a little ahead");
+});

@@ -6,11 +6,14 @@ import {
   T0,
   attempt,
   cancelled,
+  clusterChanged,
   dequeued,
   failed,
   finished,
   firstToken,
   headers,
+  instance,
+  instancesOk,
   msg,
   paused,
   provider,
@@ -500,5 +503,69 @@ describe("providers", () => {
       ],
     );
     assert.equal(s.limitsAppliedTotal, 2, "counts on past the kept window, for the editor's 'applied' match");
+  });
+});
+
+describe("cluster mode", () => {
+  const lost = msg("gw.cluster.lost", "Redis at 127.0.0.1:6379 does not answer", { address: "127.0.0.1:6379" });
+
+  test("get_instances: the cluster and its instances, this one first; without a cluster: not in cluster mode", () => {
+    const s = fresh();
+    assert.equal(s.cluster, null, "nothing until get_instances answers");
+    m.applyInstances(s, instancesOk(), T0 + 10);
+    assert.equal(s.cluster.name, "prod");
+    assert.equal(s.cluster.instance, "gw-a");
+    assert.equal(s.cluster.state, "joined");
+    assert.equal(s.cluster.instances, 2);
+    assert.equal(s.cluster.fetchedAt, T0 + 10);
+    assert.deepEqual(m.clusterMembers(s).map((i) => [i.name, i.self, i.in_flight, i.queued]), [
+      ["gw-a", true, 3, 0],
+      ["gw-b", false, 4, 1],
+    ]);
+    m.applyInstances(s, { kind: "ok", req: 3 }, T0 + 20);
+    assert.equal(s.cluster, null);
+    assert.deepEqual(m.clusterMembers(s), []);
+  });
+
+  test("cluster_changed: state and count updated, the reason kept while degraded, and a notice each time", () => {
+    const s = fresh();
+    m.applyInstances(s, instancesOk(), T0);
+    feed(s, [clusterChanged(100, "degraded", 1, lost)]);
+    assert.equal(s.cluster.state, "degraded");
+    assert.equal(s.cluster.instances, 1);
+    assert.equal(s.cluster.reason.code, "gw.cluster.lost");
+    assert.equal(s.notices.at(-1).text, "cluster degraded: 1 live instance — Redis at 127.0.0.1:6379 does not answer (gw.cluster.lost)");
+    assert.equal(s.notices.at(-1).code, "gw.cluster.lost");
+    assert.equal(s.notices.at(-1).at, T0 + 100);
+    // the refresh that follows the event answers degraded too: the reason stays
+    m.applyInstances(s, instancesOk({ cluster: { name: "prod", instance: "gw-a", state: "degraded", instances: 1 }, instances: [instance("gw-a", { self: true })] }), T0 + 150);
+    assert.equal(s.cluster.reason?.code, "gw.cluster.lost");
+    assert.equal(s.cluster.members.length, 1);
+    feed(s, [clusterChanged(200, "joined", 3)]);
+    assert.equal(s.cluster.state, "joined");
+    assert.equal(s.cluster.instances, 3);
+    assert.equal(s.cluster.reason, undefined, "joined again: no reason");
+    assert.equal(s.notices.at(-1).text, "cluster joined: 3 live instances");
+    assert.equal(s.synced, true, "a state event: the stream goes on, no resync");
+  });
+
+  test("cluster_changed before get_instances answered: only the notice; the board is untouched", () => {
+    const s = fresh();
+    feed(s, [started(1, 0), clusterChanged(10, "alone", 1)]);
+    assert.equal(s.cluster, null);
+    assert.equal(s.notices.at(-1).text, "cluster alone: 1 live instance");
+    assert.deepEqual(m.boardRows(s).map((r) => r.id), [1]);
+  });
+
+  test("provider views carry the cluster's totals; request_started its instance", () => {
+    const s = fresh([provider("anthropic-a", { in_flight: 3, max_concurrent: 8, queued: 1, cluster_in_flight: 7, cluster_queued: 5 })]);
+    assert.equal(s.providers["anthropic-a"].cluster_in_flight, 7);
+    assert.equal(s.providers["anthropic-a"].cluster_queued, 5);
+    feed(s, [{ kind: "provider_changed", at_ms: T0 + 1, view: provider("anthropic-a", { in_flight: 2, queued: 0, cluster_in_flight: 2, cluster_queued: 0 }) }]);
+    assert.equal(s.providers["anthropic-a"].cluster_in_flight, 2);
+    assert.equal(s.providers["anthropic-a"].cluster_queued, 0);
+    feed(s, [started(9, 2, { instance: "gw-b" }), started(10, 3)]);
+    assert.equal(s.requests[9].instance, "gw-b");
+    assert.equal(s.requests[10].instance, undefined);
   });
 });

@@ -128,7 +128,7 @@ export class Board {
     el.classList.toggle("selected", this.selected === r.id);
     setText(row.client, r.client);
     setText(row.model, r.model + (r.stream ? " ⇶" : ""));
-    row.model.title = `${r.dialect ?? ""} ${r.path}${r.session ? ` · session ${r.session}` : ""}`;
+    row.model.title = `${r.dialect ?? ""} ${r.path}${r.session ? ` · session ${r.session}` : ""}${r.instance ? ` · on ${r.instance}` : ""}`;
     setText(row.badge, BADGE[r.state] ?? r.state);
     row.badge.className = `badge st-${r.state}`;
     setText(row.label, st.label);

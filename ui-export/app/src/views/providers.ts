@@ -1,5 +1,6 @@
 // The provider board: one card per upstream, updated in place (its pause controls keep their values).
-import { fmtAmount, fmtCountdown, fmtDuration, fmtLimit, THROTTLE_TEXT } from "../format.js";
+// In cluster mode in flight and queued show the whole cluster's beside this instance's.
+import { fmtAmount, fmtCountdown, fmtDuration, fmtLimit, THROTTLE_TEXT, withClusterTotal } from "../format.js";
 import { h, setData, setText, syncList } from "../dom.js";
 import { providerQueue, type Provider } from "../state.js";
 import { replyText, type Ctx } from "./ctx.js";
@@ -140,9 +141,11 @@ export class ProviderBoard {
       setText(c.throttleReason, "");
     }
     const max = p.max_concurrent;
-    setText(c.inFlight, `${p.in_flight} / ${max ?? "∞"}`);
-    c.inFlightBar.style.width = max ? `${Math.min(100, (100 * p.in_flight) / max)}%` : "0%";
-    setText(c.queued, String(p.queued));
+    setText(c.inFlight, withClusterTotal(`${p.in_flight} / ${max ?? "∞"}`, p.cluster_in_flight));
+    // In cluster mode max_concurrent holds for the whole cluster (cluster.md): the meter shows its use.
+    const using = p.cluster_in_flight ?? p.in_flight;
+    c.inFlightBar.style.width = max ? `${Math.min(100, (100 * using) / max)}%` : "0%";
+    setText(c.queued, withClusterTotal(String(p.queued), p.cluster_queued));
     const q = providerQueue(this.ctx.state, p.name);
     setText(c.oldest, q.oldestSince !== undefined ? `oldest waiting ${fmtDuration(now - q.oldestSince)}` : "");
     this.renderLimits(c, p, now);

@@ -598,6 +598,12 @@ connect_both(sl_cluster_t *c)
         snprintf(db, sizeof(db), "%u", c->db);
         send_own(c, NULL, 2, (const char *[]){"SELECT", db});
     }
+    /* Named for whoever reads CLIENT LIST (an error, e.g. a name Redis refuses, changes nothing). */
+    char name[240];
+    snprintf(name, sizeof(name), "sluice:%s:commands", c->instance);
+    send_own(c, NULL, 3, (const char *[]){"CLIENT", "SETNAME", name});
+    snprintf(name, sizeof(name), "sluice:%s:events", c->instance);
+    redisAsyncCommandArgv(c->sub.ac, NULL, NULL, 3, (const char *[]){"CLIENT", "SETNAME", name}, NULL);
     heartbeat(c);
     c->next_beat_ms = sl_now_ms() + SL_CLUSTER_HEARTBEAT_MS;
     const char *sub[] = {"SUBSCRIBE", c->channel};

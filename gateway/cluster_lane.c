@@ -189,8 +189,10 @@ lane_connect(sl_cluster_lane_t *lane)
         snprintf(db, sizeof(db), "%u", at.db);
         redisAsyncCommandArgv(ac, on_login, NULL, 2, (const char *[]){"SELECT", db}, NULL);
     }
-    if (at.password == NULL && at.db == 0)
-        redisAsyncCommandArgv(ac, NULL, NULL, 1, (const char *[]){"PING"}, NULL);
+    /* Named for whoever reads CLIENT LIST (an error, e.g. a name Redis refuses, changes nothing). */
+    char name[240];
+    snprintf(name, sizeof(name), "sluice:%s:worker", sl_cluster_instance(lane->cluster));
+    redisAsyncCommandArgv(ac, NULL, NULL, 3, (const char *[]){"CLIENT", "SETNAME", name}, NULL);
 }
 
 static void

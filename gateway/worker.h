@@ -27,7 +27,8 @@ typedef struct {
     sl_watch_t *watch;       /* HTTP/1.1 clients that leave before their response starts */
     sl_waitq_inbox_t *inbox; /* wake-ups of this worker's waiting requests */
     struct sl_shared_inbox *shared_inbox; /* answers of the shared state made on another thread */
-    struct sl_cluster_lane *cluster_lane; /* this worker's own connection to the cluster's Redis; NULL: none */
+    struct sl_cluster_lane
+        *cluster_lane;            /* this worker's own connection to the cluster's Redis; NULL: none */
     h2o_socketpool_t *turns_pool; /* this worker's internal socket: Responses WebSocket turns (wsturns.h) */
     h2o_linklist_t requests;      /* this worker's live requests (an operator may cancel one by id) */
 } sl_worker_io_t;

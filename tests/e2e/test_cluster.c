@@ -805,3 +805,47 @@ Test(cluster, the_control_stream_shows_the_instances_their_counts_and_the_cluste
     cr_assert(sluicectl_output(0, "instances --json", out, sizeof(out)), "%s", out);
     cr_assert(json_has(out, "state", "\"degraded\""), "%s", out);
 }
+
+/* The ids of Redis's clients whose name is name, from CLIENT LIST; how many. */
+static size_t
+clients_named(const char *name, long long *ids, size_t cap)
+{
+    static char list[1 << 16];
+    if (!redis_str(&redis, list, sizeof(list), "CLIENT LIST"))
+        return 0;
+    char want[128];
+    snprintf(want, sizeof(want), " name=%s ", name);
+    size_t n = 0;
+    for (char *line = strtok(list, "\n"); line != NULL && n < cap; line = strtok(NULL, "\n")) {
+        if (strstr(line, want) != NULL && sscanf(line, "id=%lld", &ids[n]) == 1)
+            n++;
+    }
+    return n;
+}
+
+Test(cluster, a_workers_own_connection_broken_leaves_its_claims_to_the_thread_until_it_is_back)
+{
+    provider_extra = ", limits: [{per: minute, requests: 100000}]";
+    start_instance(0);
+    fake_set_default(up, ok(0));
+    long long ids[8];
+    size_t n = 0;
+    for (int64_t until = now_ms() + 3000;
+         (n = clients_named("sluice:a:worker", ids, 8)) < 2 && now_ms() < until;)
+        usleep(50 * 1000);
+    cr_assert_eq(n, 2, "one connection per worker (2 threads)");
+    cr_assert_eq(clients_named("sluice:a:commands", ids + 2, 1), 1);
+    for (size_t i = 0; i < n; i++)
+        cr_assert_eq(redis_int(&redis, "CLIENT KILL ID %lld", ids[i]), 1);
+    for (int i = 0; i < 40; i++) {
+        http_response_t res = {0};
+        cr_assert(http_request_h(ports[0], "POST", "/v1/messages", ANTHROPIC_HEADERS, BODY, &res));
+        cr_assert_eq(res.status, 200, "request %d: %s", i, res.body);
+        http_response_free(&res);
+    }
+    cr_assert_eq(fake_count(up), 40);
+    for (int64_t until = now_ms() + 5000; clients_named("sluice:a:worker", ids, 8) < 2 && now_ms() < until;)
+        usleep(50 * 1000);
+    cr_assert_eq(clients_named("sluice:a:worker", ids, 8), 2, "the workers connect again");
+    cr_assert(health_says(0, "joined", 1000), "the instance stayed joined: %s", procs[0].log);
+}

@@ -174,6 +174,31 @@
     "return 1\n"
 
 /*
+ * What each limit has used across the cluster, for the views. KEYS: one
+ * counter per limit. ARGV: three per limit: 'w' (a rolling window: slot ms,
+ * window ms; counted as the claim counts it) or 'p' (a calendar period: -,
+ * -). Returns the amounts, in KEYS' order.
+ */
+#define SL_CLUSTER_USAGE_LUA                                                                                 \
+    "local t = redis.call('TIME')\n"                                                                         \
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"                                \
+    "local out = {}\n"                                                                                       \
+    "for i = 1, #KEYS do\n"                                                                                  \
+    "  local used = 0\n"                                                                                     \
+    "  if ARGV[3 * i - 2] == 'w' then\n"                                                                     \
+    "    local S, W = tonumber(ARGV[3 * i - 1]), tonumber(ARGV[3 * i])\n"                                    \
+    "    local all = redis.call('HGETALL', KEYS[i])\n"                                                       \
+    "    for j = 1, #all, 2 do\n"                                                                            \
+    "      if (tonumber(all[j]) + 2) * S + W > now then used = used + tonumber(all[j + 1]) end\n"            \
+    "    end\n"                                                                                              \
+    "  else\n"                                                                                               \
+    "    used = tonumber(redis.call('GET', KEYS[i]) or '0')\n"                                               \
+    "  end\n"                                                                                                \
+    "  out[i] = used\n"                                                                                      \
+    "end\n"                                                                                                  \
+    "return out\n"
+
+/*
  * A slot given back. KEYS: 1 slots:UPSTREAM, 2 busy:UPSTREAM. ARGV: 1 the
  * slot's member, 2 the "freed" line, 3 the events channel: published only
  * while some instance found every slot taken.

@@ -310,3 +310,89 @@ sl_cluster_usage_readd(sl_cluster_usage_t *u, sl_limit_set_t *set)
     }
     sl_waitq_unlock();
 }
+
+/* ---- the views' use ------------------------------------------------------------------------------- */
+
+/* A limit read for the views: its set and which limit (matched again on the answer: states may change). */
+typedef struct {
+    sl_limit_set_t *set;
+    sl_limit_t limit;
+} seen_ref_t;
+
+typedef struct {
+    seen_ref_t *refs;
+    size_t n;
+} refresh_t;
+
+static void
+on_usage(void *ctx, const redisReply *r)
+{
+    refresh_t *rf = ctx;
+    if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == rf->n) {
+        int64_t wall = sl_wall_ms();
+        sl_waitq_lock();
+        for (size_t i = 0; i < rf->n; i++)
+            rf->refs[i].set->n_cluster_seen = 0;
+        for (size_t i = 0; i < rf->n; i++) {
+            sl_limit_set_t *set = rf->refs[i].set;
+            const redisReply *e = r->element[i];
+            if (e->type != REDIS_REPLY_INTEGER || set->n_cluster_seen == SL_LIMIT_SEEN_MAX)
+                continue;
+            set->cluster_seen[set->n_cluster_seen++] =
+                (sl_limit_seen_t){rf->refs[i].limit, e->integer > 0 ? (uint64_t)e->integer : 0};
+            set->cluster_seen_at_ms = wall;
+        }
+        sl_waitq_unlock();
+    }
+    free(rf->refs);
+    free(rf);
+}
+
+void
+sl_cluster_usage_refresh(sl_cluster_usage_t *u, sl_limit_set_t *const *sets, size_t n)
+{
+    int64_t wall = sl_wall_ms();
+    sl_cluster_args_t keys = {0}, args = {0};
+    refresh_t *rf = sl_xcalloc(1, sizeof(*rf));
+    size_t cap = 0;
+    sl_waitq_lock();
+    for (size_t s = 0; s < n; s++) {
+        for (size_t i = 0; i < sets[s]->n && i < SL_LIMIT_SEEN_MAX; i++) {
+            const sl_limit_state_t *st = &sets[s]->states[i];
+            char key[320];
+            if (!counter_key(u, sets[s], st, wall, key, sizeof(key), NULL))
+                continue;
+            if (rf->n == cap) {
+                cap = cap * 2 + 8;
+                rf->refs = sl_xrealloc(rf->refs, cap * sizeof(*rf->refs));
+            }
+            rf->refs[rf->n++] = (seen_ref_t){sets[s], st->limit};
+            sl_cluster_args_add(&keys, key);
+            if (is_rolling(&st->limit)) {
+                sl_cluster_args_add(&args, "w");
+                sl_cluster_args_addf(&args, "%lld", (long long)st->slot_ms);
+                sl_cluster_args_addf(&args, "%lld", (long long)st->window_ms);
+            } else {
+                sl_cluster_args_add(&args, "p");
+                sl_cluster_args_add(&args, "-");
+                sl_cluster_args_add(&args, "-");
+            }
+        }
+    }
+    sl_waitq_unlock();
+    if (rf->n == 0) {
+        free(rf);
+        return;
+    }
+    sl_cluster_args_t cmd = {0};
+    sl_cluster_args_add(&cmd, "EVAL");
+    sl_cluster_args_add(&cmd, SL_CLUSTER_USAGE_LUA);
+    sl_cluster_args_addf(&cmd, "%zu", rf->n);
+    for (int i = 0; i < keys.argc; i++)
+        sl_cluster_args_add(&cmd, keys.argv[i]);
+    for (int i = 0; i < args.argc; i++)
+        sl_cluster_args_add(&cmd, args.argv[i]);
+    sl_cluster_args_free(&keys);
+    sl_cluster_args_free(&args);
+    sl_cluster_send(u->cluster, &cmd, on_usage, rf);
+}

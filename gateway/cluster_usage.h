@@ -54,6 +54,13 @@ void sl_cluster_usage_count_alone(sl_cluster_usage_t *u, const sl_charge_t *char
 void sl_cluster_usage_flush(sl_cluster_usage_t *u);
 
 /*
+ * Each heartbeat, joined: what every limit of sets (n of them, living as
+ * long as the process) has used across the cluster, read in one script and
+ * kept on each set for the views (cluster_seen).
+ */
+void sl_cluster_usage_refresh(sl_cluster_usage_t *u, sl_limit_set_t *const *sets, size_t n);
+
+/*
  * Redis lost its data: the batch is dropped (what it held is in the local
  * counts), then call this for every set: its own usage that still counts is
  * added anew.

@@ -218,6 +218,22 @@ sl_limiter_replace(sl_limiter_t *l, sl_bucket_kind_t kind, const char *name, con
     return set != NULL;
 }
 
+/* The cluster's count of limit, while fresh; false when there is none. */
+static bool
+cluster_used(const sl_limit_set_t *set, const sl_limit_t *limit, int64_t now_ms, uint64_t *used)
+{
+    if (set->cluster_seen_at_ms <= 0 || now_ms - set->cluster_seen_at_ms > SL_LIMIT_SEEN_FRESH_MS)
+        return false;
+    for (size_t i = 0; i < set->n_cluster_seen; i++) {
+        const sl_limit_t *l = &set->cluster_seen[i].limit;
+        if (l->per == limit->per && l->every == limit->every && l->measure == limit->measure) {
+            *used = set->cluster_seen[i].used;
+            return true;
+        }
+    }
+    return false;
+}
+
 size_t
 sl_limit_set_views(sl_limit_set_t *set, int64_t now_ms, sl_limit_view_t *out, size_t cap)
 {
@@ -229,6 +245,9 @@ sl_limit_set_views(sl_limit_set_t *set, int64_t now_ms, sl_limit_view_t *out, si
             .used = sl_limit_used(&set->states[i], now_ms),
             .resets_at_ms = sl_limit_resets_at_ms(&set->states[i], now_ms),
         };
+        uint64_t used;
+        if (cluster_used(set, &set->states[i].limit, now_ms, &used))
+            out[i].used = used;
     }
     sl_waitq_unlock();
     return n;

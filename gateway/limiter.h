@@ -24,6 +24,16 @@
 #include "recorder.h"
 #include "waitq.h"
 
+/* A limit's use as the cluster counts it (cluster mode). */
+typedef struct {
+    sl_limit_t limit;
+    uint64_t used;
+} sl_limit_seen_t;
+
+#define SL_LIMIT_SEEN_MAX 8
+/* The cluster's use is shown while it is this fresh (three heartbeats); then this instance's own again. */
+#define SL_LIMIT_SEEN_FRESH_MS 3000
+
 typedef struct {
     sl_bucket_kind_t kind; /* provider or client key */
     char *name;
@@ -35,6 +45,11 @@ typedef struct {
     sl_limit_verdict_t shown;
     int64_t shown_until_ms;
     sl_limit_t shown_limit; /* the limit that holds it, when shown is not OK */
+    /* Cluster mode: each limit's use across the cluster, as Redis said at cluster_seen_at_ms (wall clock;
+     * 0: never). Refreshed by the cluster's thread every heartbeat. */
+    sl_limit_seen_t cluster_seen[SL_LIMIT_SEEN_MAX];
+    size_t n_cluster_seen;
+    int64_t cluster_seen_at_ms;
 } sl_limit_set_t;
 
 /* The sets of one config: providers[i] for config->providers[i], clients[i] for config->clients[i]. */
@@ -91,7 +106,8 @@ bool sl_limiter_replace(sl_limiter_t *l, sl_bucket_kind_t kind, const char *name
 /*
  * The views of set's limits at now_ms (wall clock) into out (room for
  * cap), in config order; takes the wait lock. Returns how many limits the
- * set has (may be more than cap: then only cap are written).
+ * set has (may be more than cap: then only cap are written). A use the
+ * cluster counted, fresh, is shown instead of this instance's own.
  */
 size_t sl_limit_set_views(sl_limit_set_t *set, int64_t now_ms, sl_limit_view_t *out, size_t cap);
 

@@ -537,10 +537,34 @@ static const sl_shared_state_ops_t cluster_ops = {
     .free = cluster_free,
 };
 
+typedef struct {
+    sl_limit_set_t **sets;
+    size_t n, cap;
+} set_list_t;
+
+static void
+list_set(void *ctx, sl_limit_set_t *set)
+{
+    set_list_t *l = ctx;
+    if (set == NULL || set->n == 0)
+        return;
+    if (l->n == l->cap) {
+        l->cap = l->cap * 2 + 16;
+        l->sets = sl_xrealloc(l->sets, l->cap * sizeof(*l->sets));
+    }
+    l->sets[l->n++] = set;
+}
+
+/* Each heartbeat: the slots held here are renewed, and the views learn the cluster's use of every limit. */
 static void
 on_heartbeat(void *ctx)
 {
-    sl__cluster_on_heartbeat(ctx);
+    sl_cluster_shared_t *s = ctx;
+    sl__cluster_on_heartbeat(s);
+    set_list_t l = {0};
+    s->hooks.each_set(s->hooks.ctx, list_set, &l);
+    sl_cluster_usage_refresh(s->usage, l.sets, l.n);
+    free(l.sets);
 }
 
 static void

@@ -292,8 +292,9 @@ Test(cluster, requests_without_limits_slots_or_pauses_make_no_redis_round_trip)
     }
     long long calls = redis_calls(&redis, NULL) - before;
     int64_t secs = (now_ms() - t0) / 1000 + 2;
-    /* Heartbeats aside (two instances, each an INFO and a script of five commands a second), nothing. */
-    long long heartbeats = secs * 2 * 7 + 2;
+    /* Heartbeats aside (two instances, each an INFO and a script of five commands and a GET per live
+     * instance, every second), nothing. */
+    long long heartbeats = secs * 2 * (7 + 2) + 2;
     fprintf(stderr, "1000 requests on 2 instances in %lld ms: %lld Redis calls (heartbeats: up to %lld)\n",
             (long long)(now_ms() - t0), calls, heartbeats);
     cr_assert_leq(calls, heartbeats, "%lld Redis calls for 1000 requests", calls);
@@ -848,4 +849,19 @@ Test(cluster, a_workers_own_connection_broken_leaves_its_claims_to_the_thread_un
         usleep(50 * 1000);
     cr_assert_eq(clients_named("sluice:a:worker", ids, 8), 2, "the workers connect again");
     cr_assert(health_says(0, "joined", 1000), "the instance stayed joined: %s", procs[0].log);
+}
+
+Test(cluster, a_limits_use_shows_what_the_whole_cluster_used)
+{
+    provider_extra = ", limits: [{per: minute, requests: 100}]";
+    start_instance(0);
+    start_instance(1);
+    fake_set_default(up, ok(0));
+    for (int i = 0; i < 5; i++)
+        cr_assert_eq(status_of(1), 200);
+    static char out[1 << 16];
+    bool seen = false;
+    for (int64_t until = now_ms() + 3000; !seen && now_ms() < until; usleep(100 * 1000))
+        seen = sluicectl_output(0, "providers --json", out, sizeof(out)) && json_has(out, "used", "5");
+    cr_assert(seen, "a shows b's 5 requests in the limit's use: %s", out);
 }

@@ -182,7 +182,9 @@ Test(limits, a_third_request_in_a_minute_waits_until_the_window_has_room)
     const char *db = temp_file_path(1);
     cr_assert_eq(db_int(db, "SELECT count(*) FROM attempts WHERE skipped = 'window_full'"), 1,
                  "one skip row");
-    cr_assert_geq(db_int(db, "SELECT max(pause_ms) FROM attempts WHERE status = 200"), 500,
+    /* It waited what was left of the first's minute: less the time the first two took (up to ~300 ms on a
+     * loaded machine); a hop that did not wait says about 0. */
+    cr_assert_geq(db_int(db, "SELECT max(pause_ms) FROM attempts WHERE status = 200"), 250,
                   "the served hop says how long it waited");
     cr_assert_eq(
         db_int(db, "SELECT sum(requests) FROM usage_buckets WHERE kind = 'provider' AND name = 'one'"), 3,

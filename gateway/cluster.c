@@ -60,6 +60,7 @@ struct sl_cluster {
     bool stopping;
 
     _Atomic int state;
+    atomic_bool ever_joined;
     atomic_uint instances;
     atomic_int_fast64_t offset_ms;
     pthread_mutex_t roster_lock; /* guards the roster */
@@ -218,6 +219,8 @@ sl_cluster_publish(sl_cluster_t *c, const char *line, size_t len)
 static void
 set_state(sl_cluster_t *c, sl_cluster_state_t state, const char *reason)
 {
+    if (state == SL_CLUSTER_JOINED)
+        atomic_store(&c->ever_joined, true);
     sl_cluster_state_t was = (sl_cluster_state_t)atomic_exchange(&c->state, (int)state);
     if (was == state)
         return;
@@ -837,6 +840,12 @@ sl_cluster_endpoint(const sl_cluster_t *c)
                                    .password = c->password,
                                    .port = c->port,
                                    .db = c->db};
+}
+
+bool
+sl_cluster_ever_joined(const sl_cluster_t *c)
+{
+    return atomic_load(&((sl_cluster_t *)c)->ever_joined);
 }
 
 sl_cluster_state_t

@@ -71,6 +71,8 @@ typedef struct {
 sl_cluster_endpoint_t sl_cluster_endpoint(const sl_cluster_t *c);
 
 sl_cluster_state_t sl_cluster_state(const sl_cluster_t *c);
+/* Whether the instance was joined at least once since it started (degraded then, else still alone). */
+bool sl_cluster_ever_joined(const sl_cluster_t *c);
 static inline bool
 sl_cluster_joined(const sl_cluster_t *c)
 {

@@ -9,6 +9,35 @@
 
 #include <stddef.h>
 
+/* Redis's clock in ms (TIME), as every script reads it: `now`. */
+#define SL_CLUSTER_LUA_NOW                                                                                   \
+    "local t = redis.call('TIME')\n"                                                                         \
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+
+/*
+ * A rolling window's use, the one place a script counts it: the counter is
+ * a hash of slot number to amount, and a charge in slot k counts while now
+ * < (k + 2) * S + W (S the slot's ms, W the window's) — its slot, one margin
+ * slot for the upstream's lag and the window, exactly as core/limits.c
+ * counts it. Slots out of it are dropped. Returns the use and the slots
+ * still counted, {k, amount, when it stops counting} each.
+ */
+#define SL_CLUSTER_LUA_WINDOW_USE                                                                            \
+    "local function window_use(key, S, W, now)\n"                                                            \
+    "  local all, used, slots = redis.call('HGETALL', key), 0, {}\n"                                         \
+    "  for j = 1, #all, 2 do\n"                                                                              \
+    "    local k, x = tonumber(all[j]), tonumber(all[j + 1])\n"                                              \
+    "    local e = (k + 2) * S + W\n"                                                                        \
+    "    if e > now then\n"                                                                                  \
+    "      used = used + x\n"                                                                                \
+    "      slots[#slots + 1] = {k, x, e}\n"                                                                  \
+    "    else\n"                                                                                             \
+    "      redis.call('HDEL', key, all[j])\n"                                                                \
+    "    end\n"                                                                                              \
+    "  end\n"                                                                                                \
+    "  return used, slots\n"                                                                                 \
+    "end\n"
+
 /*
  * The heartbeat. KEYS: 1 hb:INSTANCE, 2 instances (a sorted set of live
  * instances by the end of their heartbeat). ARGV: 1 what the heartbeat
@@ -18,8 +47,7 @@
  * heartbeat}.
  */
 #define SL_CLUSTER_HEARTBEAT_LUA                                                                             \
-    "local t = redis.call('TIME')\n"                                                                         \
-    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"                                \
+    SL_CLUSTER_LUA_NOW                                                                                       \
     "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[3])\n"                                                   \
     "redis.call('ZADD', KEYS[2], now + tonumber(ARGV[3]), ARGV[2])\n"                                        \
     "redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)\n"                                                 \
@@ -44,11 +72,8 @@
  * or 'p' (a calendar period: amount, need, -, the period's end on Redis's
  * clock).
  *
- * A window's counter is a hash of slot number to amount; a charge in slot
- * k counts while now < (k + 2) * slot + window — its slot, one margin slot
- * for the upstream's lag and the window, exactly as core/limits.c counts
- * it. Room is what core/limits.c calls room: used < amount and used <=
- * amount - need.
+ * A window's use is window_use's (SL_CLUSTER_LUA_WINDOW_USE). Room is what
+ * core/limits.c calls room: used < amount and used <= amount - need.
  *
  * Returns {1, now} taken; {0} the probe is another's; {2} every slot is
  * taken (busy:UPSTREAM is set so releases tell it); {3, verdict, which,
@@ -57,8 +82,8 @@
  * when all could take it, Redis's clock).
  */
 #define SL_CLUSTER_CLAIM_LUA                                                                                 \
-    "local t = redis.call('TIME')\n"                                                                         \
-    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"                                \
+    SL_CLUSTER_LUA_NOW                                                                                       \
+    SL_CLUSTER_LUA_WINDOW_USE                                                                                \
     "local n = tonumber(ARGV[5])\n"                                                                          \
     "local verdict, which, recovery = 0, 0, now\n"                                                           \
     "for i = 1, n do\n"                                                                                      \
@@ -66,20 +91,10 @@
     "  local kind, amount, need = ARGV[b + 1], tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])\n"               \
     "  local key = KEYS[3 + i]\n"                                                                            \
     "  local used, v, r = 0, 0, now\n"                                                                       \
-    "  local slots = {}\n"                                                                                   \
+    "  local slots\n"                                                                                        \
     "  if kind == 'w' then\n"                                                                                \
     "    local S, W = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])\n"                                        \
-    "    local all = redis.call('HGETALL', key)\n"                                                           \
-    "    for j = 1, #all, 2 do\n"                                                                            \
-    "      local k, x = tonumber(all[j]), tonumber(all[j + 1])\n"                                            \
-    "      local e = (k + 2) * S + W\n"                                                                      \
-    "      if e > now then\n"                                                                                \
-    "        used = used + x\n"                                                                              \
-    "        slots[#slots + 1] = {k, x, e}\n"                                                                \
-    "      else\n"                                                                                           \
-    "        redis.call('HDEL', key, all[j])\n"                                                              \
-    "      end\n"                                                                                            \
-    "    end\n"                                                                                              \
+    "    used, slots = window_use(key, S, W, now)\n"                                                         \
     "  else\n"                                                                                               \
     "    used = tonumber(redis.call('GET', key) or '0')\n"                                                   \
     "  end\n"                                                                                                \
@@ -149,8 +164,7 @@
  * below 0; an expiry only moves later.
  */
 #define SL_CLUSTER_SETTLE_LUA                                                                                \
-    "local t = redis.call('TIME')\n"                                                                         \
-    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"                                \
+    SL_CLUSTER_LUA_NOW                                                                                       \
     "for i = 1, #KEYS do\n"                                                                                  \
     "  local f, d, e = ARGV[3 * i - 2], tonumber(ARGV[3 * i - 1]), tonumber(ARGV[3 * i])\n"                  \
     "  local key = KEYS[i]\n"                                                                                \
@@ -176,21 +190,17 @@
 /*
  * What each limit has used across the cluster, for the views. KEYS: one
  * counter per limit. ARGV: three per limit: 'w' (a rolling window: slot ms,
- * window ms; counted as the claim counts it) or 'p' (a calendar period: -,
- * -). Returns the amounts, in KEYS' order.
+ * window ms; window_use, as the claim counts it) or 'p' (a calendar period:
+ * -, -). Returns the amounts, in KEYS' order.
  */
 #define SL_CLUSTER_USAGE_LUA                                                                                 \
-    "local t = redis.call('TIME')\n"                                                                         \
-    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"                                \
+    SL_CLUSTER_LUA_NOW                                                                                       \
+    SL_CLUSTER_LUA_WINDOW_USE                                                                                \
     "local out = {}\n"                                                                                       \
     "for i = 1, #KEYS do\n"                                                                                  \
     "  local used = 0\n"                                                                                     \
     "  if ARGV[3 * i - 2] == 'w' then\n"                                                                     \
-    "    local S, W = tonumber(ARGV[3 * i - 1]), tonumber(ARGV[3 * i])\n"                                    \
-    "    local all = redis.call('HGETALL', KEYS[i])\n"                                                       \
-    "    for j = 1, #all, 2 do\n"                                                                            \
-    "      if (tonumber(all[j]) + 2) * S + W > now then used = used + tonumber(all[j + 1]) end\n"            \
-    "    end\n"                                                                                              \
+    "    used = window_use(KEYS[i], tonumber(ARGV[3 * i - 1]), tonumber(ARGV[3 * i]), now)\n"                \
     "  else\n"                                                                                               \
     "    used = tonumber(redis.call('GET', KEYS[i]) or '0')\n"                                               \
     "  end\n"                                                                                                \

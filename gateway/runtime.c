@@ -874,14 +874,16 @@ cluster_announce_health(void *ctx, sl_upstream_t *up, const sl_breaker_t *b)
     sl_snapshot_release(s);
 }
 
+/* ClusterChanged and get_instances say an instance's part the same way. */
+static const sl_proto_cluster_state_t proto_parts[] = {
+    [SL_CLUSTER_PART_JOINED] = SL_PROTO_CLUSTER_STATE_JOINED,
+    [SL_CLUSTER_PART_DEGRADED] = SL_PROTO_CLUSTER_STATE_DEGRADED,
+    [SL_CLUSTER_PART_ALONE] = SL_PROTO_CLUSTER_STATE_ALONE};
+
 /* ClusterChanged: this instance joined, lost Redis, or saw the count of live instances change. */
 static void
 cluster_announce(void *ctx, sl_cluster_part_t part, const char *reason, uint32_t instances)
 {
-    static const sl_proto_cluster_state_t states[] = {
-        [SL_CLUSTER_PART_JOINED] = SL_PROTO_CLUSTER_STATE_JOINED,
-        [SL_CLUSTER_PART_DEGRADED] = SL_PROTO_CLUSTER_STATE_DEGRADED,
-        [SL_CLUSTER_PART_ALONE] = SL_PROTO_CLUSTER_STATE_ALONE};
     sl_runtime_t *rt = ctx;
     sl_msg_t why = {0};
     if (reason != NULL)
@@ -889,8 +891,8 @@ cluster_announce(void *ctx, sl_cluster_part_t part, const char *reason, uint32_t
                           reason, NULL);
     sl_proto_event_t ev;
     pthread_mutex_lock(&rt->lock);
-    emit(rt,
-         sl_bus_cluster_changed(&ev, sl_wall_ms(), states[part], instances, reason != NULL ? &why : NULL));
+    emit(rt, sl_bus_cluster_changed(&ev, sl_wall_ms(), proto_parts[part], instances,
+                                    reason != NULL ? &why : NULL));
     pthread_mutex_unlock(&rt->lock);
     if (reason != NULL)
         sl_msg_free(&why);
@@ -945,14 +947,11 @@ sl_runtime_cluster_view(sl_runtime_t *rt, sl_proto_cluster_view_t **cluster,
     *n_instances = sl_cluster_instance_views(roster, n, sl_cluster_instance(c), in_flight, queued,
                                              sl_wall_ms(), instances);
     sl_cluster_roster_free(roster, n);
-    sl_cluster_state_t state = sl_cluster_state(c);
     *cluster = sl_xcalloc(1, sizeof(**cluster));
     **cluster = (sl_proto_cluster_view_t){
         .name = sl_xstrdup(sl_cluster_name(c)),
         .instance = sl_xstrdup(sl_cluster_instance(c)),
-        .state = state == SL_CLUSTER_JOINED     ? SL_PROTO_CLUSTER_STATE_JOINED
-                 : state == SL_CLUSTER_DEGRADED ? SL_PROTO_CLUSTER_STATE_DEGRADED
-                                                : SL_PROTO_CLUSTER_STATE_ALONE,
+        .state = proto_parts[sl_cluster_part(c)],
         .instances = sl_cluster_instances(c),
     };
     return true;

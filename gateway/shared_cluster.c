@@ -567,17 +567,22 @@ on_heartbeat(void *ctx)
     free(l.sets);
 }
 
+sl_cluster_part_t
+sl_cluster_part(const sl_cluster_t *cluster)
+{
+    if (sl_cluster_state(cluster) == SL_CLUSTER_JOINED)
+        return SL_CLUSTER_PART_JOINED;
+    return sl_cluster_ever_joined(cluster) ? SL_CLUSTER_PART_DEGRADED : SL_CLUSTER_PART_ALONE;
+}
+
+/* The state is stored before this is called: the part read now is the one it changed to. */
 static void
 on_state(void *ctx, sl_cluster_state_t state, const char *reason, uint32_t instances)
 {
+    (void)state;
     sl_cluster_shared_t *s = ctx;
-    if (state == SL_CLUSTER_JOINED)
-        s->ever_joined = true;
-    sl_cluster_part_t part = state == SL_CLUSTER_JOINED ? SL_CLUSTER_PART_JOINED
-                             : s->ever_joined           ? SL_CLUSTER_PART_DEGRADED
-                                                        : SL_CLUSTER_PART_ALONE;
     if (s->hooks.announce_cluster != NULL)
-        s->hooks.announce_cluster(s->hooks.ctx, part, reason, instances);
+        s->hooks.announce_cluster(s->hooks.ctx, sl_cluster_part(s->cluster), reason, instances);
 }
 
 static void

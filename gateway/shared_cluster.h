@@ -27,7 +27,6 @@ typedef struct {
     sl_cluster_usage_t *usage;
     sl_shared_cluster_hooks_t hooks;
     bool closed_when_alone;          /* when_redis_down: closed */
-    bool ever_joined;                /* on the cluster's thread: degraded, not alone, once joined */
     atomic_uint_fast64_t next_token; /* names a claim: its probe's lease, its slot */
     pthread_mutex_t slots_lock;      /* guards what follows */
     struct held_slot *held;          /* the slots this instance holds */

@@ -438,8 +438,11 @@ sl_shared_state_t *sl_shared_local_new(const atomic_bool *stopping, bool defer_a
 
 struct sl_cluster;
 
-/* An instance's part in its cluster, as its control stream shows it (ClusterChanged). */
+/* An instance's part in its cluster, as its control stream shows it (ClusterChanged, get_instances). */
 typedef enum { SL_CLUSTER_PART_JOINED, SL_CLUSTER_PART_DEGRADED, SL_CLUSTER_PART_ALONE } sl_cluster_part_t;
+
+/* Joined; degraded once it had joined; alone until it first joins. From any thread. */
+sl_cluster_part_t sl_cluster_part(const struct sl_cluster *cluster);
 
 /* How the cluster's state reaches this instance's upstreams and control stream (from the cluster's thread).
  */

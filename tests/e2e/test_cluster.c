@@ -824,6 +824,18 @@ clients_named(const char *name, long long *ids, size_t cap)
     return n;
 }
 
+/* INFO commandstats' calls of one command (lowercase), scripts' own commands included; -1 when absent. */
+static long long
+command_calls(const char *command)
+{
+    static char info[1 << 15];
+    cr_assert(redis_str(&redis, info, sizeof(info), "INFO commandstats"));
+    char want[64];
+    snprintf(want, sizeof(want), "cmdstat_%s:calls=", command);
+    const char *at = strstr(info, want);
+    return at != NULL ? atoll(at + strlen(want)) : -1;
+}
+
 Test(cluster, a_workers_own_connection_broken_leaves_its_claims_to_the_thread_until_it_is_back)
 {
     provider_extra = ", limits: [{per: minute, requests: 100000}]";
@@ -836,8 +848,12 @@ Test(cluster, a_workers_own_connection_broken_leaves_its_claims_to_the_thread_un
         usleep(50 * 1000);
     cr_assert_eq(n, 2, "one connection per worker (2 threads)");
     cr_assert_eq(clients_named("sluice:a:commands", ids + 2, 1), 1);
+    /* A claim reads its window (HGETALL, in the claim script only, and in the views' read once a heartbeat);
+     * a request decided alone reads none. */
+    long long reads = command_calls("hgetall");
     for (size_t i = 0; i < n; i++)
         cr_assert_eq(redis_int(&redis, "CLIENT KILL ID %lld", ids[i]), 1);
+    usleep(50 * 1000); /* the workers see their connections closed */
     for (int i = 0; i < 40; i++) {
         http_response_t res = {0};
         cr_assert(http_request_h(ports[0], "POST", "/v1/messages", ANTHROPIC_HEADERS, BODY, &res));
@@ -845,6 +861,7 @@ Test(cluster, a_workers_own_connection_broken_leaves_its_claims_to_the_thread_un
         http_response_free(&res);
     }
     cr_assert_eq(fake_count(up), 40);
+    cr_assert_geq(command_calls("hgetall") - reads, 40, "every request claimed in Redis, none decided alone");
     for (int64_t until = now_ms() + 5000; clients_named("sluice:a:worker", ids, 8) < 2 && now_ms() < until;)
         usleep(50 * 1000);
     cr_assert_eq(clients_named("sluice:a:worker", ids, 8), 2, "the workers connect again");

@@ -43,18 +43,21 @@ count_of(json_t *body, const char *upstream, uint32_t *in_flight, uint32_t *queu
 }
 
 void
-sl_cluster_others_count(const sl_cluster_member_t *roster, size_t n, const char *self, const char *upstream,
-                        uint32_t *in_flight, uint32_t *queued)
+sl_cluster_others_counts(const sl_cluster_member_t *roster, size_t n, const char *self,
+                         sl_cluster_count_t *counts, size_t n_counts)
 {
-    *in_flight = *queued = 0;
+    for (size_t j = 0; j < n_counts; j++)
+        counts[j].in_flight = counts[j].queued = 0;
     for (size_t i = 0; i < n; i++) {
         if (strcmp(roster[i].name, self) == 0)
             continue;
         json_t *body = json_loads(roster[i].body, 0, NULL);
-        uint32_t f, q;
-        if (count_of(body, upstream, &f, &q)) {
-            *in_flight += f;
-            *queued += q;
+        for (size_t j = 0; j < n_counts; j++) {
+            uint32_t f, q;
+            if (count_of(body, counts[j].name, &f, &q)) {
+                counts[j].in_flight += f;
+                counts[j].queued += q;
+            }
         }
         json_decref(body);
     }

@@ -25,9 +25,9 @@ typedef struct {
 /* This instance's heartbeat (NUL-terminated in out; the upstreams that do not fit are left out). */
 void sl_cluster_describe(const sl_cluster_count_t *counts, size_t n, int64_t wall_ms, char *out, size_t size);
 
-/* The others' counts for one upstream (this instance's heartbeat left out), summed. */
-void sl_cluster_others_count(const sl_cluster_member_t *roster, size_t n, const char *self,
-                             const char *upstream, uint32_t *in_flight, uint32_t *queued);
+/* The others' counts (this instance's heartbeat left out), summed into each of counts (by its name). */
+void sl_cluster_others_counts(const sl_cluster_member_t *roster, size_t n, const char *self,
+                              sl_cluster_count_t *counts, size_t n_counts);
 
 /*
  * The live instances (roster) as InstanceViews, this one's with its own

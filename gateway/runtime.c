@@ -1060,24 +1060,28 @@ sl_runtime_provider_views(sl_runtime_t *rt, sl_proto_provider_view_t **out)
     size_t n = s->config->n_providers;
     *out = n > 0 ? sl_xcalloc(n, sizeof(**out)) : NULL;
     int64_t mono = sl_now_ms(), wall = sl_wall_ms();
+    for (size_t i = 0; i < n; i++)
+        provider_view(&(*out)[i], rt->gw->shared, &s->config->providers[i], s->upstreams[i],
+                      s->limits.providers != NULL ? s->limits.providers[i] : NULL, s->config->tz, mono, wall);
+    sl_snapshot_release(s);
     sl_cluster_t *c = rt->gw->cluster;
-    sl_cluster_member_t *roster = NULL;
-    size_t n_roster = c != NULL ? sl_cluster_roster(c, &roster) : 0;
+    if (c == NULL || n == 0)
+        return n;
+    /* The cluster's totals: this instance's of now, the others' of their last heartbeat. */
+    sl_cluster_count_t *others = sl_xcalloc(n, sizeof(*others));
+    for (size_t i = 0; i < n; i++)
+        others[i].name = (*out)[i].name;
+    sl_cluster_member_t *roster;
+    size_t n_roster = sl_cluster_roster(c, &roster);
+    sl_cluster_others_counts(roster, n_roster, sl_cluster_instance(c), others, n);
+    sl_cluster_roster_free(roster, n_roster);
     for (size_t i = 0; i < n; i++) {
         sl_proto_provider_view_t *v = &(*out)[i];
-        provider_view(v, rt->gw->shared, &s->config->providers[i], s->upstreams[i],
-                      s->limits.providers != NULL ? s->limits.providers[i] : NULL, s->config->tz, mono, wall);
-        if (c == NULL)
-            continue;
-        /* The cluster's totals: this instance's of now, the others' of their last heartbeat. */
-        uint32_t in_flight, queued;
-        sl_cluster_others_count(roster, n_roster, sl_cluster_instance(c), v->name, &in_flight, &queued);
         v->has_cluster_in_flight = v->has_cluster_queued = true;
-        v->cluster_in_flight = v->in_flight + in_flight;
-        v->cluster_queued = v->queued + queued;
+        v->cluster_in_flight = v->in_flight + others[i].in_flight;
+        v->cluster_queued = v->queued + others[i].queued;
     }
-    sl_cluster_roster_free(roster, n_roster);
-    sl_snapshot_release(s);
+    free(others);
     return n;
 }
 

@@ -32,15 +32,17 @@ static sl_cluster_member_t roster[] = {
 
 Test(cluster_view, the_others_counts_leave_this_instances_heartbeat_out)
 {
-    uint32_t in_flight, queued;
-    sl_cluster_others_count(roster, 4, "a", "one", &in_flight, &queued);
-    cr_assert_eq(in_flight, 2);
-    cr_assert_eq(queued, 3);
-    sl_cluster_others_count(roster, 4, "b", "one", &in_flight, &queued);
-    cr_assert_eq(in_flight, 4, "a's heartbeat counts, an unreadable one counts nothing");
-    cr_assert_eq(queued, 0);
-    sl_cluster_others_count(roster, 4, "b", "three", &in_flight, &queued);
-    cr_assert_eq(in_flight + queued, 0);
+    sl_cluster_count_t counts[] = {{"one", 9, 9}, {"two", 9, 9}, {"three", 9, 9}};
+    sl_cluster_others_counts(roster, 4, "a", counts, 3);
+    cr_assert_eq(counts[0].in_flight, 2);
+    cr_assert_eq(counts[0].queued, 3);
+    cr_assert_eq(counts[1].in_flight + counts[1].queued, 0, "only a's heartbeat counts two");
+    sl_cluster_others_counts(roster, 4, "b", counts, 3);
+    cr_assert_eq(counts[0].in_flight, 4, "a's heartbeat counts, an unreadable one counts nothing");
+    cr_assert_eq(counts[0].queued, 0);
+    cr_assert_eq(counts[1].in_flight, 1);
+    cr_assert_eq(counts[1].queued, 1);
+    cr_assert_eq(counts[2].in_flight + counts[2].queued, 0, "an upstream no heartbeat names");
 }
 
 Test(cluster_view, the_instance_list_shows_this_instance_with_its_counts_of_now)

@@ -207,7 +207,7 @@ wait_in_lines(request_t *r, int64_t now, const sl_line_t *lines, size_t n, const
               size_t n_gates, int64_t timer_ms)
 {
     if (r->wait.waiter == NULL)
-        r->wait.waiter = sl_waiter_new(r->io->inbox, r, r->id);
+        r->wait.waiter = sl_waiter_new(r->io->inbox, r, r->id, r->started_wall_ms);
     start_waiting(r, now, gates, n_gates, timer_ms);
     sl_shared_join_lines(r->gw->shared, r->wait.waiter, lines, n, sl__shared_call(r, &r->wait.call),
                          on_lines_joined, r);

@@ -188,7 +188,8 @@ typedef enum {
     ASKED_ELSEWHERE = 0,
     ASKED_TAKEN = 1,
     ASKED_FULL = 2,
-    ASKED_NO_ROOM = 3
+    ASKED_NO_ROOM = 3,
+    ASKED_OLDER_ELSEWHERE = 4
 } asked_t;
 
 typedef enum { ASK_WAITING, ASK_DECIDED_HERE, ASK_CANCELLED } ask_wait_t;
@@ -218,7 +219,8 @@ typedef struct {
     int64_t taken_at_ms; /* Redis's clock */
     sl_limit_verdict_t verdict;
     size_t which;
-    int64_t recovery_ms; /* Redis's clock */
+    int64_t recovery_ms;    /* Redis's clock */
+    int64_t defer_until_ms; /* the probe's turn defers to an older waiter elsewhere until then (sl_now_ms) */
     uint64_t token;
     char lease_key[400], name[192];
 } ask_t;
@@ -380,6 +382,18 @@ answered(ask_t *a)
         give_back(s, a->upstream.up, &a->upstream.result, false, false);
         skip_as(&a->upstream.result, SL_SKIP_THROTTLED);
         break;
+    case ASKED_OLDER_ELSEWHERE:
+        /*
+         * An older waiter on another instance has the probe's turn: this one
+         * waits as for another's probe, and asks again when the turn is over
+         * if no verdict came (core/probe_turn.h).
+         */
+        give_back(s, a->upstream.up, &a->upstream.result, false, false);
+        sl_waitq_lock();
+        sl_probe_turn_deferred(&a->upstream.up->probe_turn, &a->upstream.up->throttle, a->defer_until_ms);
+        sl_waitq_unlock();
+        skip_as(&a->upstream.result, SL_SKIP_THROTTLED);
+        break;
     case ASKED_FULL:
         /* Every slot is taken across the cluster: it waits in line as for a slot here. */
         give_back(s, a->upstream.up, &a->upstream.result, a->upstream.result.throttle_probe, true);
@@ -453,7 +467,7 @@ read_ask_reply(ask_t *a, const redisReply *r)
             a->verdict = (sl_limit_verdict_t)r->element[1]->integer;
             a->which = (size_t)r->element[2]->integer;
             a->recovery_ms = r->element[3]->integer;
-        } else if (code == ASKED_ELSEWHERE || code == ASKED_FULL) {
+        } else if (code == ASKED_ELSEWHERE || code == ASKED_FULL || code == ASKED_OLDER_ELSEWHERE) {
             a->outcome = (asked_t)code;
         }
     } else if (r != NULL && r->type == REDIS_REPLY_ERROR) {
@@ -509,18 +523,24 @@ ask_new(sl_cluster_shared_t *s, sl_shared_call_t *call, void *ctx)
     return a;
 }
 
-/* Sends the claim script for a: the probe's lease (grace_ms > 0), a slot (max > 0), room in set for need. */
+/*
+ * Sends the claim script for a: the probe's lease (grace_ms > 0; deferring
+ * to an older waiter elsewhere until a->defer_until_ms), a slot (max > 0),
+ * room in set for need.
+ */
 static void
 ask(ask_t *a, const char *upstream, int64_t grace_ms, uint32_t max, sl_limit_set_t *set,
     const sl_amounts_t *need, int64_t wall_ms)
 {
     sl_cluster_shared_t *s = a->s;
     const char *name = sl_cluster_name(s->cluster);
-    char slots[400] = "-", busy[400] = "-";
+    char slots[400] = "-", busy[400] = "-", tickets[400] = "-", hb_prefix[400];
+    sl_cluster_key(hb_prefix, sizeof(hb_prefix), name, "hb", "");
     if (upstream != NULL) {
         sl_cluster_key(a->lease_key, sizeof(a->lease_key), name, "probe", upstream);
         sl_cluster_key(slots, sizeof(slots), name, "slots", upstream);
         sl_cluster_key(busy, sizeof(busy), name, "busy", upstream);
+        sl_cluster_key(tickets, sizeof(tickets), name, "tickets", upstream);
     } else {
         snprintf(a->lease_key, sizeof(a->lease_key), "-");
     }
@@ -531,10 +551,11 @@ ask(ask_t *a, const char *upstream, int64_t grace_ms, uint32_t max, sl_limit_set
     sl_cluster_args_t cmd = {0};
     sl_cluster_args_add(&cmd, "EVAL");
     sl_cluster_args_add(&cmd, SL_CLUSTER_CLAIM_LUA);
-    sl_cluster_args_addf(&cmd, "%zu", 3 + n);
+    sl_cluster_args_addf(&cmd, "%zu", 4 + n);
     sl_cluster_args_add(&cmd, a->lease_key);
     sl_cluster_args_add(&cmd, slots);
     sl_cluster_args_add(&cmd, busy);
+    sl_cluster_args_add(&cmd, tickets);
     for (int i = 0; i < keys.argc; i++)
         sl_cluster_args_add(&cmd, keys.argv[i]);
     sl_cluster_args_add(&cmd, a->name);
@@ -542,6 +563,14 @@ ask(ask_t *a, const char *upstream, int64_t grace_ms, uint32_t max, sl_limit_set
     sl_cluster_args_addf(&cmd, "%u", max);
     sl_cluster_args_addf(&cmd, "%d", SL_SLOT_LEASE_MS);
     sl_cluster_args_addf(&cmd, "%zu", n);
+    sl_cluster_args_add(&cmd, sl_cluster_instance(s->cluster));
+    int64_t mono = sl_now_ms();
+    sl_cluster_args_addf(&cmd, "%lld",
+                         a->defer_until_ms > mono
+                             ? (long long)sl_cluster_redis_ms_of(a->defer_until_ms, mono, sl_wall_ms(),
+                                                                 sl_cluster_clock_offset_ms(s->cluster))
+                             : 0LL);
+    sl_cluster_args_add(&cmd, hb_prefix);
     for (int i = 0; i < args.argc; i++)
         sl_cluster_args_add(&cmd, args.argv[i]);
     sl_cluster_args_free(&keys);
@@ -576,6 +605,11 @@ sl__cluster_claim_upstream(sl_cluster_shared_t *s, const sl_upstream_claim_t *c,
         return;
     }
     sl_upstream_claim_t claim = *c;
+    /* This instance's probe waited for an older waiter elsewhere, whose turn is over: its own again. */
+    sl_waitq_lock();
+    if (sl_probe_turn_due(&c->up->probe_turn, &c->up->throttle, c->now_ms))
+        sl_throttle_probe_abandoned(&c->up->throttle);
+    sl_waitq_unlock();
     if (!joined) {
         claim.limit_parts = alone_parts(s);
         if (c->max_concurrent > 0) {
@@ -606,6 +640,11 @@ sl__cluster_claim_upstream(sl_cluster_shared_t *s, const sl_upstream_claim_t *c,
     a->upstream.up = c->up;
     a->upstream.wants_slot = wants_slot;
     int64_t grace = !res.throttle_probe ? 0 : res.throttle.grace_ms > 0 ? res.throttle.grace_ms : 1;
+    if (res.throttle_probe) {
+        sl_waitq_lock();
+        a->defer_until_ms = sl_probe_turn_defer_until(&c->up->probe_turn, &c->up->throttle, c->now_ms);
+        sl_waitq_unlock();
+    }
     ask(a, c->up->name, grace, c->max_concurrent, reserved ? res.charge.set : NULL, &c->need, c->wall_ms);
 }
 

@@ -64,22 +64,28 @@
  * client key), a max_concurrent slot, the probe's lease — checked in that
  * order, then all taken.
  *
- * KEYS: 1 probe:UPSTREAM, 2 slots:UPSTREAM, 3 busy:UPSTREAM, then one
- * counter per limit. ARGV: 1 the claim's name (lease value, slot member),
- * 2 the probe's grace in ms (0: no probe asked for), 3 max_concurrent (0:
- * no slot asked for), 4 a slot's lease in ms, 5 the number of limits, then
- * five per limit: 'w' (a rolling window: amount, need, slot ms, window ms)
- * or 'p' (a calendar period: amount, need, -, the period's end on Redis's
- * clock).
+ * KEYS: 1 probe:UPSTREAM, 2 slots:UPSTREAM, 3 busy:UPSTREAM, 4
+ * tickets:UPSTREAM, then one counter per limit. ARGV: 1 the claim's name
+ * (lease value, slot member), 2 the probe's grace in ms (0: no probe asked
+ * for), 3 max_concurrent (0: no slot asked for), 4 a slot's lease in ms, 5
+ * the number of limits, 6 the instance, 7 until when its probe defers to an
+ * older waiter elsewhere (Redis's clock; 0: it defers to nobody), 8 the
+ * heartbeat keys' prefix, then five per limit: 'w' (a rolling window:
+ * amount, need, slot ms, window ms) or 'p' (a calendar period: amount,
+ * need, -, the period's end on Redis's clock).
  *
  * A window's use is window_use's (SL_CLUSTER_LUA_WINDOW_USE). Room is what
- * core/limits.c calls room: used < amount and used <= amount - need.
+ * core/limits.c calls room: used < amount and used <= amount - need. The
+ * probe's turn (core/probe_turn.h): the oldest ticket's, unless its
+ * instance's heartbeat is gone (such tickets are dropped) or the turn is
+ * over.
  *
  * Returns {1, now} taken; {0} the probe is another's; {2} every slot is
  * taken (busy:UPSTREAM is set so releases tell it); {3, verdict, which,
  * recovery}: no room (verdict as sl_limit_verdict_t: 1 window full, 2
  * period used up, 3 never; which: the limit that decided, from 0; recovery:
- * when all could take it, Redis's clock).
+ * when all could take it, Redis's clock); {4} the probe is an older
+ * waiter's on another instance.
  */
 #define SL_CLUSTER_CLAIM_LUA                                                                                 \
     SL_CLUSTER_LUA_NOW                                                                                       \
@@ -87,9 +93,9 @@
     "local n = tonumber(ARGV[5])\n"                                                                          \
     "local verdict, which, recovery = 0, 0, now\n"                                                           \
     "for i = 1, n do\n"                                                                                      \
-    "  local b = 5 + (i - 1) * 5\n"                                                                          \
+    "  local b = 8 + (i - 1) * 5\n"                                                                          \
     "  local kind, amount, need = ARGV[b + 1], tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])\n"               \
-    "  local key = KEYS[3 + i]\n"                                                                            \
+    "  local key = KEYS[4 + i]\n"                                                                            \
     "  local used, v, r = 0, 0, now\n"                                                                       \
     "  local slots\n"                                                                                        \
     "  if kind == 'w' then\n"                                                                                \
@@ -131,16 +137,27 @@
     "  end\n"                                                                                                \
     "end\n"                                                                                                  \
     "if tonumber(ARGV[2]) > 0 then\n"                                                                        \
-    "  if not redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then return {0} end\n"                \
+    "  if redis.call('EXISTS', KEYS[1]) == 1 then return {0} end\n"                                          \
+    "  if now < tonumber(ARGV[7]) then\n"                                                                    \
+    "    for _ = 1, 16 do\n"                                                                                 \
+    "      local head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]\n"                                            \
+    "      if not head then break end\n"                                                                     \
+    "      local inst = string.match(head, '^(.*):%d+$')\n"                                                  \
+    "      if inst == ARGV[6] then break end\n"                                                              \
+    "      if inst and redis.call('EXISTS', ARGV[8] .. inst) == 1 then return {4} end\n"                     \
+    "      redis.call('ZREM', KEYS[4], head)\n"                                                              \
+    "    end\n"                                                                                              \
+    "  end\n"                                                                                                \
+    "  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"                                                 \
     "end\n"                                                                                                  \
     "if max > 0 then\n"                                                                                      \
     "  redis.call('ZADD', KEYS[2], now + tonumber(ARGV[4]), ARGV[1])\n"                                      \
     "  redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[4]) * 2)\n"                                              \
     "end\n"                                                                                                  \
     "for i = 1, n do\n"                                                                                      \
-    "  local b = 5 + (i - 1) * 5\n"                                                                          \
+    "  local b = 8 + (i - 1) * 5\n"                                                                          \
     "  local need = tonumber(ARGV[b + 3])\n"                                                                 \
-    "  local key = KEYS[3 + i]\n"                                                                            \
+    "  local key = KEYS[4 + i]\n"                                                                            \
     "  if need ~= 0 then\n"                                                                                  \
     "    if ARGV[b + 1] == 'w' then\n"                                                                       \
     "      local S, W = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])\n"                                      \

@@ -272,6 +272,7 @@ on_joined(void *ctx, bool redis_restarted)
     sl_cluster_shared_t *s = ctx;
     if (redis_restarted)
         sl__cluster_readd_usage(s);
+    sl_cluster_tickets_readd(s->tickets, s->cluster);
     join_t j = {.s = s, .redis_restarted = redis_restarted};
     s->hooks.each(s->hooks.ctx, on_join_upstream, &j);
     if (j.n > 0) {
@@ -437,13 +438,19 @@ cluster_join_lines(sl_shared_state_t *ss, sl_waiter_t *waiter, const sl_line_t *
                    sl_shared_call_t *call, sl_lines_joined_cb done, void *ctx)
 {
     (void)call;
+    sl_cluster_shared_t *s = state_of(ss);
+    for (size_t i = 0; i < n; i++) {
+        if (lines[i].up != NULL)
+            sl_cluster_tickets_join(s->tickets, s->cluster, waiter, lines[i].up);
+    }
     sl_shared_call_t here = {0};
-    sl_shared_join_lines(state_of(ss)->local, waiter, lines, n, &here, done, ctx);
+    sl_shared_join_lines(s->local, waiter, lines, n, &here, done, ctx);
 }
 
 static void
 cluster_leave_lines(sl_shared_state_t *ss, sl_waiter_t *waiter, const sl_line_t *wake, size_t n)
 {
+    sl_cluster_tickets_leave(state_of(ss)->tickets, state_of(ss)->cluster, waiter);
     sl_shared_leave_lines(state_of(ss)->local, waiter, wake, n);
 }
 
@@ -453,10 +460,16 @@ cluster_end_dispatch(sl_shared_state_t *ss, sl_upstream_t *up)
     sl_shared_end_dispatch(state_of(ss)->local, up);
 }
 
+/* As this instance knows it; a probe that waits for an older waiter's turn elsewhere looks again at its end.
+ */
 static sl_pause_t
 cluster_pause_of(sl_shared_state_t *ss, sl_upstream_t *up, int64_t now_ms)
 {
-    return sl_shared_pause_of(state_of(ss)->local, up, now_ms);
+    sl_pause_t p = sl_shared_pause_of(state_of(ss)->local, up, now_ms);
+    sl_waitq_lock();
+    p.recovery_ms = sl_probe_turn_recovery(&up->probe_turn, &up->throttle, p.recovery_ms);
+    sl_waitq_unlock();
+    return p;
 }
 
 static sl_upstream_view_t
@@ -510,6 +523,7 @@ cluster_free(sl_shared_state_t *ss)
     sl_cluster_shared_t *s = state_of(ss);
     sl_cluster_stop(s->cluster);
     sl_cluster_usage_free(s->usage);
+    sl_cluster_tickets_free(s->tickets);
     sl_shared_state_free(s->local);
     pthread_mutex_destroy(&s->slots_lock);
     free(s->held);
@@ -609,6 +623,7 @@ sl_shared_cluster_new(sl_shared_state_t *local, const sl_cluster_config_t *confi
     s->hooks = *hooks;
     s->closed_when_alone = config->when_redis_down == SL_REDIS_DOWN_CLOSED;
     pthread_mutex_init(&s->slots_lock, NULL);
+    s->tickets = sl_cluster_tickets_new();
     s->cluster = sl_cluster_start(config, instance,
                                   &(sl_cluster_hooks_t){.on_message = on_message,
                                                         .on_joined = on_joined,
@@ -618,6 +633,7 @@ sl_shared_cluster_new(sl_shared_state_t *local, const sl_cluster_config_t *confi
                                                         .describe = hooks->describe != NULL ? describe : NULL,
                                                         .ctx = s});
     if (s->cluster == NULL) {
+        sl_cluster_tickets_free(s->tickets);
         pthread_mutex_destroy(&s->slots_lock);
         free(s);
         return NULL;

@@ -14,6 +14,7 @@
 #define SL_SHARED_CLUSTER_H
 
 #include "cluster.h"
+#include "cluster_tickets.h"
 #include "cluster_usage.h"
 #include "shared_state.h"
 
@@ -25,6 +26,7 @@ typedef struct {
     sl_shared_state_t *local;
     sl_cluster_t *cluster;
     sl_cluster_usage_t *usage;
+    sl_cluster_tickets_t *tickets;
     sl_shared_cluster_hooks_t hooks;
     bool closed_when_alone;          /* when_redis_down: closed */
     atomic_uint_fast64_t next_token; /* names a claim: its probe's lease, its slot */

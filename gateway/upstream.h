@@ -15,6 +15,7 @@
 
 #include "config.h"
 #include "core/breaker.h"
+#include "core/probe_turn.h"
 #include "core/throttle.h"
 #include "waitq.h"
 
@@ -27,6 +28,7 @@ typedef struct {
     char *origin;    /* "https://host:port" of the pool */
     /* The shared state of this process (shared_local.c) keeps these, under the wait lock (waitq.h). */
     sl_throttle_t throttle;
+    sl_probe_turn_t probe_turn; /* a cluster's: the probe's turn among instances */
     sl_waitq_t waitq;
     bool dispatching;     /* a request just released from the queue is being sent: the next waits for it */
     pthread_mutex_t lock; /* guards what follows */

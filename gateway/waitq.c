@@ -17,6 +17,7 @@ struct sl_waiter {
     void *owner; /* NULL once released: the inbox frees it when its wake-up arrives */
     bool wake_in_flight;
     uint64_t arrival;
+    int64_t arrived_wall_ms;
     sl_waitq_node_t **nodes; /* one per queue joined (each its own allocation: queues link to them) */
     size_t n_nodes;
 };
@@ -71,13 +72,26 @@ sl_waitq_inbox_new(h2o_multithread_queue_t *queue, sl_waiter_wake_cb cb)
 }
 
 sl_waiter_t *
-sl_waiter_new(sl_waitq_inbox_t *inbox, void *owner, uint64_t arrival)
+sl_waiter_new(sl_waitq_inbox_t *inbox, void *owner, uint64_t arrival, int64_t arrived_wall_ms)
 {
     sl_waiter_t *w = sl_xcalloc(1, sizeof(*w));
     w->inbox = inbox;
     w->owner = owner;
     w->arrival = arrival;
+    w->arrived_wall_ms = arrived_wall_ms;
     return w;
+}
+
+uint64_t
+sl_waiter_arrival(const sl_waiter_t *w)
+{
+    return w->arrival;
+}
+
+int64_t
+sl_waiter_arrived_wall_ms(const sl_waiter_t *w)
+{
+    return w->arrived_wall_ms;
 }
 
 static sl_waitq_node_t *

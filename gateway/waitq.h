@@ -42,10 +42,14 @@ void sl_waitq_unlock(void);
 /*
  * A waiter for owner (a request of this inbox's worker); arrival orders it
  * in every queue it joins (the request's id: ids are handed out in arrival
- * order across all workers, so unlike a clock they never tie). The owner
- * keeps it until sl_waiter_release. Never NULL.
+ * order across all workers, so unlike a clock they never tie). arrived_wall_ms
+ * is when that request arrived (wall clock), for orders across instances
+ * (a cluster's tickets). The owner keeps it until sl_waiter_release. Never
+ * NULL.
  */
-sl_waiter_t *sl_waiter_new(sl_waitq_inbox_t *inbox, void *owner, uint64_t arrival);
+sl_waiter_t *sl_waiter_new(sl_waitq_inbox_t *inbox, void *owner, uint64_t arrival, int64_t arrived_wall_ms);
+uint64_t sl_waiter_arrival(const sl_waiter_t *w);
+int64_t sl_waiter_arrived_wall_ms(const sl_waiter_t *w);
 
 /* With the lock held: joins q in arrival order (a request that re-enters lands in its place). No-op if in it.
  */

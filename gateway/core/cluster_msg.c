@@ -252,3 +252,10 @@ sl_cluster_offset_ms(int64_t redis_ms, int64_t sent_wall, int64_t got_wall)
 {
     return redis_ms - (sent_wall + (got_wall - sent_wall) / 2);
 }
+
+size_t
+sl_cluster_ticket_name(char *out, size_t size, const char *instance, uint64_t id)
+{
+    int n = snprintf(out, size, "%s:%020llu", instance, (unsigned long long)id);
+    return n < 0 || (size_t)n >= size ? 0 : (size_t)n;
+}

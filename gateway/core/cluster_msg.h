@@ -89,6 +89,15 @@ size_t sl_cluster_limit_key(char *out, size_t size, const char *name, char subje
                             const sl_limit_t *limit, int64_t period_start_ms);
 
 /*
+ * A waiting request's ticket in an upstream's line across the cluster
+ * (tickets:UPSTREAM, a sorted set scored by its arrival on Redis's clock):
+ * "INSTANCE:ID", the id zero-padded to 20 digits, so that tickets of one
+ * arrival millisecond sort by instance, then id (Redis orders equal scores
+ * by member). Returns the length, 0 when it does not fit.
+ */
+size_t sl_cluster_ticket_name(char *out, size_t size, const char *instance, uint64_t id);
+
+/*
  * Clocks. offset_ms is Redis's clock minus this instance's wall clock (as
  * measured with the heartbeats); mono and wall are this instance's
  * monotonic and wall clocks read together. SL_CLUSTER_NEVER and the

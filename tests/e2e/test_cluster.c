@@ -187,6 +187,7 @@ health_says(int i, const char *state, int timeout_ms)
 
 typedef struct {
     int instance;
+    const char *body; /* NULL: BODY */
     int status;
     int64_t took_ms;
     pthread_t thread;
@@ -198,7 +199,8 @@ call_main(void *arg)
     call_t *c = arg;
     http_response_t res = {0};
     int64_t t0 = now_ms();
-    c->status = http_request_h(ports[c->instance], "POST", "/v1/messages", ANTHROPIC_HEADERS, BODY, &res)
+    c->status = http_request_h(ports[c->instance], "POST", "/v1/messages", ANTHROPIC_HEADERS,
+                               c->body != NULL ? c->body : BODY, &res)
                     ? res.status
                     : -1;
     c->took_ms = now_ms() - t0;
@@ -206,11 +208,19 @@ call_main(void *arg)
     return NULL;
 }
 
+/* Sends body (NULL: BODY) to instance in a thread of its own. */
+static void
+call_async_named(call_t *c, int instance, const char *body)
+{
+    c->instance = instance;
+    c->body = body;
+    cr_assert_eq(pthread_create(&c->thread, NULL, call_main, c), 0);
+}
+
 static void
 call_async(call_t *c, int instance)
 {
-    c->instance = instance;
-    cr_assert_eq(pthread_create(&c->thread, NULL, call_main, c), 0);
+    call_async_named(c, instance, NULL);
 }
 
 static int
@@ -257,6 +267,48 @@ Test(cluster, a_429_on_one_instance_holds_the_other_and_exactly_one_probe_goes_a
     for (size_t i = 2; i < 5; i++)
         cr_assert_geq(arrival_ms(i) - probe_at, 550, "request %zu waited for the probe's verdict (%lld ms)",
                       i, (long long)(arrival_ms(i) - probe_at));
+}
+
+/* A body that names its request (the fake tells them apart by it). */
+#define NAMED_BODY(name)                                                                                     \
+    "{\"model\":\"claude-x\",\"max_tokens\":8,\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":" \
+    "\"" name "\"}]}"
+
+static bool
+request_says(size_t i, const char *text)
+{
+    fake_request_t r;
+    cr_assert(fake_request(up, i, &r), "request %zu reached the upstream", i);
+    return r.body != NULL && strstr(r.body, text) != NULL;
+}
+
+Test(cluster, the_probe_after_a_pause_is_the_oldest_waiters_whichever_instance_asks_first)
+{
+    start_instance(0);
+    start_instance(1);
+    fake_push(up, limited("content-type: application/json\r\nretry-after: 30\r\n"));
+    fake_push(up, ok(300));
+    fake_set_default(up, ok(0));
+    /* The oldest waiter waits on a (its first hop got the 429), a younger one on b. */
+    call_t oldest, younger;
+    call_async_named(&oldest, 0, NAMED_BODY("oldest"));
+    cr_assert(fake_wait_count(up, 1, 5000), "the first request reaches the upstream");
+    usleep(300 * 1000);
+    call_async_named(&younger, 1, NAMED_BODY("younger"));
+    usleep(300 * 1000);
+    cr_assert_eq(fake_count(up), 1, "both wait for the pause");
+    /* Resumed on b: b's own line head asks for the probe at once, a's only once it hears of the resume. */
+    int64_t resumed_at = now_ms();
+    cr_assert_eq(sluicectl(1, "resume one"), 0);
+    cr_assert_eq(call_wait(&oldest), 200);
+    cr_assert_eq(call_wait(&younger), 200);
+    cr_assert_eq(fake_count(up), 3, "the 429, the probe, the other: nothing sent twice");
+    cr_assert(request_says(1, "oldest"), "the probe was the oldest waiter's, on the other instance");
+    cr_assert(request_says(2, "younger"));
+    cr_assert_lt(arrival_ms(1) - resumed_at, 1000, "the probe went within 1 s (%lld ms)",
+                 (long long)(arrival_ms(1) - resumed_at));
+    cr_assert_geq(arrival_ms(2) - arrival_ms(1), 250, "the younger waited for the probe's verdict (%lld ms)",
+                  (long long)(arrival_ms(2) - arrival_ms(1)));
 }
 
 Test(cluster, an_instance_that_joins_during_a_pause_holds_it_too)

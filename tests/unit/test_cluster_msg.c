@@ -189,3 +189,16 @@ Test(cluster_msg, the_offset_is_read_at_the_middle_of_the_round_trip)
     cr_assert_eq(sl_cluster_offset_ms(1000600, 1000000, 1000400), 400);
     cr_assert_eq(sl_cluster_offset_ms(999000, 1000000, 1000000), -1000);
 }
+
+Test(cluster_msg, tickets_of_one_millisecond_sort_by_instance_then_id)
+{
+    char a[64], b[64], c[64];
+    cr_assert_gt(sl_cluster_ticket_name(a, sizeof(a), "a", 9), 0);
+    cr_assert_gt(sl_cluster_ticket_name(b, sizeof(b), "a", 10), 0);
+    cr_assert_gt(sl_cluster_ticket_name(c, sizeof(c), "b", 1), 0);
+    cr_expect_str_eq(a, "a:00000000000000000009");
+    cr_expect_lt(strcmp(a, b), 0, "id 9 before id 10 (byte order, as Redis compares members)");
+    cr_expect_lt(strcmp(b, c), 0, "instance a before b");
+    char tiny[8];
+    cr_expect_eq(sl_cluster_ticket_name(tiny, sizeof(tiny), "a", 1), 0, "does not fit: nothing");
+}

@@ -207,7 +207,7 @@ Test(shared_local, a_probe_that_got_no_answer_is_handed_back_on_release)
 Test(shared_local, nobody_overtakes_the_head_of_a_line_and_the_head_goes_once_the_one_before_is_sent)
 {
     static int ids[2];
-    sl_waiter_t *early = sl_waiter_new(inbox, &ids[0], 10), *late = sl_waiter_new(inbox, &ids[1], 20);
+    sl_waiter_t *early = sl_waiter_new(inbox, &ids[0], 10, 0), *late = sl_waiter_new(inbox, &ids[1], 20, 0);
     sl_line_t line = {.up = ups[0]};
     sl_shared_join_lines(ss, late, &line, 1, &call, on_joined, &got);
     cr_assert(got.joined.joined);
@@ -341,7 +341,7 @@ Test(shared_local, a_key_with_room_admits_only_the_head_of_its_line)
 {
     static int ids[2];
     sl_limit_set_t *key = requests_per_minute(5);
-    sl_waiter_t *early = sl_waiter_new(inbox, &ids[0], 10), *late = sl_waiter_new(inbox, &ids[1], 20);
+    sl_waiter_t *early = sl_waiter_new(inbox, &ids[0], 10, 0), *late = sl_waiter_new(inbox, &ids[1], 20, 0);
     sl_line_t line = {.key = key};
     sl_shared_join_lines(ss, early, &line, 1, &call, on_joined, &got);
     sl_shared_join_lines(ss, late, &line, 1, &call, on_joined, &got);
@@ -363,7 +363,7 @@ Test(shared_local, once_draining_nobody_joins_a_line_and_no_key_is_admitted)
 {
     static int id;
     sl_limit_set_t *key = requests_per_minute(5);
-    sl_waiter_t *w = sl_waiter_new(inbox, &id, 10);
+    sl_waiter_t *w = sl_waiter_new(inbox, &id, 10, 0);
     atomic_store(&stopping, true);
     sl_line_t line = {.up = ups[0]};
     sl_shared_join_lines(ss, w, &line, 1, &call, on_joined, &got);
@@ -493,7 +493,7 @@ Test(shared_deferred, a_cancelled_key_admission_gives_back_its_reservation)
 Test(shared_deferred, a_cancelled_join_leaves_the_lines)
 {
     static int id;
-    sl_waiter_t *w = sl_waiter_new(inbox, &id, 10);
+    sl_waiter_t *w = sl_waiter_new(inbox, &id, 10, 0);
     sl_line_t lines[] = {{.up = ups[0]}, {.up = ups[1]}};
     sl_shared_join_lines(ss, w, lines, 2, &call, on_joined, &got);
     cr_assert_eq(sl_shared_upstream_view(ss, ups[1], NULL).queued, 1);

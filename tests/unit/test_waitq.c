@@ -39,7 +39,7 @@ Test(waitq, joins_in_arrival_order_and_re_entries_land_in_their_place)
     sl_waitq_t q = {0};
     sl_waiter_t *w[4];
     for (int i = 0; i < 4; i++)
-        w[i] = sl_waiter_new(inbox, &ids[i], 100 + i * 10);
+        w[i] = sl_waiter_new(inbox, &ids[i], 100 + i * 10, 0);
     sl_waitq_lock();
     sl_waiter_join(w[1], &q);
     sl_waiter_join(w[3], &q);
@@ -64,7 +64,7 @@ Test(waitq, a_waiter_in_two_queues_leaves_both)
 {
     static int id = 7;
     sl_waitq_t a = {0}, b = {0};
-    sl_waiter_t *w = sl_waiter_new(inbox, &id, 5);
+    sl_waiter_t *w = sl_waiter_new(inbox, &id, 5, 0);
     sl_waitq_lock();
     for (int i = 0; i < 3; i++) {
         sl_waitq_t extra = {0};
@@ -85,7 +85,7 @@ Test(waitq, a_waiter_released_while_its_wake_up_is_in_flight_is_freed_by_the_inb
 {
     static int id = 9;
     sl_waitq_t q = {0};
-    sl_waiter_t *w = sl_waiter_new(inbox, &id, 1);
+    sl_waiter_t *w = sl_waiter_new(inbox, &id, 1, 0);
     sl_waitq_lock();
     sl_waiter_join(w, &q);
     sl_waitq_wake(&q, 1);

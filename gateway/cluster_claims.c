@@ -189,7 +189,8 @@ typedef enum {
     ASKED_TAKEN = 1,
     ASKED_FULL = 2,
     ASKED_NO_ROOM = 3,
-    ASKED_OLDER_ELSEWHERE = 4
+    ASKED_OLDER_ELSEWHERE = 4,
+    ASKED_SLOT_OLDER_ELSEWHERE = 5
 } asked_t;
 
 typedef enum { ASK_WAITING, ASK_DECIDED_HERE, ASK_CANCELLED } ask_wait_t;
@@ -219,8 +220,9 @@ typedef struct {
     int64_t taken_at_ms; /* Redis's clock */
     sl_limit_verdict_t verdict;
     size_t which;
-    int64_t recovery_ms;    /* Redis's clock */
-    int64_t defer_until_ms; /* the probe's turn defers to an older waiter elsewhere until then (sl_now_ms) */
+    int64_t recovery_ms; /* Redis's clock */
+    /* the probe's and the slot's turns defer to an older waiter elsewhere until then (sl_now_ms) */
+    int64_t defer_until_ms, slot_defer_until_ms;
     uint64_t token;
     char lease_key[400], name[192];
 } ask_t;
@@ -375,6 +377,9 @@ answered(ask_t *a)
         if (!a->is_key && a->upstream.wants_slot) {
             a->upstream.result.slot = a->token;
             hold_slot(s, a->upstream.up, a->token);
+            sl_waitq_lock();
+            sl_slot_turn_taken(&a->upstream.up->slot_turn);
+            sl_waitq_unlock();
         }
         break;
     case ASKED_ELSEWHERE:
@@ -395,7 +400,11 @@ answered(ask_t *a)
         skip_as(&a->upstream.result, SL_SKIP_THROTTLED);
         break;
     case ASKED_FULL:
-        /* Every slot is taken across the cluster: it waits in line as for a slot here. */
+    case ASKED_SLOT_OLDER_ELSEWHERE:
+        /*
+         * Every slot is taken across the cluster, or the free one is an older
+         * waiter's turn elsewhere: it waits in line as for a slot here.
+         */
         give_back(s, a->upstream.up, &a->upstream.result, a->upstream.result.throttle_probe, true);
         skip_as(&a->upstream.result, SL_SKIP_BUSY);
         note_contended(s, a->upstream.up);
@@ -467,7 +476,8 @@ read_ask_reply(ask_t *a, const redisReply *r)
             a->verdict = (sl_limit_verdict_t)r->element[1]->integer;
             a->which = (size_t)r->element[2]->integer;
             a->recovery_ms = r->element[3]->integer;
-        } else if (code == ASKED_ELSEWHERE || code == ASKED_FULL || code == ASKED_OLDER_ELSEWHERE) {
+        } else if (code == ASKED_ELSEWHERE || code == ASKED_FULL || code == ASKED_OLDER_ELSEWHERE ||
+                   code == ASKED_SLOT_OLDER_ELSEWHERE) {
             a->outcome = (asked_t)code;
         }
     } else if (r != NULL && r->type == REDIS_REPLY_ERROR) {
@@ -571,6 +581,11 @@ ask(ask_t *a, const char *upstream, int64_t grace_ms, uint32_t max, sl_limit_set
                                                                  sl_cluster_clock_offset_ms(s->cluster))
                              : 0LL);
     sl_cluster_args_add(&cmd, hb_prefix);
+    sl_cluster_args_addf(&cmd, "%lld",
+                         a->slot_defer_until_ms > mono
+                             ? (long long)sl_cluster_redis_ms_of(a->slot_defer_until_ms, mono, sl_wall_ms(),
+                                                                 sl_cluster_clock_offset_ms(s->cluster))
+                             : 0LL);
     for (int i = 0; i < args.argc; i++)
         sl_cluster_args_add(&cmd, args.argv[i]);
     sl_cluster_args_free(&keys);
@@ -640,11 +655,12 @@ sl__cluster_claim_upstream(sl_cluster_shared_t *s, const sl_upstream_claim_t *c,
     a->upstream.up = c->up;
     a->upstream.wants_slot = wants_slot;
     int64_t grace = !res.throttle_probe ? 0 : res.throttle.grace_ms > 0 ? res.throttle.grace_ms : 1;
-    if (res.throttle_probe) {
-        sl_waitq_lock();
+    sl_waitq_lock();
+    if (res.throttle_probe)
         a->defer_until_ms = sl_probe_turn_defer_until(&c->up->probe_turn, &c->up->throttle, c->now_ms);
-        sl_waitq_unlock();
-    }
+    if (wants_slot)
+        a->slot_defer_until_ms = sl_slot_turn_defer_until(&c->up->slot_turn, c->now_ms);
+    sl_waitq_unlock();
     ask(a, c->up->name, grace, c->max_concurrent, reserved ? res.charge.set : NULL, &c->need, c->wall_ms);
 }
 

@@ -70,30 +70,43 @@
  * for), 3 max_concurrent (0: no slot asked for), 4 a slot's lease in ms, 5
  * the number of limits, 6 the instance, 7 until when its probe defers to an
  * older waiter elsewhere (Redis's clock; 0: it defers to nobody), 8 the
- * heartbeat keys' prefix, then five per limit: 'w' (a rolling window:
- * amount, need, slot ms, window ms) or 'p' (a calendar period: amount,
- * need, -, the period's end on Redis's clock).
+ * heartbeat keys' prefix, 9 until when its slot defers to an older waiter
+ * elsewhere (as 7), then five per limit: 'w' (a rolling window: amount,
+ * need, slot ms, window ms) or 'p' (a calendar period: amount, need, -, the
+ * period's end on Redis's clock).
  *
  * A window's use is window_use's (SL_CLUSTER_LUA_WINDOW_USE). Room is what
  * core/limits.c calls room: used < amount and used <= amount - need. The
- * probe's turn (core/probe_turn.h): the oldest ticket's, unless its
- * instance's heartbeat is gone (such tickets are dropped) or the turn is
- * over.
+ * probe's turn, and a free slot's (core/probe_turn.h): the oldest ticket's,
+ * unless its instance's heartbeat is gone (such tickets are dropped) or the
+ * turn is over.
  *
  * Returns {1, now} taken; {0} the probe is another's; {2} every slot is
  * taken (busy:UPSTREAM is set so releases tell it); {3, verdict, which,
  * recovery}: no room (verdict as sl_limit_verdict_t: 1 window full, 2
  * period used up, 3 never; which: the limit that decided, from 0; recovery:
  * when all could take it, Redis's clock); {4} the probe is an older
- * waiter's on another instance.
+ * waiter's on another instance; {5} so is the free slot (busy:UPSTREAM is
+ * set, as for {2}).
  */
 #define SL_CLUSTER_CLAIM_LUA                                                                                 \
     SL_CLUSTER_LUA_NOW                                                                                       \
     SL_CLUSTER_LUA_WINDOW_USE                                                                                \
+    "local function older_elsewhere()\n"                                                                     \
+    "  for _ = 1, 16 do\n"                                                                                   \
+    "    local head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]\n"                                              \
+    "    if not head then return false end\n"                                                                \
+    "    local inst = string.match(head, '^(.*):%d+$')\n"                                                    \
+    "    if inst == ARGV[6] then return false end\n"                                                         \
+    "    if inst and redis.call('EXISTS', ARGV[8] .. inst) == 1 then return true end\n"                      \
+    "    redis.call('ZREM', KEYS[4], head)\n"                                                                \
+    "  end\n"                                                                                                \
+    "  return false\n"                                                                                       \
+    "end\n"                                                                                                  \
     "local n = tonumber(ARGV[5])\n"                                                                          \
     "local verdict, which, recovery = 0, 0, now\n"                                                           \
     "for i = 1, n do\n"                                                                                      \
-    "  local b = 8 + (i - 1) * 5\n"                                                                          \
+    "  local b = 9 + (i - 1) * 5\n"                                                                          \
     "  local kind, amount, need = ARGV[b + 1], tonumber(ARGV[b + 2]), tonumber(ARGV[b + 3])\n"               \
     "  local key = KEYS[4 + i]\n"                                                                            \
     "  local used, v, r = 0, 0, now\n"                                                                       \
@@ -135,19 +148,14 @@
     "    redis.call('SET', KEYS[3], '1', 'PX', 10000)\n"                                                     \
     "    return {2}\n"                                                                                       \
     "  end\n"                                                                                                \
+    "  if now < tonumber(ARGV[9]) and older_elsewhere() then\n"                                              \
+    "    redis.call('SET', KEYS[3], '1', 'PX', 10000)\n"                                                     \
+    "    return {5}\n"                                                                                       \
+    "  end\n"                                                                                                \
     "end\n"                                                                                                  \
     "if tonumber(ARGV[2]) > 0 then\n"                                                                        \
     "  if redis.call('EXISTS', KEYS[1]) == 1 then return {0} end\n"                                          \
-    "  if now < tonumber(ARGV[7]) then\n"                                                                    \
-    "    for _ = 1, 16 do\n"                                                                                 \
-    "      local head = redis.call('ZRANGE', KEYS[4], 0, 0)[1]\n"                                            \
-    "      if not head then break end\n"                                                                     \
-    "      local inst = string.match(head, '^(.*):%d+$')\n"                                                  \
-    "      if inst == ARGV[6] then break end\n"                                                              \
-    "      if inst and redis.call('EXISTS', ARGV[8] .. inst) == 1 then return {4} end\n"                     \
-    "      redis.call('ZREM', KEYS[4], head)\n"                                                              \
-    "    end\n"                                                                                              \
-    "  end\n"                                                                                                \
+    "  if now < tonumber(ARGV[7]) and older_elsewhere() then return {4} end\n"                               \
     "  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"                                                 \
     "end\n"                                                                                                  \
     "if max > 0 then\n"                                                                                      \
@@ -155,7 +163,7 @@
     "  redis.call('PEXPIRE', KEYS[2], tonumber(ARGV[4]) * 2)\n"                                              \
     "end\n"                                                                                                  \
     "for i = 1, n do\n"                                                                                      \
-    "  local b = 8 + (i - 1) * 5\n"                                                                          \
+    "  local b = 9 + (i - 1) * 5\n"                                                                          \
     "  local need = tonumber(ARGV[b + 3])\n"                                                                 \
     "  local key = KEYS[4 + i]\n"                                                                            \
     "  if need ~= 0 then\n"                                                                                  \

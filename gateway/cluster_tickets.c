@@ -66,7 +66,8 @@ send_ticket(sl_cluster_t *cluster, const ticket_t *k)
 }
 
 void
-sl_cluster_tickets_join(sl_cluster_tickets_t *t, sl_cluster_t *cluster, const sl_waiter_t *w, sl_upstream_t *up)
+sl_cluster_tickets_join(sl_cluster_tickets_t *t, sl_cluster_t *cluster, const sl_waiter_t *w,
+                        sl_upstream_t *up)
 {
     ticket_t k = {w, up, sl_waiter_arrival(w), sl_waiter_arrived_wall_ms(w)};
     pthread_mutex_lock(&t->lock);

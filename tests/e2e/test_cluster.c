@@ -495,6 +495,35 @@ Test(cluster, max_concurrent_holds_across_three_instances_and_one_instance_can_u
     cr_assert_eq(most_one, 4, "one instance alone uses all 4 slots (%zu)", most_one);
 }
 
+Test(cluster, a_freed_slot_goes_to_the_oldest_waiter_even_on_another_instance)
+{
+    provider_extra = ", max_concurrent: 1";
+    start_instance(0);
+    start_instance(1);
+    fake_push(up, slow_plain(1000));
+    fake_set_default(up, slow_plain(200));
+    /* b holds the only slot; a's waiter is older than b's two. */
+    call_t holder, oldest, young[2];
+    call_async_named(&holder, 1, NAMED_BODY("holder"));
+    cr_assert(fake_wait_count(up, 1, 5000), "the holder reaches the upstream");
+    usleep(200 * 1000);
+    call_async_named(&oldest, 0, NAMED_BODY("oldest"));
+    usleep(200 * 1000);
+    call_async_named(&young[0], 1, NAMED_BODY("young-0"));
+    usleep(100 * 1000);
+    call_async_named(&young[1], 1, NAMED_BODY("young-1"));
+    cr_assert_eq(call_wait(&holder), 200);
+    cr_assert_eq(call_wait(&oldest), 200);
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(call_wait(&young[i]), 200, "young %d", i);
+    cr_assert_eq(fake_count(up), 4);
+    /* b's own release wakes b's line first; the slot still goes to a's older waiter. */
+    cr_assert(request_says(1, "oldest"), "the slot b freed went to the oldest waiter, on a");
+    cr_assert(request_says(2, "young-0"));
+    cr_assert(request_says(3, "young-1"));
+    cr_assert_eq(most_at_once(200), 1, "never two at once");
+}
+
 Test(cluster, the_slots_of_an_instance_killed_while_holding_them_come_free_within_their_lease)
 {
     provider_extra = ", max_concurrent: 2";

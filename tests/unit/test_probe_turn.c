@@ -47,7 +47,8 @@ Test(probe_turn, an_instance_defers_for_one_turn_from_its_first_ask_however_ofte
     sl_probe_turn_t p = {0};
     int64_t first = T0 + 2 * SEC + 5;
     cr_expect_eq(sl_probe_turn_defer_until(&p, &t, first), first + SEC);
-    cr_expect_eq(sl_probe_turn_defer_until(&p, &t, first + 400), first + SEC, "the turn runs from the first ask");
+    cr_expect_eq(sl_probe_turn_defer_until(&p, &t, first + 400), first + SEC,
+                 "the turn runs from the first ask");
     cr_expect_leq(sl_probe_turn_defer_until(&p, &t, first + SEC), first + SEC, "over: it defers to nobody");
 }
 
@@ -68,7 +69,8 @@ Test(probe_turn, a_deferred_probe_is_asked_for_again_once_the_turn_is_over)
     take_local_probe(&t, first);
     int64_t until = sl_probe_turn_defer_until(&p, &t, first);
     sl_probe_turn_deferred(&p, &t, until);
-    cr_expect_eq(sl_probe_turn_recovery(&p, &t, first + 10 * SEC), until, "the waiters look again at its end");
+    cr_expect_eq(sl_probe_turn_recovery(&p, &t, first + 10 * SEC), until,
+                 "the waiters look again at its end");
     cr_expect_not(sl_probe_turn_due(&p, &t, until - 1));
     cr_expect(sl_probe_turn_due(&p, &t, until));
     cr_expect_not(sl_probe_turn_due(&p, &t, until + 1), "due once");
@@ -115,4 +117,24 @@ Test(probe_turn, another_probe_out_here_is_not_the_deferred_one)
     sl_throttle_probe_abandoned(&t);
     take_local_probe(&t, first + 200);
     cr_expect_not(sl_probe_turn_due(&p, &t, until), "the probe out now is not the one deferred");
+}
+
+Test(probe_turn, a_slot_claim_defers_for_one_turn_until_a_slot_is_taken_here)
+{
+    sl_slot_turn_t p = {0};
+    cr_expect_eq(sl_slot_turn_defer_until(&p, T0), T0 + SL_SLOT_TURN_MS);
+    cr_expect_eq(sl_slot_turn_defer_until(&p, T0 + 700), T0 + SL_SLOT_TURN_MS,
+                 "the turn runs from the first");
+    cr_expect_eq(sl_slot_turn_defer_until(&p, T0 + SL_SLOT_TURN_MS), T0 + SL_SLOT_TURN_MS,
+                 "over: no deferring");
+    sl_slot_turn_taken(&p);
+    cr_expect_eq(sl_slot_turn_defer_until(&p, T0 + 1500), T0 + 1500 + SL_SLOT_TURN_MS, "taken: a new turn");
+}
+
+Test(probe_turn, a_slot_turn_left_unused_starts_afresh)
+{
+    sl_slot_turn_t p = {0};
+    sl_slot_turn_defer_until(&p, T0);
+    int64_t later = T0 + 2 * SL_SLOT_TURN_MS;
+    cr_expect_eq(sl_slot_turn_defer_until(&p, later), later + SL_SLOT_TURN_MS);
 }

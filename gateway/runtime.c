@@ -15,6 +15,7 @@
 #include "cluster.h"
 #include "cluster_view.h"
 #include "shared_state.h"
+#include "core/cluster_msg.h"
 #include "core/mask.h"
 #include "core/xalloc.h"
 #include "yamledit.h"
@@ -31,6 +32,9 @@ struct sl_runtime {
     char *text; /* the running config as written (the file's bytes) */
     size_t text_len;
     uint64_t revision;
+    /* A cluster's: the last config pushed anywhere that this instance applied, made or noted */
+    uint64_t pushed_revision;
+    char pushed_origin[192];
     bool safe_mode;
     sl_msgs_t problems; /* safe mode: the file's problems */
     struct timespec file_mtime;
@@ -194,13 +198,15 @@ source_name(const sl_runtime_t *rt)
 /*
  * THE way a configuration changes: text is validated; valid, it becomes
  * the running config (requests in flight keep theirs; upstream, breaker,
- * throttle and usage state carry over by name), the revision goes up and
+ * throttle and usage state carry over by name), the revision goes up (to
+ * at_least, if that is more: a cluster's shared revision) and
  * ConfigReloaded is emitted; invalid, nothing changes, every problem goes
  * to *problems (may be NULL) and ConfigRejected is emitted. Takes text.
  * Called with rt->lock held. Returns 0 when applied.
  */
 static int
-apply_text(sl_runtime_t *rt, char *text, size_t len, sl_proto_config_source_t source, sl_msgs_t *problems)
+apply_text(sl_runtime_t *rt, char *text, size_t len, sl_proto_config_source_t source, sl_msgs_t *problems,
+           uint64_t at_least)
 {
     sl_config_result_t res = sl_config_parse(text, len, rt->path, sl_config_env_system());
     for (size_t i = 0; i < res.warnings.len; i++)
@@ -240,7 +246,7 @@ apply_text(sl_runtime_t *rt, char *text, size_t len, sl_proto_config_source_t so
     free(rt->text);
     rt->text = text;
     rt->text_len = len;
-    rt->revision++;
+    rt->revision = rt->revision + 1 > at_least ? rt->revision + 1 : at_least;
     sl_upstreams_clear_auth_holds(rt->upstreams, log_auth_hold_cleared);
     /* Changed limits and routes take effect now: whoever waits decides again. */
     sl_upstreams_wake_all(rt->upstreams);
@@ -538,7 +544,7 @@ reload_locked(sl_runtime_t *rt)
         sl_msgs_clear(&problems);
         return;
     }
-    apply_text(rt, text, len, SL_PROTO_CONFIG_SOURCE_FILE, NULL);
+    apply_text(rt, text, len, SL_PROTO_CONFIG_SOURCE_FILE, NULL, 0);
 }
 
 void
@@ -653,12 +659,33 @@ sl_runtime_config_view_free(sl_runtime_config_view_t *v)
     memset(v, 0, sizeof(*v));
 }
 
+/*
+ * In a cluster each instance restores the secrets of a pushed config from
+ * its own file, so a secret that is new or changed here would not reach the
+ * others: it must be an environment reference. Whether text's secrets are
+ * all the current ones (or references).
+ */
+static bool
+secrets_are_shared(const sl_runtime_t *rt, const char *text, char **redacted)
+{
+    char why[512];
+    *redacted = sl_yamledit_redact_secrets(text, strlen(text), why, sizeof(why));
+    if (*redacted == NULL)
+        return false;
+    char *back =
+        sl_yamledit_restore_secrets(*redacted, strlen(*redacted), rt->text, rt->text_len, why, sizeof(why));
+    bool same = back != NULL && strcmp(back, text) == 0;
+    free(back);
+    return same;
+}
+
 int
 sl_runtime_put_config(sl_runtime_t *rt, const char *yaml, size_t len, uint64_t expect_revision, sl_msg_t *err,
                       sl_msgs_t *problems)
 {
     pthread_mutex_lock(&rt->lock);
     int rc = -1;
+    char *redacted = NULL;
     if (expect_revision != rt->revision) {
         char current[24], expected[24];
         snprintf(current, sizeof(current), "%llu", (unsigned long long)rt->revision);
@@ -673,14 +700,28 @@ sl_runtime_put_config(sl_runtime_t *rt, const char *yaml, size_t len, uint64_t e
         *err = sl_msg_make(SL_CODE_CONTROL_CONFIG_REJECTED, "count", "1", NULL);
         goto out;
     }
-    if (apply_text(rt, text, strlen(text), SL_PROTO_CONFIG_SOURCE_CONTROL, problems) != 0) {
+    sl_cluster_t *cluster = rt->gw->cluster;
+    if (cluster != NULL && !secrets_are_shared(rt, text, &redacted)) {
+        free(text);
+        *err = sl_msg_make(SL_CODE_CONTROL_CONFIG_SECRET_NOT_SHARED, NULL);
+        goto out;
+    }
+    /* A cluster's revision is shared: this one comes after every config pushed anywhere. */
+    if (apply_text(rt, text, strlen(text), SL_PROTO_CONFIG_SOURCE_CONTROL, problems,
+                   cluster != NULL ? rt->pushed_revision + 1 : 0) != 0) {
         char count[24];
         snprintf(count, sizeof(count), "%zu", problems->len);
         *err = sl_msg_make(SL_CODE_CONTROL_CONFIG_REJECTED, "count", count, NULL);
         goto out;
     }
     rc = persist(rt, err);
+    if (cluster != NULL) {
+        rt->pushed_revision = rt->revision;
+        snprintf(rt->pushed_origin, sizeof(rt->pushed_origin), "%s", sl_cluster_instance(cluster));
+        sl_shared_config_replaced(rt->gw->shared, redacted, strlen(redacted), rt->revision);
+    }
 out:
+    free(redacted);
     pthread_mutex_unlock(&rt->lock);
     return rc;
 }
@@ -742,7 +783,7 @@ set_limits(sl_runtime_t *rt, sl_bucket_kind_t kind, const char *name, const sl_l
         goto out;
     }
     sl_msgs_t problems = {0};
-    if (apply_text(rt, text, strlen(text), SL_PROTO_CONFIG_SOURCE_CONTROL, &problems) != 0) {
+    if (apply_text(rt, text, strlen(text), SL_PROTO_CONFIG_SOURCE_CONTROL, &problems, 0) != 0) {
         /* The limits were checked by the caller, so the config loader names what else is wrong. */
         *err = problems.len > 0 ? msg_copy(&problems.items[0])
                                 : sl_msg_make(SL_CODE_CONTROL_CONFIG_REJECTED, "count", "1", NULL);
@@ -973,6 +1014,59 @@ cluster_apply_limits(void *ctx, sl_bucket_kind_t kind, const char *name, const s
     }
 }
 
+/* What an instance keeps as its own of a config pushed on another (cluster.md). */
+static const char *const own_entries[] = {"listen", "store", "cluster.instance"};
+
+/*
+ * Another instance's operator pushed a config: this instance applies it
+ * with its own secrets and its own listen, store and cluster.instance, at
+ * the pushed revision, and writes its own file.
+ */
+static void
+cluster_adopt_config(void *ctx, const char *origin, size_t origin_len, uint64_t revision, const char *text,
+                     size_t len, bool apply)
+{
+    sl_runtime_t *rt = ctx;
+    pthread_mutex_lock(&rt->lock);
+    if (!sl_cluster_config_is_newer(revision, origin, origin_len, rt->pushed_revision, rt->pushed_origin))
+        goto out;
+    rt->pushed_revision = revision;
+    snprintf(rt->pushed_origin, sizeof(rt->pushed_origin), "%.*s", (int)origin_len, origin);
+    if (!apply) {
+        sl_log_info("cluster: the config pushed on %.*s (revision %llu) is in Redis; this instance runs its "
+                    "own file until the next push",
+                    (int)origin_len, origin, (unsigned long long)revision);
+        goto out;
+    }
+    char why[512];
+    char *restored = sl_yamledit_restore_secrets(text, len, rt->text, rt->text_len, why, sizeof(why));
+    char *kept = restored == NULL ? NULL
+                                  : sl_yamledit_keep_entries(restored, strlen(restored), rt->text,
+                                                             rt->text_len, own_entries, 3, why, sizeof(why));
+    free(restored);
+    if (kept == NULL) {
+        sl_log_warn("cluster: the config pushed on %.*s (revision %llu) does not apply here: %s",
+                    (int)origin_len, origin, (unsigned long long)revision, why);
+        goto out;
+    }
+    sl_msgs_t problems = {0};
+    if (apply_text(rt, kept, strlen(kept), SL_PROTO_CONFIG_SOURCE_CONTROL, &problems, revision) == 0) {
+        sl_msg_t err = {0};
+        if (persist(rt, &err) != 0) {
+            sl_log_warn("%s [%s]", err.text, sl_code_slug(err.code));
+            sl_msg_free(&err);
+        }
+        sl_log_info("cluster: the config pushed on %.*s applies here too (revision %llu)", (int)origin_len,
+                    origin, (unsigned long long)rt->revision);
+    } else {
+        sl_log_warn("cluster: the config pushed on %.*s (revision %llu) does not apply here: %zu problem(s)",
+                    (int)origin_len, origin, (unsigned long long)revision, problems.len);
+    }
+    sl_msgs_clear(&problems);
+out:
+    pthread_mutex_unlock(&rt->lock);
+}
+
 void
 sl_runtime_join_cluster(sl_runtime_t *rt)
 {
@@ -1001,6 +1095,7 @@ sl_runtime_join_cluster(sl_runtime_t *rt)
                                        .announce = announce_throttle,
                                        .announce_health = cluster_announce_health,
                                        .apply_limits = cluster_apply_limits,
+                                       .adopt_config = cluster_adopt_config,
                                        .announce_cluster = cluster_announce,
                                        .describe = cluster_describe,
                                        .ctx = rt};

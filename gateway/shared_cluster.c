@@ -146,6 +146,7 @@ apply(const sl_cluster_msg_t *m, sl_upstream_t *up, int64_t until_mono, int64_t 
         sl_waitq_wake(&up->waitq, 1);
         break;
     case SL_CLUSTER_LIMITS:
+    case SL_CLUSTER_CONFIG:
     case SL_CLUSTER_BREAKER_OPEN:
     case SL_CLUSTER_BREAKER_CLOSED:
     case SL_CLUSTER_OP_COUNT:
@@ -181,6 +182,42 @@ apply_breaker(sl_cluster_shared_t *s, const sl_cluster_msg_t *m, sl_upstream_t *
         s->hooks.announce_health(s->hooks.ctx, up, &b);
 }
 
+/* The config key's value (a pushed config): handed to the runtime, applied or, at the first join, noted. */
+static void
+read_config_record(sl_cluster_shared_t *s, const redisReply *r, bool apply)
+{
+    uint64_t revision;
+    const char *origin, *text;
+    size_t origin_len, text_len;
+    if (r == NULL || r->type != REDIS_REPLY_STRING || s->hooks.adopt_config == NULL ||
+        !sl_cluster_config_parse(r->str, r->len, &revision, &origin, &origin_len, &text, &text_len))
+        return;
+    const char *self = sl_cluster_instance(s->cluster);
+    if (origin_len == strlen(self) && memcmp(origin, self, origin_len) == 0)
+        return;
+    s->hooks.adopt_config(s->hooks.ctx, origin, origin_len, revision, text, text_len, apply);
+}
+
+static void
+on_config_pushed(void *ctx, const redisReply *r)
+{
+    read_config_record(ctx, r, true);
+}
+
+static void
+on_config_at_first_join(void *ctx, const redisReply *r)
+{
+    read_config_record(ctx, r, false);
+}
+
+static void
+read_config_key(sl_cluster_shared_t *s, sl_cluster_reply_cb done)
+{
+    char key[400];
+    sl_cluster_key(key, sizeof(key), sl_cluster_name(s->cluster), "config", NULL);
+    sl_cluster_commandv(s->cluster, done, s, 2, (const char *[]){"GET", key});
+}
+
 static void
 on_line(sl_cluster_shared_t *s, const char *line, size_t len)
 {
@@ -195,6 +232,10 @@ on_line(sl_cluster_shared_t *s, const char *line, size_t len)
         return;
     memcpy(name, m.upstream, m.upstream_len);
     name[m.upstream_len] = '\0';
+    if (m.op == SL_CLUSTER_CONFIG) {
+        read_config_key(s, on_config_pushed);
+        return;
+    }
     if (m.op == SL_CLUSTER_LIMITS) {
         s->hooks.apply_limits(s->hooks.ctx, m.subject_kind == 'k' ? SL_BUCKET_CLIENT : SL_BUCKET_PROVIDER,
                               name, m.limits, m.n_limits);
@@ -273,6 +314,9 @@ on_joined(void *ctx, bool redis_restarted)
     if (redis_restarted)
         sl__cluster_readd_usage(s);
     sl_cluster_tickets_readd(s->tickets, s->cluster);
+    /* A config pushed while this instance was away applies now; at the first join it keeps its own file. */
+    read_config_key(s, s->joined_before ? on_config_pushed : on_config_at_first_join);
+    s->joined_before = true;
     join_t j = {.s = s, .redis_restarted = redis_restarted};
     s->hooks.each(s->hooks.ctx, on_join_upstream, &j);
     if (j.n > 0) {
@@ -503,6 +547,31 @@ cluster_limits_replaced(sl_shared_state_t *ss, sl_bucket_kind_t kind, const char
         sl_cluster_publish(s->cluster, line, len);
 }
 
+/* A config pushed here, for the others: kept in the config key (for those away now), then announced. */
+static void
+cluster_config_replaced(sl_shared_state_t *ss, const char *redacted, size_t len, uint64_t revision)
+{
+    sl_cluster_shared_t *s = state_of(ss);
+    const char *instance = sl_cluster_instance(s->cluster);
+    size_t record_len;
+    char *record = sl_cluster_config_record(revision, instance, redacted, len, &record_len);
+    char key[400];
+    sl_cluster_key(key, sizeof(key), sl_cluster_name(s->cluster), "config", NULL);
+    sl_cluster_command(s->cluster, 3, (const char *[]){"SET", key, record},
+                       (const size_t[]){3, strlen(key), record_len}, NULL, NULL);
+    free(record);
+    sl_cluster_msg_t m = {.op = SL_CLUSTER_CONFIG,
+                          .origin = instance,
+                          .origin_len = strlen(instance),
+                          .upstream = "-",
+                          .upstream_len = 1,
+                          .until_ms = (int64_t)revision};
+    char line[512];
+    size_t line_len = sl_cluster_msg_encode(&m, line, sizeof(line));
+    if (line_len > 0)
+        sl_cluster_publish(s->cluster, line, line_len);
+}
+
 /* The breaker's verdict, for the others: open (with its cause as the GRACE field) or closed again. */
 static void
 cluster_health_changed(sl_shared_state_t *ss, sl_upstream_t *up, const sl_breaker_t *b, int64_t now_ms)
@@ -546,6 +615,7 @@ static const sl_shared_state_ops_t cluster_ops = {
     .pause_of = cluster_pause_of,
     .upstream_view = cluster_upstream_view,
     .limits_replaced = cluster_limits_replaced,
+    .config_replaced = cluster_config_replaced,
     .health_changed = cluster_health_changed,
     .cancel = cluster_cancel,
     .free = cluster_free,

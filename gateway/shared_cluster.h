@@ -29,6 +29,7 @@ typedef struct {
     sl_cluster_tickets_t *tickets;
     sl_shared_cluster_hooks_t hooks;
     bool closed_when_alone;          /* when_redis_down: closed */
+    bool joined_before;              /* on the cluster's thread: a join after the first */
     atomic_uint_fast64_t next_token; /* names a claim: its probe's lease, its slot */
     pthread_mutex_t slots_lock;      /* guards what follows */
     struct held_slot *held;          /* the slots this instance holds */

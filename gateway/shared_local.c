@@ -516,6 +516,13 @@ local_limits_replaced(sl_shared_state_t *ss, sl_bucket_kind_t kind, const char *
     (void)ss, (void)kind, (void)name, (void)limits, (void)n;
 }
 
+/* One process: the config is applied where it was pushed, and nowhere else is there to tell. */
+static void
+local_config_replaced(sl_shared_state_t *ss, const char *redacted, size_t len, uint64_t revision)
+{
+    (void)ss, (void)redacted, (void)len, (void)revision;
+}
+
 /* One process: the breaker is this process's already. */
 static void
 local_health_changed(sl_shared_state_t *ss, sl_upstream_t *up, const sl_breaker_t *breaker, int64_t now_ms)
@@ -539,6 +546,7 @@ static const sl_shared_state_ops_t local_ops = {
     .pause_of = local_pause_of,
     .upstream_view = local_upstream_view,
     .limits_replaced = local_limits_replaced,
+    .config_replaced = local_config_replaced,
     .health_changed = local_health_changed,
     .cancel = local_cancel,
     .free = local_free,

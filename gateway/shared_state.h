@@ -236,6 +236,7 @@ typedef struct {
     sl_upstream_view_t (*upstream_view)(sl_shared_state_t *ss, sl_upstream_t *up, sl_limit_set_t *limits);
     void (*limits_replaced)(sl_shared_state_t *ss, sl_bucket_kind_t kind, const char *name,
                             const sl_limit_t *limits, size_t n);
+    void (*config_replaced)(sl_shared_state_t *ss, const char *redacted, size_t len, uint64_t revision);
     void (*health_changed)(sl_shared_state_t *ss, sl_upstream_t *up, const sl_breaker_t *breaker,
                            int64_t now_ms);
     void (*cancel)(sl_shared_state_t *ss, sl_shared_call_t *call);
@@ -391,6 +392,18 @@ sl_shared_limits_replaced(sl_shared_state_t *ss, sl_bucket_kind_t kind, const ch
 }
 
 /*
+ * An operator replaced the config here (put_config), now at revision; the
+ * text with its secrets redacted. In a cluster every other instance applies
+ * it too, with its own secrets and its own listen, store and
+ * cluster.instance.
+ */
+static inline void
+sl_shared_config_replaced(sl_shared_state_t *ss, const char *redacted, size_t len, uint64_t revision)
+{
+    ss->ops->config_replaced(ss, redacted, len, revision);
+}
+
+/*
  * up's breaker moved here (HealthChanged): breaker is it now. In a cluster
  * its verdict (open until, or closed again) holds on every instance; the
  * failures that led to it stay counted here only.
@@ -460,6 +473,13 @@ typedef struct {
     /* Another instance's operator replaced the limits of (kind, name): applied here as if pushed here. */
     void (*apply_limits)(void *ctx, sl_bucket_kind_t kind, const char *name, const sl_limit_t *limits,
                          size_t n);
+    /*
+     * Another instance's operator replaced the config (redacted text): applied
+     * here if it is newer than the last one applied; at the first join only
+     * noted (apply false: this instance starts with its own file).
+     */
+    void (*adopt_config)(void *ctx, const char *origin, size_t origin_len, uint64_t revision,
+                         const char *text, size_t len, bool apply);
     /* ClusterChanged: joined, degraded after having joined, or alone (never joined yet); reason when not
      * joined. */
     void (*announce_cluster)(void *ctx, sl_cluster_part_t part, const char *reason, uint32_t instances);

@@ -55,8 +55,10 @@ typedef struct {
     bool flow;               /* a flow collection: {…} or […] */
     bool in_flow;            /* inside a flow collection */
     bool plain;              /* a plain (unquoted, not |/>) scalar */
+    bool block;              /* a |/> scalar */
     bool anchored;           /* carries an anchor (&a) */
     bool anchor_below;       /* it or a node inside it carries one: removing it would break an alias */
+    bool alias_below;        /* it or a node inside it is an alias: copied elsewhere, it may name nothing */
     size_t parent, slot;     /* the collection holding it (NONE for the root) and its place among its nodes */
     size_t start, end;       /* its source text, in bytes; a block collection ends where its last node does */
     size_t value, value_len; /* a scalar's decoded value, in doc.values */
@@ -186,8 +188,9 @@ set_scalar(doc_t *d, node_t *n, const yaml_event_t *ev)
     sl_strbuf_append(&d->values, (const char *)ev->data.scalar.value, ev->data.scalar.length);
     sl_strbuf_append(&d->values, "", 1); /* each value NUL-terminated, for messages and strstr */
     /* A |/> scalar's span runs over its trailing line breaks, which belong to the lines around it. */
-    if (ev->data.scalar.style == YAML_LITERAL_SCALAR_STYLE ||
-        ev->data.scalar.style == YAML_FOLDED_SCALAR_STYLE) {
+    n->block = ev->data.scalar.style == YAML_LITERAL_SCALAR_STYLE ||
+               ev->data.scalar.style == YAML_FOLDED_SCALAR_STYLE;
+    if (n->block) {
         while (n->end > n->start && is_space(d->text[n->end - 1]))
             n->end--;
     }
@@ -219,6 +222,7 @@ open_node(doc_t *d, builder_t *b, const yaml_event_t *ev, char *err, size_t err_
         return true;
     case YAML_ALIAS_EVENT:
         n->kind = N_ALIAS;
+        n->alias_below = true;
         return true;
     case YAML_SEQUENCE_START_EVENT:
         n->kind = N_SEQ;
@@ -253,8 +257,10 @@ close_node(doc_t *d, builder_t *b, const yaml_event_t *ev)
     n->kids = d->n_kids;
     n->n_kids = n_kids;
     d->n_kids += n_kids;
-    for (size_t k = 0; k < n_kids; k++)
+    for (size_t k = 0; k < n_kids; k++) {
         n->anchor_below |= d->nodes[kid(d, i, k)].anchor_below;
+        n->alias_below |= d->nodes[kid(d, i, k)].alias_below;
+    }
     /* A block collection's end mark is where the next token starts, past comments and blank lines. */
     if (n->flow)
         n->end = to_byte(d, ev->end_mark.index);
@@ -585,10 +591,12 @@ after_colon(const doc_t *d, const node_t *key)
  * Block: an entry goes with its whole lines (its trailing comment too). The
  * first entry of a list item shares its line with "- ": the next kept entry
  * moves up onto it. A mapping left empty becomes {} so that its key keeps
- * the type the loader expects.
+ * the type the loader expects, unless it is refilled: entries are added
+ * after its last one by the caller.
  */
 static bool
-delete_block_entries(const doc_t *d, edits_t *e, const mark_t *marks, size_t n, char *err, size_t err_size)
+delete_block_entries(const doc_t *d, edits_t *e, const mark_t *marks, size_t n, bool refilled, char *err,
+                     size_t err_size)
 {
     size_t map = marks[0].map, total = pairs(d, map);
     for (size_t k = 0; k < n; k++) {
@@ -605,13 +613,17 @@ delete_block_entries(const doc_t *d, edits_t *e, const mark_t *marks, size_t n, 
         while (kept < n && marks[kept].pair == kept)
             kept++;
         if (kept == total) {
+            if (refilled)
+                return fail(err, err_size, "cannot empty the list item '%s' starts and add to it",
+                            value_text(d, key_of(d, map, p)));
             edits_replace(e, from, value_end(d, map, total - 1) - from, LIT("{}"));
             return true;
         }
         edits_delete(e, from, key_start(d, map, kept));
     }
     const node_t *m = &d->nodes[map];
-    if (n == total && m->parent != NONE && d->nodes[m->parent].kind == N_MAP && m->slot % 2 == 1) {
+    if (n == total && !refilled && m->parent != NONE && d->nodes[m->parent].kind == N_MAP &&
+        m->slot % 2 == 1) {
         size_t at = after_colon(d, &d->nodes[kid(d, m->parent, m->slot - 1)]);
         if (at == NONE)
             return fail(err, err_size, "cannot find the colon of the emptied mapping's key");
@@ -620,12 +632,22 @@ delete_block_entries(const doc_t *d, edits_t *e, const mark_t *marks, size_t n, 
     return true;
 }
 
-/* Deletes the entries marks name, all of one mapping, in ascending order, none repeated. */
+/*
+ * Deletes the entries marks name, all of one mapping, in ascending order,
+ * none repeated; refilled: the caller adds entries to the mapping after.
+ */
+static bool
+delete_entries_of(const doc_t *d, edits_t *e, const mark_t *marks, size_t n, bool refilled, char *err,
+                  size_t err_size)
+{
+    return d->nodes[marks[0].map].flow ? delete_flow_entries(d, e, marks, n, err, err_size)
+                                       : delete_block_entries(d, e, marks, n, refilled, err, err_size);
+}
+
 static bool
 delete_entries(const doc_t *d, edits_t *e, const mark_t *marks, size_t n, char *err, size_t err_size)
 {
-    return d->nodes[marks[0].map].flow ? delete_flow_entries(d, e, marks, n, err, err_size)
-                                       : delete_block_entries(d, e, marks, n, err, err_size);
+    return delete_entries_of(d, e, marks, n, false, err, err_size);
 }
 
 /* ---- limits -------------------------------------------------------------- */
@@ -1405,5 +1427,567 @@ sl_yamledit_delete_paths(const char *yaml, size_t len, const char *const *paths,
     edits_free(&e);
     free(marks);
     doc_free(&d);
+    return out;
+}
+
+/* ---- keeping entries ----------------------------------------------------- */
+
+typedef enum { KEEP_NOTHING, KEEP_REPLACE, KEEP_ADD, KEEP_DELETE } keep_op_t;
+
+/* One path: what is done to new, and where the entry stands in the two texts. */
+typedef struct {
+    const char *path;
+    bool top; /* a top-level entry, edited as whole lines */
+    keep_op_t op;
+    size_t map, pair; /* in new: the mapping holding the entry or to hold it (NONE: none), the entry */
+    size_t cur_map, cur_pair; /* the same in current */
+} keep_t;
+
+/* Per mapping of new: entries are added to it, all its entries are deleted, an entry was written into it. */
+enum { KEEP_ADDED_TO = 1, KEEP_EMPTIED = 2, KEEP_WRITTEN = 4 };
+
+typedef struct {
+    doc_t new, cur;
+    keep_t *items;
+    size_t n;
+    unsigned char *flags; /* per node of new */
+    mark_t *marks;        /* the entries of new to delete, sorted */
+    size_t n_marks;
+    bool eof_newline; /* new does not end in a line break, and an insertion at its end has added one */
+    edits_t edits;
+    char *err;
+    size_t err_size;
+} keeper_t;
+
+/* Parses text, naming it in the message: two texts are read and either may be the one at fault. */
+static bool
+doc_parse_named(doc_t *d, const char *which, const char *text, size_t len, char *err, size_t err_size)
+{
+    char why[256];
+    if (doc_parse(d, text, len, why, sizeof(why)))
+        return true;
+    return fail(err, err_size, "%s: %s", which, why);
+}
+
+/* Whole lines are spliced at the top level: a flow mapping there has none to splice. */
+static bool
+top_level_ok(const doc_t *d, const char *which, char *err, size_t err_size)
+{
+    if (d->root == NONE)
+        return true;
+    const node_t *r = &d->nodes[d->root];
+    if (r->kind != N_MAP)
+        return fail(err, err_size, "%s: the top level is not a mapping", which);
+    if (r->flow)
+        return fail(err, err_size, "%s: the top-level mapping is flow style; edit it by hand", which);
+    return true;
+}
+
+static bool
+keep_path_ok(const char *path, char *err, size_t err_size)
+{
+    size_t len = strnlen(path, MAX_PATH_LEN + 1);
+    if (len == 0 || len > MAX_PATH_LEN || path[0] == '.' || path[len - 1] == '.' ||
+        strstr(path, "..") != NULL)
+        return fail(err, err_size, "'%.40s': not a path", path);
+    return true;
+}
+
+/*
+ * Where path's entry stands in d: *map is the mapping holding it or that
+ * would (NONE when its parent is absent or not a mapping), *pair the entry
+ * (NONE when absent). False when the path passes through an alias: what it
+ * names there is another entry's.
+ */
+static bool
+find_entry(doc_t *d, const char *which, const char *path, size_t *map, size_t *pair, char *err,
+           size_t err_size)
+{
+    *map = *pair = NONE;
+    size_t node = d->root;
+    for (const char *seg = path;;) {
+        if (node != NONE && d->nodes[node].kind == N_ALIAS)
+            return fail(err, err_size, "%s: passes through an alias in %s", path, which);
+        if (node == NONE || d->nodes[node].kind != N_MAP)
+            return true;
+        const char *dot = strchr(seg, '.');
+        size_t p = map_find(d, node, seg, dot != NULL ? (size_t)(dot - seg) : strlen(seg));
+        if (dot == NULL) {
+            *map = node;
+            *pair = p;
+            return true;
+        }
+        if (p == NONE)
+            return true;
+        node = value_of(d, node, p);
+        seg = dot + 1;
+    }
+}
+
+/*
+ * An entry whose text is copied (current) or replaced or deleted (new) may
+ * hold no anchor (an alias elsewhere would lose it or see the change) and no
+ * alias (copied, it may name nothing); in new, no anchor may hold it either.
+ */
+static bool
+entry_free(const doc_t *d, const char *which, const char *path, size_t map, size_t pair, bool edited,
+           char *err, size_t err_size)
+{
+    const node_t *v = &d->nodes[value_of(d, map, pair)];
+    if (key_of(d, map, pair)->anchored || v->anchor_below || v->alias_below)
+        return fail(err, err_size, "%s: an anchor or alias stands at or under it in %s; edit it by hand",
+                    path, which);
+    if (edited && under_anchor(d, map))
+        return fail(err, err_size, "%s: under an anchor in %s; edit it by hand", path, which);
+    return true;
+}
+
+/* A scalar whose text lies on one line: it can be put anywhere a scalar goes on a line. */
+static bool
+one_line_scalar(const doc_t *d, const node_t *n)
+{
+    return n->kind == N_SCALAR && !n->block && memchr(d->text + n->start, '\n', n->end - n->start) == NULL;
+}
+
+static bool
+one_line_ok(const doc_t *d, const char *which, const char *path, const node_t *n, char *err, size_t err_size)
+{
+    if (one_line_scalar(d, n))
+        return true;
+    return fail(err, err_size, "%s: not a one-line scalar in %s; only a top-level entry is copied whole",
+                path, which);
+}
+
+/* The column of a top-level key, which must start its line; NONE after writing err (whose: which key). */
+static size_t
+top_column(const doc_t *d, const char *which, const char *path, const char *whose, size_t key_off, char *err,
+           size_t err_size)
+{
+    if (line_prefix(d, key_off) == LINE_BLANK)
+        return key_off - line_start(d, key_off);
+    fail(err, err_size, "%s: %s does not start its line in %s", path, whose, which);
+    return NONE;
+}
+
+/* Current's lines go into new as they are: both must indent their top-level keys alike. */
+static bool
+top_lines_ok(keeper_t *k, const keep_t *it)
+{
+    size_t want = top_column(&k->cur, "current", it->path, "its key",
+                             key_start(&k->cur, it->cur_map, it->cur_pair), k->err, k->err_size);
+    if (want == NONE)
+        return false;
+    if (it->map == NONE)
+        return true; /* new is empty: current's indentation is as good as any */
+    bool add = it->op == KEEP_ADD;
+    size_t have = top_column(&k->new, "new", it->path, add ? "the first top-level key" : "its key",
+                             key_start(&k->new, it->map, add ? 0 : it->pair), k->err, k->err_size);
+    if (have == NONE)
+        return false;
+    if (have != want)
+        return fail(k->err, k->err_size, "%s: new and current indent their top-level keys differently",
+                    it->path);
+    return true;
+}
+
+static bool
+nested_ok(keeper_t *k, const keep_t *it)
+{
+    const doc_t *c = &k->cur;
+    if (!one_line_ok(c, "current", it->path, &c->nodes[value_of(c, it->cur_map, it->cur_pair)], k->err,
+                     k->err_size))
+        return false;
+    if (it->op == KEEP_ADD)
+        return one_line_ok(c, "current", it->path, key_of(c, it->cur_map, it->cur_pair), k->err, k->err_size);
+    const doc_t *d = &k->new;
+    const node_t *v = &d->nodes[value_of(d, it->map, it->pair)];
+    if (!one_line_ok(d, "new", it->path, v, k->err, k->err_size))
+        return false;
+    if (v->start == v->end && after_colon(d, key_of(d, it->map, it->pair)) == NONE)
+        return fail(k->err, k->err_size, "%s: cannot find the colon after its key in new", it->path);
+    return true;
+}
+
+/* Finds the entry in both texts and decides what is done to new, checking that it can be. */
+static bool
+keep_plan(keeper_t *k, keep_t *it)
+{
+    const char *path = it->path;
+    if (!find_entry(&k->new, "new", path, &it->map, &it->pair, k->err, k->err_size) ||
+        !find_entry(&k->cur, "current", path, &it->cur_map, &it->cur_pair, k->err, k->err_size))
+        return false;
+    bool in_new = it->pair != NONE, in_cur = it->cur_pair != NONE;
+    if (in_cur &&
+        !entry_free(&k->cur, "current", path, it->cur_map, it->cur_pair, false, k->err, k->err_size))
+        return false;
+    if (in_new && !entry_free(&k->new, "new", path, it->map, it->pair, true, k->err, k->err_size))
+        return false;
+    if (!in_cur) {
+        it->op = in_new ? KEEP_DELETE : KEEP_NOTHING;
+        return true;
+    }
+    it->op = in_new ? KEEP_REPLACE : KEEP_ADD;
+    if (it->op == KEEP_ADD && !it->top && it->map == NONE)
+        return fail(k->err, k->err_size, "%s: new has no mapping to add it to", path);
+    if (it->op == KEEP_ADD && it->map != NONE && under_anchor(&k->new, it->map))
+        return fail(k->err, k->err_size, "%s: under an anchor in new; edit it by hand", path);
+    return it->top ? top_lines_ok(k, it) : nested_ok(k, it);
+}
+
+/* Inserts b at off in new; the first insertion at the end of a text without a final line break adds one. */
+static void
+insert_lines(keeper_t *k, size_t off, sl_strbuf_t *b)
+{
+    const doc_t *d = &k->new;
+    if (off == d->len && d->len > 0 && d->text[d->len - 1] != '\n' && !k->eof_newline) {
+        edits_replace(&k->edits, off, 0, "\n", 1);
+        k->eof_newline = true;
+    }
+    edits_replace_buf(&k->edits, off, 0, b);
+}
+
+/* Current's lines of a top-level entry: its key's line through its value's last (trailing comment too). */
+static void
+current_lines(const keeper_t *k, const keep_t *it, size_t *from, size_t *to)
+{
+    const doc_t *c = &k->cur;
+    *from = line_start(c, key_start(c, it->cur_map, it->cur_pair));
+    *to = line_end(c, value_end(c, it->cur_map, it->cur_pair));
+}
+
+/* At the end of new's top-level mapping (or of the text, when it is empty), always ending its line. */
+static void
+append_top(keeper_t *k, const keep_t *it)
+{
+    const doc_t *d = &k->new;
+    size_t from, to;
+    current_lines(k, it, &from, &to);
+    sl_strbuf_t b = {0};
+    sl_strbuf_append(&b, k->cur.text + from, to - from);
+    if (b.len == 0 || b.data[b.len - 1] != '\n')
+        sl_strbuf_append(&b, "\n", 1);
+    insert_lines(k, d->root != NONE ? line_end(d, d->nodes[d->root].end) : d->len, &b);
+}
+
+/* New's lines of the entry become current's; the last line break is new's, so the text ends as it did. */
+static void
+replace_top(keeper_t *k, const keep_t *it)
+{
+    const doc_t *d = &k->new;
+    size_t from = line_start(d, key_start(d, it->map, it->pair)),
+           to = line_end(d, value_end(d, it->map, it->pair));
+    size_t cfrom, cto;
+    current_lines(k, it, &cfrom, &cto);
+    bool had_nl = to > from && d->text[to - 1] == '\n', has_nl = cto > cfrom && k->cur.text[cto - 1] == '\n';
+    sl_strbuf_t b = {0};
+    sl_strbuf_append(&b, k->cur.text + cfrom, cto - cfrom - (has_nl && !had_nl));
+    if (had_nl && !has_nl)
+        sl_strbuf_append(&b, "\n", 1);
+    edits_replace_buf(&k->edits, from, to - from, &b);
+}
+
+/* Whether s[0..n) holds a character that ends a plain scalar inside a flow collection. */
+static bool
+has_flow_indicator(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (strchr(",[]{}", s[i]) != NULL)
+            return true;
+    }
+    return false;
+}
+
+/*
+ * A one-line scalar of current as written there, unless it is plain and a
+ * flow collection it moves into would read its commas or brackets as its
+ * own: then double-quoted.
+ */
+static void
+append_as_written(sl_strbuf_t *b, const doc_t *c, const node_t *n, bool into_flow)
+{
+    const char *src = c->text + n->start;
+    size_t len = n->end - n->start;
+    if (into_flow && n->plain && !n->in_flow && has_flow_indicator(src, len))
+        append_quoted(b, value_text(c, n), n->value_len);
+    else
+        sl_strbuf_append(b, src, len);
+}
+
+static bool
+only_space(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!is_space(s[i]))
+            return false;
+    }
+    return true;
+}
+
+/*
+ * New's value becomes current's. An empty value has no text of its own (its
+ * span is a point after the colon or before the next token): current's goes
+ * after the colon with a space. An emptied block value takes the space
+ * before it too; in a flow mapping `key:}` would not parse, so it stays.
+ */
+static void
+replace_scalar(keeper_t *k, const keep_t *it)
+{
+    const doc_t *d = &k->new;
+    const node_t *v = &d->nodes[value_of(d, it->map, it->pair)];
+    const node_t *cv = &k->cur.nodes[value_of(&k->cur, it->cur_map, it->cur_pair)];
+    size_t colon = after_colon(d, key_of(d, it->map, it->pair));
+    sl_strbuf_t b = {0};
+    if (v->start == v->end && cv->start < cv->end)
+        sl_strbuf_append(&b, " ", 1);
+    append_as_written(&b, &k->cur, cv, v->in_flow);
+    if (b.len > 0) {
+        if (v->start == v->end)
+            edits_replace_buf(&k->edits, colon, 0, &b);
+        else
+            edits_replace_buf(&k->edits, v->start, v->end - v->start, &b);
+        return;
+    }
+    free(b.data);
+    size_t from = v->start;
+    if (!v->in_flow && colon != NONE && colon <= v->start && only_space(d->text + colon, v->start - colon))
+        from = colon;
+    if (from < v->end)
+        edits_delete(&k->edits, from, v->end);
+}
+
+/* The column of a block mapping's keys: where its first one starts (after "- " in a list item). */
+static size_t
+block_indent(const doc_t *d, size_t map)
+{
+    size_t first = key_start(d, map, 0);
+    return line_prefix(d, first) == LINE_OTHER ? NONE : first - line_start(d, first);
+}
+
+/*
+ * Current's entry goes into new's mapping as `key: value`: a block one gets
+ * a line after its last entry at its keys' indentation; a flow one
+ * `, key: value` before its closing brace (no comma when it is empty or all
+ * its entries are deleted, until one is written).
+ */
+static bool
+add_nested(keeper_t *k, const keep_t *it)
+{
+    const doc_t *d = &k->new, *c = &k->cur;
+    const node_t *m = &d->nodes[it->map], *cv = &c->nodes[value_of(c, it->cur_map, it->cur_pair)];
+    unsigned char *flags = &k->flags[it->map];
+    sl_strbuf_t b = {0};
+    if (m->flow && ((*flags & KEEP_WRITTEN) || (m->n_kids > 0 && !(*flags & KEEP_EMPTIED))))
+        sl_strbuf_append(&b, ", ", 2);
+    size_t indent = m->flow ? 0 : block_indent(d, it->map);
+    if (indent == NONE) {
+        free(b.data);
+        return fail(k->err, k->err_size, "%s: cannot tell the indentation of its mapping in new", it->path);
+    }
+    append_spaces(&b, indent);
+    append_as_written(&b, c, key_of(c, it->cur_map, it->cur_pair), m->flow);
+    sl_strbuf_append(&b, ":", 1);
+    if (cv->start < cv->end || m->flow)
+        sl_strbuf_append(&b, " ", 1);
+    append_as_written(&b, c, cv, m->flow);
+    *flags |= KEEP_WRITTEN;
+    if (!m->flow) {
+        sl_strbuf_append(&b, "\n", 1);
+        insert_lines(k, line_end(d, value_end(d, it->map, pairs(d, it->map) - 1)), &b);
+        return true;
+    }
+    size_t at = m->n_kids > 0 ? value_end(d, it->map, pairs(d, it->map) - 1) : m->start;
+    if (m->n_kids == 0) {
+        /* An empty one: just inside its brace (past a tag, if it has one). */
+        while (at < m->end && d->text[at] != '{')
+            at++;
+        at++;
+    }
+    edits_replace_buf(&k->edits, at, 0, &b);
+    return true;
+}
+
+/* A path and its place among those given. */
+typedef struct {
+    const char *path;
+    size_t at;
+} given_t;
+
+static int
+by_path_text(const void *a, const void *b)
+{
+    return strcmp(((const given_t *)a)->path, ((const given_t *)b)->path);
+}
+
+static int
+by_path_then_place(const void *a, const void *b)
+{
+    int c = by_path_text(a, b);
+    size_t x = ((const given_t *)a)->at, y = ((const given_t *)b)->at;
+    return c != 0 ? c : x < y ? -1 : x > y;
+}
+
+/*
+ * The paths to work on, once each: a repeat is dropped, and so is a path
+ * under a top-level path also given (that entry comes whole, with what is
+ * under it). Kept in the order given, which is the order of what is appended.
+ */
+static void
+keep_select(keeper_t *k, const char *const *paths, size_t n)
+{
+    given_t *sorted = sl_xmalloc((n > 0 ? n : 1) * sizeof(given_t));
+    for (size_t i = 0; i < n; i++)
+        sorted[i] = (given_t){paths[i], i};
+    qsort(sorted, n, sizeof(given_t), by_path_then_place);
+    bool *drop = sl_xcalloc(n > 0 ? n : 1, sizeof(bool));
+    for (size_t i = 0; i < n; i++) {
+        const char *p = sorted[i].path, *dot = strchr(p, '.');
+        drop[sorted[i].at] = i > 0 && strcmp(sorted[i - 1].path, p) == 0;
+        if (dot == NULL)
+            continue;
+        char *top = sl_xstrdup(p);
+        top[dot - p] = '\0';
+        given_t want = {top, 0};
+        drop[sorted[i].at] |= bsearch(&want, sorted, n, sizeof(given_t), by_path_text) != NULL;
+        free(top);
+    }
+    k->items = sl_xmalloc((n > 0 ? n : 1) * sizeof(keep_t));
+    for (size_t i = 0; i < n; i++) {
+        if (!drop[i])
+            k->items[k->n++] = (keep_t){.path = paths[i], .top = strchr(paths[i], '.') == NULL};
+    }
+    free(drop);
+    free(sorted);
+}
+
+/*
+ * Which mappings of new get entries (a block one emptied then is not given
+ * {}) and which lose all of theirs (a flow one then takes its first added
+ * entry without a comma): known before any edit is made.
+ */
+static void
+keep_flags(keeper_t *k)
+{
+    k->flags = sl_xcalloc(k->new.n_nodes > 0 ? k->new.n_nodes : 1, 1);
+    k->marks = sl_xmalloc((k->n > 0 ? k->n : 1) * sizeof(mark_t));
+    for (size_t i = 0; i < k->n; i++) {
+        const keep_t *it = &k->items[i];
+        if (it->op == KEEP_ADD && it->map != NONE)
+            k->flags[it->map] |= KEEP_ADDED_TO;
+        if (it->op == KEEP_DELETE)
+            k->marks[k->n_marks++] = (mark_t){it->map, it->pair};
+    }
+    k->n_marks = k->n_marks > 0 ? sort_marks(k->marks, k->n_marks) : 0;
+    for (size_t i = 0, j; i < k->n_marks; i = j) {
+        for (j = i + 1; j < k->n_marks && k->marks[j].map == k->marks[i].map;)
+            j++;
+        if (j - i == pairs(&k->new, k->marks[i].map))
+            k->flags[k->marks[i].map] |= KEEP_EMPTIED;
+    }
+}
+
+/* Deletes the entries of new planned for deletion, a mapping at a time, as sl_yamledit_delete_paths does. */
+static bool
+keep_deletes(keeper_t *k)
+{
+    bool ok = true;
+    for (size_t i = 0, j; i < k->n_marks && ok; i = j) {
+        size_t map = k->marks[i].map;
+        for (j = i + 1; j < k->n_marks && k->marks[j].map == map;)
+            j++;
+        ok = delete_entries_of(&k->new, &k->edits, k->marks + i, j - i, (k->flags[map] & KEEP_ADDED_TO) != 0,
+                               k->err, k->err_size);
+    }
+    return ok;
+}
+
+static size_t
+depth_of(const doc_t *d, size_t node)
+{
+    size_t depth = 0;
+    for (; node != NONE; node = d->nodes[node].parent)
+        depth++;
+    return depth;
+}
+
+/*
+ * Additions, deepest mapping first: at one offset the line added to an
+ * inner block mapping must come before the one added to a mapping holding
+ * it, and nested entries before top-level ones appended after them. Every
+ * insertion is recorded before the other edits, so that at an offset where
+ * a deletion or replacement starts it stays in front of it.
+ */
+static bool
+keep_adds(keeper_t *k)
+{
+    size_t max_depth = 0;
+    for (size_t i = 0; i < k->n; i++) {
+        if (k->items[i].op == KEEP_ADD && !k->items[i].top) {
+            size_t depth = depth_of(&k->new, k->items[i].map);
+            max_depth = depth > max_depth ? depth : max_depth;
+        }
+    }
+    for (size_t depth = max_depth; depth > 0; depth--) {
+        for (size_t i = 0; i < k->n; i++) {
+            const keep_t *it = &k->items[i];
+            if (it->op != KEEP_ADD || it->top || depth_of(&k->new, it->map) != depth)
+                continue;
+            if (!add_nested(k, it))
+                return false;
+        }
+    }
+    for (size_t i = 0; i < k->n; i++) {
+        if (k->items[i].op == KEEP_ADD && k->items[i].top)
+            append_top(k, &k->items[i]);
+    }
+    return true;
+}
+
+static bool
+keep_all(keeper_t *k, const char *const *paths, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (!keep_path_ok(paths[i], k->err, k->err_size))
+            return false;
+    }
+    if (!top_level_ok(&k->new, "new", k->err, k->err_size) ||
+        !top_level_ok(&k->cur, "current", k->err, k->err_size))
+        return false;
+    keep_select(k, paths, n);
+    for (size_t i = 0; i < k->n; i++) {
+        if (!keep_plan(k, &k->items[i]))
+            return false;
+    }
+    keep_flags(k);
+    /* Additions first (see keep_adds). */
+    if (!keep_adds(k))
+        return false;
+    for (size_t i = 0; i < k->n; i++) {
+        const keep_t *it = &k->items[i];
+        if (it->op == KEEP_REPLACE && it->top)
+            replace_top(k, it);
+        else if (it->op == KEEP_REPLACE)
+            replace_scalar(k, it);
+    }
+    return keep_deletes(k);
+}
+
+char *
+sl_yamledit_keep_entries(const char *new_yaml, size_t new_len, const char *current_yaml, size_t current_len,
+                         const char *const *paths, size_t n, char *err, size_t err_size)
+{
+    keeper_t k = {.err = err, .err_size = err_size};
+    if (!doc_parse_named(&k.new, "new", new_yaml, new_len, err, err_size))
+        return NULL;
+    if (!doc_parse_named(&k.cur, "current", current_yaml, current_len, err, err_size)) {
+        doc_free(&k.new);
+        return NULL;
+    }
+    char *out = keep_all(&k, paths, n) ? edits_apply(&k.edits, new_yaml, new_len) : NULL;
+    edits_free(&k.edits);
+    free(k.items);
+    free(k.flags);
+    free(k.marks);
+    doc_free(&k.cur);
+    doc_free(&k.new);
     return out;
 }

@@ -3,7 +3,8 @@
  * control protocol is written back with only the edited lines changed
  * (comments, order, quoting and everything else kept byte for byte), the
  * file is shown with its literal secrets replaced by "***" and a pushed
- * "***" means "keep the current secret", and safe mode's repair deletes
+ * "***" means "keep the current secret", a config pushed by another
+ * instance keeps this instance's own entries, and safe mode's repair deletes
  * unknown keys. Text in, text out: libyaml's parser gives the byte span of
  * every node and the original text is spliced.
  *
@@ -81,6 +82,45 @@ char *sl_yamledit_restore_secrets(const char *new_yaml, size_t new_len, const ch
  * alias, or the entry holds or lies under an anchor.
  */
 char *sl_yamledit_delete_paths(const char *yaml, size_t len, const char *const *paths, size_t n, char *err,
+                               size_t err_size);
+
+/*
+ * new_yaml with the entries at paths as current_yaml has them: the parts of
+ * its config an instance keeps as its own when another instance's config is
+ * pushed to it (cluster.md: put_config applies everything but listen,
+ * cluster.instance and store.*). Paths are mapping keys joined by '.'
+ * ("listen", "store", "cluster.instance"; a key holding '.' cannot be
+ * named); a repeated path counts once, and a path under a top-level path
+ * also given is covered by it. For each path:
+ *  - in both texts: new's entry takes current's value as written there. A
+ *    top-level entry (of a block-style top-level mapping) is replaced whole:
+ *    from its key's line through its value's last line (trailing comment
+ *    included) by current's lines of that entry, so a block value may stand
+ *    where a flow one stood and the reverse. A nested entry's value must be
+ *    a scalar on one line in both (quotes kept as written in current, but a
+ *    plain one holding a comma or bracket is double-quoted when it moves
+ *    into a flow mapping).
+ *  - only in current: a top-level entry is appended as current's lines at
+ *    the end of new's top-level mapping (a newline added first if new does
+ *    not end in one); a nested scalar entry is added to its parent mapping in
+ *    new, which must exist (block parent: a `key: value` line at the
+ *    siblings' indentation after the last entry; flow parent: `, key: value`
+ *    before the closing brace; an empty flow parent `{}` becomes
+ *    `{key: value}`).
+ *  - only in new: the entry is deleted (as sl_yamledit_delete_paths does).
+ *  - in neither: nothing.
+ * Everything else in new_yaml is kept byte for byte. A new_yaml with no
+ * document at all (empty, or only comments) counts as an empty top-level
+ * mapping; any other top level that is not a block mapping is refused.
+ * Fails, naming the text ("new: …", "current: …") or the path ("listen: …"),
+ * when either text does not parse, a top level is not a mapping or is flow
+ * style, a path passes through an alias, an anchor or alias stands at or
+ * under an entry to edit (or, in new, an anchor above it), a nested value is
+ * not a one-line scalar, a nested entry's parent is absent in new (or is not
+ * a mapping), or the two texts indent their top-level keys differently.
+ */
+char *sl_yamledit_keep_entries(const char *new_yaml, size_t new_len, const char *current_yaml,
+                               size_t current_len, const char *const *paths, size_t n, char *err,
                                size_t err_size);
 
 #endif

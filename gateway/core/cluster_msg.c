@@ -4,6 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "core/xalloc.h"
+
 static const char *const op_slugs[SL_CLUSTER_OP_COUNT] = {
     [SL_CLUSTER_PAUSE_429] = "429",
     [SL_CLUSTER_PAUSE_MANUAL] = "manual",
@@ -14,6 +16,7 @@ static const char *const op_slugs[SL_CLUSTER_OP_COUNT] = {
     [SL_CLUSTER_LIMITS] = "limits",
     [SL_CLUSTER_BREAKER_OPEN] = "breaker",
     [SL_CLUSTER_BREAKER_CLOSED] = "healthy",
+    [SL_CLUSTER_CONFIG] = "config",
 };
 
 static const char *const per_slugs[] = {"minute", "hour", "day", "week", "month"};
@@ -258,4 +261,50 @@ sl_cluster_ticket_name(char *out, size_t size, const char *instance, uint64_t id
 {
     int n = snprintf(out, size, "%s:%020llu", instance, (unsigned long long)id);
     return n < 0 || (size_t)n >= size ? 0 : (size_t)n;
+}
+
+char *
+sl_cluster_config_record(uint64_t revision, const char *origin, const char *text, size_t text_len,
+                         size_t *len)
+{
+    char head[256];
+    int n = snprintf(head, sizeof(head), "%" PRIu64 " %s\n", revision, origin);
+    size_t head_len = n > 0 && (size_t)n < sizeof(head) ? (size_t)n : 0;
+    char *out = sl_xmalloc(head_len + text_len + 1);
+    memcpy(out, head, head_len);
+    memcpy(out + head_len, text, text_len);
+    out[head_len + text_len] = '\0';
+    *len = head_len + text_len;
+    return out;
+}
+
+bool
+sl_cluster_config_parse(const char *record, size_t len, uint64_t *revision, const char **origin,
+                        size_t *origin_len, const char **text, size_t *text_len)
+{
+    const char *end = record + len, *p = record;
+    const char *nl = memchr(record, '\n', len);
+    const char *field;
+    size_t field_len;
+    int64_t rev;
+    if (nl == NULL || !next_field(&p, nl, &field, &field_len) || !parse_number(field, field_len, &rev) ||
+        p >= nl || memchr(p, ' ', (size_t)(nl - p)) != NULL)
+        return false;
+    *revision = (uint64_t)rev;
+    *origin = p;
+    *origin_len = (size_t)(nl - p);
+    *text = nl + 1;
+    *text_len = (size_t)(end - (nl + 1));
+    return true;
+}
+
+bool
+sl_cluster_config_is_newer(uint64_t revision, const char *origin, size_t origin_len, uint64_t last_revision,
+                           const char *last_origin)
+{
+    if (revision != last_revision)
+        return revision > last_revision;
+    size_t last_len = strlen(last_origin);
+    int c = memcmp(origin, last_origin, origin_len < last_len ? origin_len : last_len);
+    return c > 0 || (c == 0 && origin_len > last_len);
 }

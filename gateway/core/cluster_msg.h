@@ -19,6 +19,9 @@
  *
  * LIMITS is "-" (none) or PER/EVERY/MEASURE/AMOUNT joined by commas, e.g.
  * "minute/5/tokens/10000,day/1/cost/20000000".
+ *
+ * A replaced config carries its revision in UNTIL and "-" for UPSTREAM; its
+ * text waits in the config key (sl_cluster_config_record).
  */
 #ifndef SL_CLUSTER_MSG_H
 #define SL_CLUSTER_MSG_H
@@ -39,6 +42,7 @@ typedef enum {
     SL_CLUSTER_LIMITS,          /* an operator replaced the usage limits of an upstream or a client key */
     SL_CLUSTER_BREAKER_OPEN,    /* its breaker opened until UNTIL: CONSECUTIVE its trips, GRACE its cause */
     SL_CLUSTER_BREAKER_CLOSED,  /* its breaker closed: a probe passed */
+    SL_CLUSTER_CONFIG,          /* an operator replaced the config (put_config): UNTIL is its revision */
     SL_CLUSTER_OP_COUNT
 } sl_cluster_op_t;
 
@@ -96,6 +100,30 @@ size_t sl_cluster_limit_key(char *out, size_t size, const char *name, char subje
  * by member). Returns the length, 0 when it does not fit.
  */
 size_t sl_cluster_ticket_name(char *out, size_t size, const char *instance, uint64_t id);
+
+/*
+ * The config key's value: "REVISION ORIGIN\n" then the config's text (its
+ * secrets redacted). Returns a new string (caller frees) of *len bytes.
+ */
+char *sl_cluster_config_record(uint64_t revision, const char *origin, const char *text, size_t text_len,
+                               size_t *len);
+
+/*
+ * Parses a config key's value: the revision, the origin (pointing into
+ * record, origin_len bytes) and the text (pointing into record). False
+ * when it is not one.
+ */
+bool sl_cluster_config_parse(const char *record, size_t len, uint64_t *revision, const char **origin,
+                             size_t *origin_len, const char **text, size_t *text_len);
+
+/*
+ * Whether a pushed config (revision, origin) comes after the last one an
+ * instance applied: a higher revision, or at the same revision (two pushes
+ * at once on two instances) the origin that sorts later, so every instance
+ * ends with the same one.
+ */
+bool sl_cluster_config_is_newer(uint64_t revision, const char *origin, size_t origin_len,
+                                uint64_t last_revision, const char *last_origin);
 
 /*
  * Clocks. offset_ms is Redis's clock minus this instance's wall clock (as

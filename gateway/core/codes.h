@@ -206,6 +206,9 @@
       "the configuration changed (revision {current}, expected {expected}); get it again")                   \
     X(SL_CODE_CONTROL_CONFIG_REJECTED, "control.config.rejected", 0,                                         \
       "the configuration has {count} problem(s); nothing was changed")                                       \
+    X(SL_CODE_CONTROL_CONFIG_SECRET_NOT_SHARED, "control.config.secret_not_shared", 0,                       \
+      "in a cluster a new or changed secret must be an environment reference, which each instance reads "    \
+      "from its own environment; nothing was changed")                                                       \
     X(SL_CODE_CONTROL_CONFIG_WRITE_FAILED, "control.config.write_failed", 0,                                 \
       "the change was applied but could not be written to {path}: {reason}")                                 \
     X(SL_CODE_CONTROL_HISTORY_FAILED, "control.history_failed", 0,                                           \

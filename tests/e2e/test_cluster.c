@@ -963,3 +963,84 @@ Test(cluster, a_limits_use_shows_what_the_whole_cluster_used)
         seen = sluicectl_output(0, "providers --json", out, sizeof(out)) && json_has(out, "used", "5");
     cr_assert(seen, "a shows b's 5 requests in the limit's use: %s", out);
 }
+
+/* The text of a file (at most size - 1 bytes); false when it cannot be read. */
+static bool
+read_file(const char *path, char *out, size_t size)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return false;
+    size_t n = fread(out, 1, size - 1, f);
+    out[n] = '\0';
+    fclose(f);
+    return true;
+}
+
+/* Writes instance i's own config file with from replaced by to, as path; false when from is not in it. */
+static bool
+edited_config(int i, const char *from, const char *to, char *path, size_t size)
+{
+    char own[128], text[8192], edited[8192];
+    snprintf(own, sizeof(own), "%s/%c.yaml", dir, 'a' + i);
+    if (!read_file(own, text, sizeof(text)))
+        return false;
+    char *at = strstr(text, from);
+    if (at == NULL)
+        return false;
+    snprintf(edited, sizeof(edited), "%.*s%s%s", (int)(at - text), text, to, at + strlen(from));
+    snprintf(path, size, "%s/push.yaml", dir);
+    FILE *f = fopen(path, "w");
+    if (f == NULL)
+        return false;
+    fputs(edited, f);
+    fclose(f);
+    return true;
+}
+
+/* Whether instance i's config file holds text, within timeout_ms. */
+static bool
+file_says(int i, const char *text, int timeout_ms)
+{
+    char path[128], content[8192];
+    snprintf(path, sizeof(path), "%s/%c.yaml", dir, 'a' + i);
+    for (int64_t until = now_ms() + timeout_ms;; usleep(50 * 1000)) {
+        if (read_file(path, content, sizeof(content)) && strstr(content, text) != NULL)
+            return true;
+        if (now_ms() >= until)
+            return false;
+    }
+}
+
+Test(cluster, a_config_put_on_one_instance_applies_on_the_others_with_their_own_listen_store_and_name)
+{
+    failover = "wait_secs: 60";
+    start_instance(0);
+    start_instance(1);
+    char push[160], cmd[256], out[8192];
+    cr_assert(edited_config(0, "wait_secs: 60", "wait_secs: 61", push, sizeof(push)));
+    snprintf(cmd, sizeof(cmd), "config put %s", push);
+    int64_t put_at = now_ms();
+    cr_assert_eq(sluicectl(0, cmd), 0);
+    cr_assert(file_says(1, "wait_secs: 61", 1000), "b applied a's config within 1 s and wrote its own file");
+    fprintf(stderr, "a config put on a reached b's file after %lld ms\n", (long long)(now_ms() - put_at));
+    cr_assert(file_says(1, "instance: b", 0), "b keeps its own name");
+    cr_assert(file_says(1, "/b.db", 0), "b keeps its own store");
+    cr_assert(file_says(1, "key: k1", 0), "b keeps its own secrets");
+    cr_assert(proc_wait_log(&procs[1], "applies here too (revision 2)", 2000), "%s", procs[1].log);
+    /* The revision is shared: a push on b from b's revision is not a conflict. */
+    cr_assert(sluicectl_output(1, "config get", out, sizeof(out)));
+    cr_assert_not_null(strstr(out, "revision 2"), "%s", out);
+    cr_assert(edited_config(1, "wait_secs: 61", "wait_secs: 62", push, sizeof(push)));
+    snprintf(cmd, sizeof(cmd), "config put %s --revision 2", push);
+    cr_assert_eq(sluicectl(1, cmd), 0);
+    cr_assert(file_says(0, "wait_secs: 62", 1000), "a applied b's config");
+    cr_assert(file_says(0, "instance: a", 0), "a keeps its own name");
+
+    /* A literal secret changed here would not reach the others: refused, nothing changed. */
+    cr_assert(edited_config(0, "key: k1", "key: k2", push, sizeof(push)));
+    snprintf(cmd, sizeof(cmd), "config put %s", push);
+    cr_assert(!sluicectl_output(0, cmd, out, sizeof(out)));
+    cr_assert_not_null(strstr(out, "control.config.secret_not_shared"), "%s", out);
+    cr_assert(file_says(0, "key: k1", 0));
+}

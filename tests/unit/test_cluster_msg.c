@@ -4,6 +4,7 @@
  * names, and the clocks.
  */
 #include <criterion/criterion.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core/cluster_msg.h"
@@ -201,4 +202,52 @@ Test(cluster_msg, tickets_of_one_millisecond_sort_by_instance_then_id)
     cr_expect_lt(strcmp(b, c), 0, "instance a before b");
     char tiny[8];
     cr_expect_eq(sl_cluster_ticket_name(tiny, sizeof(tiny), "a", 1), 0, "does not fit: nothing");
+}
+
+Test(cluster_msg, a_replaced_config_goes_as_its_revision_and_comes_back_the_same)
+{
+    sl_cluster_msg_t m = {.op = SL_CLUSTER_CONFIG,
+                          .origin = "a",
+                          .origin_len = 1,
+                          .upstream = "-",
+                          .upstream_len = 1,
+                          .until_ms = 42};
+    char line[256];
+    size_t len = sl_cluster_msg_encode(&m, line, sizeof(line));
+    cr_assert_gt(len, 0);
+    sl_cluster_msg_t back;
+    cr_assert(sl_cluster_msg_decode(line, len, &back));
+    cr_expect_eq(back.op, SL_CLUSTER_CONFIG);
+    cr_expect_eq(back.until_ms, 42);
+}
+
+Test(cluster_msg, a_config_record_holds_revision_origin_and_the_text_whole)
+{
+    const char *text = "listen: {gateway: {port: 0}}\nproviders: []\n";
+    size_t len;
+    char *record = sl_cluster_config_record(7, "node-a", text, strlen(text), &len);
+    uint64_t rev;
+    const char *origin, *back;
+    size_t origin_len, back_len;
+    cr_assert(sl_cluster_config_parse(record, len, &rev, &origin, &origin_len, &back, &back_len));
+    cr_expect_eq(rev, 7);
+    cr_expect_eq(origin_len, 6);
+    cr_expect_eq(memcmp(origin, "node-a", 6), 0);
+    cr_expect_eq(back_len, strlen(text));
+    cr_expect_eq(memcmp(back, text, back_len), 0);
+    free(record);
+    cr_expect_not(sl_cluster_config_parse("x a\n", 4, &rev, &origin, &origin_len, &back, &back_len));
+    cr_expect_not(sl_cluster_config_parse("7 a", 3, &rev, &origin, &origin_len, &back, &back_len),
+                  "no text line");
+    cr_expect_not(sl_cluster_config_parse("7 a b\n", 6, &rev, &origin, &origin_len, &back, &back_len));
+}
+
+Test(cluster_msg, of_two_pushes_at_once_every_instance_keeps_the_same_one)
+{
+    cr_expect(sl_cluster_config_is_newer(5, "a", 1, 4, "b"), "a higher revision wins");
+    cr_expect_not(sl_cluster_config_is_newer(4, "b", 1, 5, "a"));
+    cr_expect(sl_cluster_config_is_newer(5, "b", 1, 5, "a"), "same revision: the later origin");
+    cr_expect_not(sl_cluster_config_is_newer(5, "a", 1, 5, "b"));
+    cr_expect_not(sl_cluster_config_is_newer(5, "a", 1, 5, "a"), "the same push is not newer");
+    cr_expect(sl_cluster_config_is_newer(5, "ab", 2, 5, "a"));
 }

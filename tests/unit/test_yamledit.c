@@ -1008,3 +1008,428 @@ Test(yamledit_bounds, restoring_many_secrets, .timeout = 20)
     free(redacted);
     free(yaml);
 }
+
+/* ---- keep_entries ------------------------------------------------------------- */
+
+static char *
+keep(const char *new_yaml, const char *current, const char *const *paths, size_t n)
+{
+    err[0] = '\0';
+    return sl_yamledit_keep_entries(new_yaml, strlen(new_yaml), current, strlen(current), paths, n, err,
+                                    sizeof(err));
+}
+
+/* Asserts out is YAML that parses (a redaction reads it whole). */
+static void
+assert_parses(const char *out)
+{
+    char why[256];
+    char *again = sl_yamledit_redact_secrets(out, strlen(out), why, sizeof(why));
+    cr_assert_not_null(again, "the result does not parse (%s):\n%s", why, out);
+    free(again);
+}
+
+/* Asserts keep(new_yaml, current, paths) is want byte for byte, and parses. */
+static void
+assert_kept(const char *new_yaml, const char *current, const char *const *paths, size_t n, const char *want)
+{
+    char *out = keep(new_yaml, current, paths, n);
+    cr_assert_not_null(out, "failed: %s", err);
+    cr_assert_str_eq(out, want);
+    assert_parses(out);
+    free(out);
+}
+
+/* Asserts keep(new_yaml, current, paths) fails with the reason want. */
+static void
+assert_not_kept(const char *new_yaml, const char *current, const char *const *paths, size_t n,
+                const char *want)
+{
+    char *out = keep(new_yaml, current, paths, n);
+    cr_assert_null(out, "kept:\n%s", out);
+    cr_assert_str_eq(err, want);
+}
+
+static const char *const own[] = {"listen", "store", "cluster.instance"};
+
+/* Two instances of one cluster: the pushed config (a's) and b's own, each in its own style. */
+static const char pushed_config[] =
+    "listen: {gateway: {bind: 127.0.0.1, port: 0}, control: {port: 0}}\n"
+    "clients: [{name: tester, key: \"k\"}]\n"
+    "providers:\n"
+    "  - {name: one, protocol: anthropic, base_url: \"http://127.0.0.1:1\", key: k1}\n"
+    "store: {path: /tmp/a.db}\n"
+    "cluster: {redis: \"redis://127.0.0.1:1\", name: t1, instance: a, timeout_ms: 200}\n";
+
+static const char own_config[] = "# b's config\n"
+                                 "listen:\n"
+                                 "  gateway: {bind: 127.0.0.1, port: 18080}   # b's port\n"
+                                 "  control:\n"
+                                 "    port: 18081\n"
+                                 "clients: [{name: old, key: \"old\"}]\n"
+                                 "store:\n"
+                                 "  path: /tmp/b.db\n"
+                                 "cluster:\n"
+                                 "  redis: \"redis://127.0.0.1:1\"\n"
+                                 "  name: t1\n"
+                                 "  instance: \"b\"\n";
+
+Test(yamledit_keep, a_block_entry_replaces_a_flow_one_and_the_rest_stays_byte_for_byte)
+{
+    const char *paths[] = {"listen"};
+    char *out = keep(pushed_config, own_config, paths, 1);
+    cr_assert_not_null(out, "%s", err);
+    sl_config_result_t res = load(out);
+    cr_assert_eq(res.config->gateway.port, 18080);
+    cr_assert_eq(res.config->control.port, 18081);
+    sl_config_result_free(&res);
+    assert_edit(out, pushed_config, "listen: {gateway: {bind: 127.0.0.1, port: 0}, control: {port: 0}}\n",
+                "listen:\n"
+                "  gateway: {bind: 127.0.0.1, port: 18080}   # b's port\n"
+                "  control:\n"
+                "    port: 18081\n");
+}
+
+Test(yamledit_keep, a_flow_entry_replaces_a_block_one_and_the_rest_stays_byte_for_byte)
+{
+    const char *paths[] = {"listen"};
+    char *out = keep(own_config, pushed_config, paths, 1);
+    cr_assert_not_null(out, "%s", err);
+    assert_parses(out);
+    assert_edit(out, own_config,
+                "listen:\n"
+                "  gateway: {bind: 127.0.0.1, port: 18080}   # b's port\n"
+                "  control:\n"
+                "    port: 18081\n",
+                "listen: {gateway: {bind: 127.0.0.1, port: 0}, control: {port: 0}}\n");
+}
+
+Test(yamledit_keep, the_trailing_comment_goes_with_the_entry_and_comments_around_it_stay)
+{
+    const char *new_yaml = "version: 1\n"
+                           "# where the database is\n"
+                           "store: {path: /tmp/a.db}   # a's store\n"
+                           "# the end of the store\n"
+                           "routes: []\n";
+    const char *current = "store:   # b's store\n"
+                          "  path: /tmp/b.db\n"
+                          "  # retention in days\n"
+                          "  retention_days: 3   # short\n"
+                          "version: 1\n";
+    const char *paths[] = {"store"};
+    assert_kept(new_yaml, current, paths, 1,
+                "version: 1\n"
+                "# where the database is\n"
+                "store:   # b's store\n"
+                "  path: /tmp/b.db\n"
+                "  # retention in days\n"
+                "  retention_days: 3   # short\n"
+                "# the end of the store\n"
+                "routes: []\n");
+}
+
+Test(yamledit_keep, cluster_instance_is_replaced_inside_a_flow_mapping)
+{
+    const char *paths[] = {"cluster.instance"};
+    char *out = keep(pushed_config, own_config, paths, 1);
+    cr_assert_not_null(out, "%s", err);
+    sl_config_result_t res = load(out);
+    cr_assert_str_eq(res.config->cluster.instance, "b");
+    sl_config_result_free(&res);
+    assert_edit(out, pushed_config, "instance: a,", "instance: \"b\",");
+}
+
+Test(yamledit_keep, cluster_instance_is_replaced_inside_a_block_mapping_as_written)
+{
+    const char *paths[] = {"cluster.instance"};
+    char *out = keep(own_config, pushed_config, paths, 1);
+    cr_assert_not_null(out, "%s", err);
+    assert_parses(out);
+    assert_edit(out, own_config, "  instance: \"b\"\n", "  instance: a\n");
+    const char *new_yaml = "cluster:\n  instance: 'x'   # mine\n  name: t1\n";
+    assert_kept(new_yaml, "cluster: {instance: !!str y}\n", paths, 1,
+                "cluster:\n  instance: !!str y   # mine\n  name: t1\n");
+}
+
+Test(yamledit_keep, a_top_level_entry_only_in_current_is_appended_to_the_top_level_mapping)
+{
+    const char *paths[] = {"store"};
+    assert_kept("version: 1\nroutes: []   # none\n# the end\n", "store:\n  path: b.db  # b\nversion: 1\n",
+                paths, 1, "version: 1\nroutes: []   # none\nstore:\n  path: b.db  # b\n# the end\n");
+    /* A text without a final line break gets one first; current's last line gets one too. */
+    assert_kept("version: 1", "store: {path: b.db}", paths, 1, "version: 1\nstore: {path: b.db}\n");
+    /* The rest of the stream stays after the first document. */
+    assert_kept("version: 1\n---\nother: 1\n", "store: {path: b.db}\n", paths, 1,
+                "version: 1\nstore: {path: b.db}\n---\nother: 1\n");
+}
+
+Test(yamledit_keep, a_nested_entry_only_in_current_is_added_to_a_flow_parent)
+{
+    const char *paths[] = {"cluster.instance"};
+    const char *current = "cluster:\n  instance: \"b\"   # mine\n";
+    assert_kept("cluster: {redis: \"redis://h\", name: t1}   # shared\nversion: 1\n", current, paths, 1,
+                "cluster: {redis: \"redis://h\", name: t1, instance: \"b\"}   # shared\nversion: 1\n");
+    assert_kept("cluster: {}\n", current, paths, 1, "cluster: {instance: \"b\"}\n");
+    assert_kept("cluster: { }\n", current, paths, 1, "cluster: {instance: \"b\" }\n");
+    assert_kept("cluster: {name: t1,\n  redis: \"redis://h\"}\n", current, paths, 1,
+                "cluster: {name: t1,\n  redis: \"redis://h\", instance: \"b\"}\n");
+}
+
+Test(yamledit_keep, a_nested_entry_only_in_current_is_added_to_a_block_parent)
+{
+    const char *paths[] = {"cluster.instance"};
+    const char *current = "cluster: {name: t1, instance: b}\n";
+    assert_kept("cluster:\n    name: t1\n    redis: redis://h   # shared\nversion: 1\n", current, paths, 1,
+                "cluster:\n    name: t1\n    redis: redis://h   # shared\n    instance: b\nversion: 1\n");
+    assert_kept("version: 1\ncluster:\n  name: t1", current, paths, 1,
+                "version: 1\ncluster:\n  name: t1\n  instance: b\n");
+    /* Deeper: at the inner mapping's column, before the outer one's next entry. */
+    const char *const deep[] = {"a.b.c"};
+    assert_kept("a:\n  b:\n    x: 1\n  y: 2\n", "a: {b: {c: 3}}\n", deep, 1,
+                "a:\n  b:\n    x: 1\n    c: 3\n  y: 2\n");
+}
+
+Test(yamledit_keep, an_entry_only_in_new_is_deleted)
+{
+    const char *paths[] = {"listen", "store", "cluster.instance"};
+    const char *current = "clients: []\ncluster: {name: t1}\n";
+    char *out = keep(pushed_config, current, paths, 3);
+    cr_assert_not_null(out, "%s", err);
+    assert_parses(out);
+    cr_assert_str_eq(out, "clients: [{name: tester, key: \"k\"}]\n"
+                          "providers:\n"
+                          "  - {name: one, protocol: anthropic, base_url: \"http://127.0.0.1:1\", key: k1}\n"
+                          "cluster: {redis: \"redis://127.0.0.1:1\", name: t1, timeout_ms: 200}\n");
+    free(out);
+    out = keep(own_config, current, paths, 3);
+    cr_assert_not_null(out, "%s", err);
+    assert_parses(out);
+    cr_assert_str_eq(out, "# b's config\n"
+                          "clients: [{name: old, key: \"old\"}]\n"
+                          "cluster:\n"
+                          "  redis: \"redis://127.0.0.1:1\"\n"
+                          "  name: t1\n");
+    free(out);
+}
+
+Test(yamledit_keep, an_entry_in_neither_text_changes_nothing)
+{
+    const char *paths[] = {"store", "cluster.instance", "nope.deeper.still"};
+    assert_kept("version: 1   # one\n", "clients: []\n", paths, 3, "version: 1   # one\n");
+    assert_kept("cluster: ~\n", "version: 1\n", paths, 3, "cluster: ~\n");
+    assert_kept(pushed_config, pushed_config, paths, 0, pushed_config);
+}
+
+Test(yamledit_keep, listen_store_and_cluster_instance_at_once_on_realistic_configs)
+{
+    char *out = keep(pushed_config, own_config, own, 3);
+    cr_assert_not_null(out, "%s", err);
+    sl_config_result_t res = load(out);
+    cr_assert_eq(res.config->gateway.port, 18080);
+    cr_assert_str_eq(res.config->store_path, "/tmp/b.db");
+    cr_assert_str_eq(res.config->cluster.instance, "b");
+    cr_assert_eq(res.config->n_providers, 1);
+    sl_config_result_free(&res);
+    cr_assert_str_eq(
+        out, "listen:\n"
+             "  gateway: {bind: 127.0.0.1, port: 18080}   # b's port\n"
+             "  control:\n"
+             "    port: 18081\n"
+             "clients: [{name: tester, key: \"k\"}]\n"
+             "providers:\n"
+             "  - {name: one, protocol: anthropic, base_url: \"http://127.0.0.1:1\", key: k1}\n"
+             "store:\n"
+             "  path: /tmp/b.db\n"
+             "cluster: {redis: \"redis://127.0.0.1:1\", name: t1, instance: \"b\", timeout_ms: 200}\n");
+    free(out);
+    /* And back: b's config pushed to a keeps a's. */
+    out = keep(own_config, pushed_config, own, 3);
+    cr_assert_not_null(out, "%s", err);
+    res = load(out);
+    cr_assert_eq(res.config->gateway.port, 0);
+    cr_assert_str_eq(res.config->store_path, "/tmp/a.db");
+    cr_assert_str_eq(res.config->cluster.instance, "a");
+    sl_config_result_free(&res);
+    cr_assert_str_eq(out, "# b's config\n"
+                          "listen: {gateway: {bind: 127.0.0.1, port: 0}, control: {port: 0}}\n"
+                          "clients: [{name: old, key: \"old\"}]\n"
+                          "store: {path: /tmp/a.db}\n"
+                          "cluster:\n"
+                          "  redis: \"redis://127.0.0.1:1\"\n"
+                          "  name: t1\n"
+                          "  instance: a\n");
+    free(out);
+}
+
+Test(yamledit_keep, a_pushed_config_without_the_own_entries_gets_them_all)
+{
+    const char *new_yaml = "clients: [{name: tester, key: \"k\"}]\n"
+                           "cluster: {redis: \"redis://127.0.0.1:1\", name: t1}";
+    char *out = keep(new_yaml, own_config, own, 3);
+    cr_assert_not_null(out, "%s", err);
+    sl_config_result_t res = load(out);
+    cr_assert_eq(res.config->gateway.port, 18080);
+    cr_assert_str_eq(res.config->store_path, "/tmp/b.db");
+    cr_assert_str_eq(res.config->cluster.instance, "b");
+    sl_config_result_free(&res);
+    cr_assert_str_eq(out, "clients: [{name: tester, key: \"k\"}]\n"
+                          "cluster: {redis: \"redis://127.0.0.1:1\", name: t1, instance: \"b\"}\n"
+                          "listen:\n"
+                          "  gateway: {bind: 127.0.0.1, port: 18080}   # b's port\n"
+                          "  control:\n"
+                          "    port: 18081\n"
+                          "store:\n"
+                          "  path: /tmp/b.db\n");
+    free(out);
+}
+
+Test(yamledit_keep, a_nested_line_comes_before_a_top_level_one_and_an_inner_mapping_before_its_parent)
+{
+    const char *const paths[] = {"store", "a.y", "a.b.c"};
+    assert_kept("a:\n  b:\n    x: 1", "a: {y: 2, b: {c: 3}}\nstore: {path: b.db}\n", paths, 3,
+                "a:\n  b:\n    x: 1\n    c: 3\n  y: 2\nstore: {path: b.db}\n");
+}
+
+Test(yamledit_keep, a_plain_value_with_a_comma_is_quoted_into_a_flow_mapping)
+{
+    const char *paths[] = {"cluster.instance", "cluster.name"};
+    assert_kept("cluster: {instance: a}\n", "cluster:\n  instance: b,c\n  name: x[y]\n", paths, 2,
+                "cluster: {instance: \"b,c\", name: \"x[y]\"}\n");
+    assert_kept("cluster:\n  instance: a\n", "cluster: {instance: 'b,c'}\n", paths, 1,
+                "cluster:\n  instance: 'b,c'\n");
+}
+
+Test(yamledit_keep, an_empty_value_is_written_after_the_colon_and_emptied_where_it_stands)
+{
+    const char *paths[] = {"cluster.instance"};
+    assert_kept("cluster:\n  instance:   # none yet\n  name: t\n", "cluster: {instance: b}\n", paths, 1,
+                "cluster:\n  instance: b   # none yet\n  name: t\n");
+    assert_kept("cluster: {instance: , name: t}\n", "cluster: {instance: b}\n", paths, 1,
+                "cluster: {instance: b , name: t}\n");
+    assert_kept("cluster:\n  instance: a   # c\n", "cluster:\n  instance:\n", paths, 1,
+                "cluster:\n  instance:   # c\n");
+    assert_kept("cluster: {instance: a}\n", "cluster:\n  instance:\n", paths, 1, "cluster: {instance: }\n");
+    assert_kept("cluster: {name: t}\n", "cluster:\n  instance:\n", paths, 1,
+                "cluster: {name: t, instance: }\n");
+    assert_kept("cluster:\n  name: t\n", "cluster:\n  instance:\n", paths, 1,
+                "cluster:\n  name: t\n  instance:\n");
+}
+
+Test(yamledit_keep, a_mapping_can_lose_all_its_entries_and_get_others)
+{
+    const char *paths[] = {"cluster.instance", "cluster.name"};
+    const char *current = "cluster: {name: t2}\n";
+    assert_kept("cluster: {instance: a}\n", current, paths, 2, "cluster: {name: t2}\n");
+    assert_kept("cluster:   # c\n  instance: a\nversion: 1\n", current, paths, 2,
+                "cluster:   # c\n  name: t2\nversion: 1\n");
+    const char *const top[] = {"version", "store"};
+    assert_kept("version: 1\n", "store: {path: x}\n", top, 2, "store: {path: x}\n");
+}
+
+Test(yamledit_keep, a_repeated_path_or_one_under_a_top_level_path_counts_once)
+{
+    const char *paths[] = {"cluster.instance", "cluster", "cluster.instance", "store", "store"};
+    assert_kept("version: 1\n", "cluster:\n  instance: b\nstore: {path: x}\n", paths, 5,
+                "version: 1\ncluster:\n  instance: b\nstore: {path: x}\n");
+    assert_kept("cluster: {name: t, instance: a}\nversion: 1\n", "cluster:\n  instance: b\n", paths, 5,
+                "cluster:\n  instance: b\nversion: 1\n");
+}
+
+Test(yamledit_keep, an_empty_new_text_is_an_empty_mapping)
+{
+    const char *paths[] = {"store", "cluster.instance"};
+    assert_kept("", "store: {path: x}\n", paths, 1, "store: {path: x}\n");
+    assert_kept("# nothing yet", "store:\n  path: x", paths, 1, "# nothing yet\nstore:\n  path: x\n");
+    assert_not_kept("", "cluster: {instance: b}\n", paths, 2,
+                    "cluster.instance: new has no mapping to add it to");
+    assert_not_kept("---\n", "store: {path: x}\n", paths, 1, "new: the top level is not a mapping");
+    assert_not_kept("~\n", "store: {path: x}\n", paths, 1, "new: the top level is not a mapping");
+    /* An empty current one has none of the entries: new's go. */
+    assert_kept("store: {path: x}\nversion: 1\n", "# empty\n", paths, 2, "version: 1\n");
+}
+
+Test(yamledit_keep, refuses_what_it_cannot_splice)
+{
+    const char *paths[] = {"store", "cluster.instance"};
+    assert_not_kept("{store: {path: x}, version: 1}\n", "store: {path: y}\n", paths, 1,
+                    "new: the top-level mapping is flow style; edit it by hand");
+    assert_not_kept("version: 1\n", "{store: {path: y}}\n", paths, 1,
+                    "current: the top-level mapping is flow style; edit it by hand");
+    assert_not_kept("- a\n", "store: {path: y}\n", paths, 1, "new: the top level is not a mapping");
+    assert_not_kept("version: 1\n", "cluster: {instance: b}\n", paths, 2,
+                    "cluster.instance: new has no mapping to add it to");
+    assert_not_kept("cluster: [a]\n", "cluster: {instance: b}\n", paths, 2,
+                    "cluster.instance: new has no mapping to add it to");
+    assert_not_kept("cluster:\n", "cluster: {instance: b}\n", paths, 2,
+                    "cluster.instance: new has no mapping to add it to");
+    assert_not_kept(
+        "cluster: {instance: a}\n", "cluster:\n  instance: |\n    b\n", paths, 2,
+        "cluster.instance: not a one-line scalar in current; only a top-level entry is copied whole");
+    assert_not_kept("cluster:\n  instance: >\n    a\n", "cluster: {instance: b}\n", paths, 2,
+                    "cluster.instance: not a one-line scalar in new; only a top-level entry is copied whole");
+    assert_not_kept("cluster: {instance: \"a\n  b\"}\n", "cluster: {instance: b}\n", paths, 2,
+                    "cluster.instance: not a one-line scalar in new; only a top-level entry is copied whole");
+    assert_not_kept("cluster: {instance: [a]}\n", "cluster: {instance: b}\n", paths, 2,
+                    "cluster.instance: not a one-line scalar in new; only a top-level entry is copied whole");
+    assert_not_kept("  store: {path: x}\n  version: 1\n", "store: {path: y}\n", paths, 1,
+                    "store: new and current indent their top-level keys differently");
+}
+
+Test(yamledit_keep, text_that_does_not_parse_is_an_error)
+{
+    const char *paths[] = {"store"};
+    cr_assert_null(keep("store: [\n  - a\n", "store: {path: y}\n", paths, 1));
+    cr_assert(strncmp(err, "new: line ", 10) == 0, "%s", err);
+    cr_assert_null(keep("store: {path: y}\n", "store: {path: y\nversion: 1\n", paths, 1));
+    cr_assert(strncmp(err, "current: line ", 14) == 0, "%s", err);
+    const char *bad[] = {"", "cluster..instance", ".store", "store."};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        cr_assert_null(keep("version: 1\n", "version: 1\n", &bad[i], 1), "%s", bad[i]);
+        cr_assert(strstr(err, "not a path") != NULL, "%s", err);
+    }
+}
+
+Test(yamledit_keep, refuses_anchors_and_aliases_at_or_around_an_entry)
+{
+    const char *paths[] = {"store", "cluster.instance"};
+    assert_not_kept("store: &s {path: x}\nother: *s\n", "store: {path: y}\n", paths, 1,
+                    "store: an anchor or alias stands at or under it in new; edit it by hand");
+    assert_not_kept("version: 1\n", "base: &b {path: y}\nstore: *b\n", paths, 1,
+                    "store: an anchor or alias stands at or under it in current; edit it by hand");
+    assert_not_kept("version: 1\n", "x: &p y\nstore: {path: *p}\n", paths, 1,
+                    "store: an anchor or alias stands at or under it in current; edit it by hand");
+    assert_not_kept("cluster: &c {instance: a}\n", "cluster: {instance: b}\n", paths, 2,
+                    "cluster.instance: under an anchor in new; edit it by hand");
+    assert_not_kept("cluster: &c {name: t}\n", "cluster: {instance: b}\n", paths, 2,
+                    "cluster.instance: under an anchor in new; edit it by hand");
+    assert_not_kept("base: &c {name: t}\ncluster: *c\n", "cluster: {instance: b}\n", paths, 2,
+                    "cluster.instance: passes through an alias in new");
+    assert_not_kept("cluster: {instance: a}\n", "base: &c {instance: b}\ncluster: *c\n", paths, 2,
+                    "cluster.instance: passes through an alias in current");
+    /* Copying from under an anchor in current is fine: the text is literal. */
+    assert_kept("cluster: {instance: a}\n", "cluster: &c {instance: b}\n", paths, 2,
+                "cluster: {instance: b}\n");
+}
+
+Test(yamledit_keep, the_last_entry_keeps_the_texts_ending_and_appends_follow_in_the_order_given)
+{
+    const char *paths[] = {"store", "listen", "cluster"};
+    /* new ends without a line break: the replaced last entry too, and what is appended starts on a new line.
+     */
+    assert_kept("version: 1\nstore: {path: a}",
+                "listen: {gateway: {port: 1}}\nstore:\n  path: b\ncluster: {}", paths, 3,
+                "version: 1\nstore:\n  path: b\nlisten: {gateway: {port: 1}}\ncluster: {}\n");
+    assert_kept("store: {path: a}\nversion: 1\n", "store: {path: b}", paths, 1,
+                "store: {path: b}\nversion: 1\n");
+}
+
+Test(yamledit_keep, refuses_a_top_level_key_that_does_not_start_its_line)
+{
+    const char *paths[] = {"store"};
+    assert_not_kept("? store\n: {path: a}\n", "store: {path: b}\n", paths, 1,
+                    "store: its key does not start its line in new");
+    assert_not_kept("version: 1\n", "? store\n: {path: b}\n", paths, 1,
+                    "store: its key does not start its line in current");
+    assert_not_kept("? version\n: 1\n", "store: {path: b}\n", paths, 1,
+                    "store: the first top-level key does not start its line in new");
+}

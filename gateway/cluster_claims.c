@@ -190,7 +190,7 @@ typedef enum {
     ASKED_FULL = 2,
     ASKED_NO_ROOM = 3,
     ASKED_OLDER_ELSEWHERE = 4,
-    ASKED_SLOT_OLDER_ELSEWHERE = 5
+    ASKED_ROOM_OLDER_ELSEWHERE = 5
 } asked_t;
 
 typedef enum { ASK_WAITING, ASK_DECIDED_HERE, ASK_CANCELLED } ask_wait_t;
@@ -222,7 +222,7 @@ typedef struct {
     size_t which;
     int64_t recovery_ms; /* Redis's clock */
     /* the probe's and the slot's turns defer to an older waiter elsewhere until then (sl_now_ms) */
-    int64_t defer_until_ms, slot_defer_until_ms;
+    int64_t defer_until_ms, room_defer_until_ms;
     uint64_t token;
     char lease_key[400], name[192];
 } ask_t;
@@ -307,6 +307,10 @@ release_lease(sl_cluster_shared_t *s, const char *key, const char *name)
  */
 #define SL_CLUSTER_RECHECK_MS 10
 
+/* Room deferred to an older waiter elsewhere is looked at again this much later, once that one took its
+ * share. */
+#define SL_CLUSTER_TURN_RECHECK_MS 20
+
 static int64_t
 recovery_mono(sl_cluster_shared_t *s, int64_t redis_ms)
 {
@@ -377,8 +381,10 @@ answered(ask_t *a)
         if (!a->is_key && a->upstream.wants_slot) {
             a->upstream.result.slot = a->token;
             hold_slot(s, a->upstream.up, a->token);
+        }
+        if (!a->is_key) {
             sl_waitq_lock();
-            sl_slot_turn_taken(&a->upstream.up->slot_turn);
+            sl_claim_turn_taken(&a->upstream.up->claim_turn);
             sl_waitq_unlock();
         }
         break;
@@ -399,11 +405,24 @@ answered(ask_t *a)
         sl_waitq_unlock();
         skip_as(&a->upstream.result, SL_SKIP_THROTTLED);
         break;
+    case ASKED_ROOM_OLDER_ELSEWHERE:
+        if (charge->set != NULL) {
+            /*
+             * The room in its limits is an older waiter's turn elsewhere: it
+             * looks again shortly, when that one has taken its share.
+             */
+            give_back(s, a->upstream.up, &a->upstream.result, a->upstream.result.throttle_probe, true);
+            skip_as(&a->upstream.result, SL_SKIP_WINDOW_FULL);
+            a->upstream.result.recovery_ms = sl_now_ms() + SL_CLUSTER_TURN_RECHECK_MS;
+            a->upstream.result.reached_limits = true;
+            break;
+        }
+        /* Only a slot: it waits in line as for a slot taken, woken when one is freed. */
+        /* fall through */
     case ASKED_FULL:
-    case ASKED_SLOT_OLDER_ELSEWHERE:
         /*
-         * Every slot is taken across the cluster, or the free one is an older
-         * waiter's turn elsewhere: it waits in line as for a slot here.
+         * Every slot is taken across the cluster (or the free one is an older
+         * waiter's turn elsewhere): it waits in line as for a slot here.
          */
         give_back(s, a->upstream.up, &a->upstream.result, a->upstream.result.throttle_probe, true);
         skip_as(&a->upstream.result, SL_SKIP_BUSY);
@@ -477,7 +496,7 @@ read_ask_reply(ask_t *a, const redisReply *r)
             a->which = (size_t)r->element[2]->integer;
             a->recovery_ms = r->element[3]->integer;
         } else if (code == ASKED_ELSEWHERE || code == ASKED_FULL || code == ASKED_OLDER_ELSEWHERE ||
-                   code == ASKED_SLOT_OLDER_ELSEWHERE) {
+                   code == ASKED_ROOM_OLDER_ELSEWHERE) {
             a->outcome = (asked_t)code;
         }
     } else if (r != NULL && r->type == REDIS_REPLY_ERROR) {
@@ -582,8 +601,8 @@ ask(ask_t *a, const char *upstream, int64_t grace_ms, uint32_t max, sl_limit_set
                              : 0LL);
     sl_cluster_args_add(&cmd, hb_prefix);
     sl_cluster_args_addf(&cmd, "%lld",
-                         a->slot_defer_until_ms > mono
-                             ? (long long)sl_cluster_redis_ms_of(a->slot_defer_until_ms, mono, sl_wall_ms(),
+                         a->room_defer_until_ms > mono
+                             ? (long long)sl_cluster_redis_ms_of(a->room_defer_until_ms, mono, sl_wall_ms(),
                                                                  sl_cluster_clock_offset_ms(s->cluster))
                              : 0LL);
     for (int i = 0; i < args.argc; i++)
@@ -658,8 +677,8 @@ sl__cluster_claim_upstream(sl_cluster_shared_t *s, const sl_upstream_claim_t *c,
     sl_waitq_lock();
     if (res.throttle_probe)
         a->defer_until_ms = sl_probe_turn_defer_until(&c->up->probe_turn, &c->up->throttle, c->now_ms);
-    if (wants_slot)
-        a->slot_defer_until_ms = sl_slot_turn_defer_until(&c->up->slot_turn, c->now_ms);
+    if (wants_slot || reserved)
+        a->room_defer_until_ms = sl_claim_turn_defer_until(&c->up->claim_turn, c->now_ms);
     sl_waitq_unlock();
     ask(a, c->up->name, grace, c->max_concurrent, reserved ? res.charge.set : NULL, &c->need, c->wall_ms);
 }

@@ -70,8 +70,8 @@
  * for), 3 max_concurrent (0: no slot asked for), 4 a slot's lease in ms, 5
  * the number of limits, 6 the instance, 7 until when its probe defers to an
  * older waiter elsewhere (Redis's clock; 0: it defers to nobody), 8 the
- * heartbeat keys' prefix, 9 until when its slot defers to an older waiter
- * elsewhere (as 7), then five per limit: 'w' (a rolling window: amount,
+ * heartbeat keys' prefix, 9 until when its slot and its room in upstream
+ * limits defer to an older waiter elsewhere (as 7), then five per limit: 'w' (a rolling window: amount,
  * need, slot ms, window ms) or 'p' (a calendar period: amount, need, -, the
  * period's end on Redis's clock).
  *
@@ -87,7 +87,7 @@
  * period used up, 3 never; which: the limit that decided, from 0; recovery:
  * when all could take it, Redis's clock); {4} the probe is an older
  * waiter's on another instance; {5} so is the free slot (busy:UPSTREAM is
- * set, as for {2}).
+ * set, as for {2}) or the room in the upstream's limits.
  */
 #define SL_CLUSTER_CLAIM_LUA                                                                                 \
     SL_CLUSTER_LUA_NOW                                                                                       \
@@ -141,6 +141,7 @@
     "  if recovers and r > recovery then recovery = r end\n"                                                 \
     "end\n"                                                                                                  \
     "if verdict > 0 then return {3, verdict, which, recovery} end\n"                                         \
+    "if n > 0 and KEYS[4] ~= '-' and now < tonumber(ARGV[9]) and older_elsewhere() then return {5} end\n"    \
     "local max = tonumber(ARGV[3])\n"                                                                        \
     "if max > 0 then\n"                                                                                      \
     "  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now)\n"                                               \

@@ -29,7 +29,7 @@ typedef struct {
     /* The shared state of this process (shared_local.c) keeps these, under the wait lock (waitq.h). */
     sl_throttle_t throttle;
     sl_probe_turn_t probe_turn; /* a cluster's: the probe's turn among instances */
-    sl_slot_turn_t slot_turn;   /* a cluster's: a free slot's turn among instances */
+    sl_claim_turn_t claim_turn; /* a cluster's: a freed slot's or room's turn among instances */
     sl_waitq_t waitq;
     bool dispatching;     /* a request just released from the queue is being sent: the next waits for it */
     pthread_mutex_t lock; /* guards what follows */

@@ -67,15 +67,15 @@ sl_probe_turn_recovery(const sl_probe_turn_t *p, const sl_throttle_t *t, int64_t
 }
 
 int64_t
-sl_slot_turn_defer_until(sl_slot_turn_t *p, int64_t now_ms)
+sl_claim_turn_defer_until(sl_claim_turn_t *p, int64_t now_ms)
 {
-    if (!p->asking || now_ms >= p->first_asked_ms + 2 * SL_SLOT_TURN_MS)
-        *p = (sl_slot_turn_t){.asking = true, .first_asked_ms = now_ms};
-    return p->first_asked_ms + SL_SLOT_TURN_MS;
+    if (!p->asking || now_ms >= p->first_asked_ms + 2 * SL_CLAIM_TURN_MS)
+        *p = (sl_claim_turn_t){.asking = true, .first_asked_ms = now_ms};
+    return p->first_asked_ms + SL_CLAIM_TURN_MS;
 }
 
 void
-sl_slot_turn_taken(sl_slot_turn_t *p)
+sl_claim_turn_taken(sl_claim_turn_t *p)
 {
     p->asking = false;
 }

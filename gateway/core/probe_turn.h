@@ -61,23 +61,24 @@ bool sl_probe_turn_due(sl_probe_turn_t *p, const sl_throttle_t *t, int64_t now_m
 int64_t sl_probe_turn_recovery(const sl_probe_turn_t *p, const sl_throttle_t *t, int64_t recovery_ms);
 
 /*
- * The same for a max_concurrent slot (cluster.md: no instance releases a
- * ticket ahead of an older waiting ticket elsewhere): a claim here defers
- * to an older waiter elsewhere for one turn (SL_SLOT_TURN_MS) from the
- * first claim that could have deferred, until a slot is taken here. A turn
- * left unused for two turns starts afresh.
+ * The same for room that frees up, a max_concurrent slot or room in usage
+ * limits (cluster.md: no instance releases a ticket ahead of an older
+ * waiting ticket elsewhere): a claim here defers to an older waiter
+ * elsewhere for one turn (SL_CLAIM_TURN_MS) from the first claim that could
+ * have deferred, until a claim is taken here. A turn left unused for two
+ * turns starts afresh.
  */
 typedef struct {
     bool asking;
     int64_t first_asked_ms;
-} sl_slot_turn_t;
+} sl_claim_turn_t;
 
-#define SL_SLOT_TURN_MS 1000
+#define SL_CLAIM_TURN_MS 1000
 
-/* A claim for a slot at now_ms: until when it defers to an older waiter elsewhere. */
-int64_t sl_slot_turn_defer_until(sl_slot_turn_t *p, int64_t now_ms);
+/* A claim for a slot or room at now_ms: until when it defers to an older waiter elsewhere. */
+int64_t sl_claim_turn_defer_until(sl_claim_turn_t *p, int64_t now_ms);
 
-/* A slot was taken here: the next claim's turn starts afresh. */
-void sl_slot_turn_taken(sl_slot_turn_t *p);
+/* A claim was taken here: the next one's turn starts afresh. */
+void sl_claim_turn_taken(sl_claim_turn_t *p);
 
 #endif

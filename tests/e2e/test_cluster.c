@@ -311,6 +311,36 @@ Test(cluster, the_probe_after_a_pause_is_the_oldest_waiters_whichever_instance_a
                   (long long)(arrival_ms(2) - arrival_ms(1)));
 }
 
+Test(cluster, a_probe_whose_instance_was_killed_holds_the_others_no_longer_than_its_lease)
+{
+    /* The probe's grace (its lease) and turn a tenth of their real length: 1 s and 100 ms. */
+    setenv("SLUICE_TEST_TIME_SCALE", "0.1", 1);
+    start_instance(0);
+    start_instance(1);
+    fake_push(up, limited("content-type: application/json\r\nretry-after: 1\r\n"));
+    fake_push(up, (fake_reply_t){.action = FAKE_HANG});
+    fake_set_default(up, ok(0));
+    /* a's waiter is the oldest: its hop is the probe, and it hangs. */
+    call_t probe, waiting;
+    call_async_named(&probe, 0, NAMED_BODY("probe"));
+    cr_assert(fake_wait_count(up, 1, 5000));
+    usleep(150 * 1000);
+    call_async_named(&waiting, 1, NAMED_BODY("waiting"));
+    cr_assert(fake_wait_count(up, 2, 5000), "the probe goes at the pause's end");
+    cr_assert(request_says(1, "probe"));
+    usleep(300 * 1000);
+    kill(procs[0].pid, SIGKILL);
+    cr_assert_eq(call_wait(&waiting), 200, "b goes on without a's verdict (%d after %lld ms)", waiting.status,
+                 (long long)waiting.took_ms);
+    int64_t after = arrival_ms(2) - arrival_ms(1);
+    fprintf(stderr, "b went %lld ms after the killed instance's probe\n", (long long)after);
+    cr_assert_geq(after, 900, "b waited for the probe's verdict while its lease ran (%lld ms)",
+                  (long long)after);
+    cr_assert_lt(after, 1000 + 100 + 1000,
+                 "b went within the 1 s lease, a probe's turn and a second (%lld ms)", (long long)after);
+    call_wait(&probe);
+}
+
 Test(cluster, an_instance_that_joins_during_a_pause_holds_it_too)
 {
     start_instance(0);
@@ -630,29 +660,32 @@ most_in_a_window(size_t from, int64_t window_ms)
 /* What a loaded test machine may add between sluice sending a request and the fake reading it. */
 #define SCHEDULING_LAG_MS 200
 
-Test(cluster, a_token_limit_holds_exactly_across_two_instances_and_one_instance_can_use_all_of_it)
+/* cluster.md: at least 64 concurrent clients. */
+#define N_CLIENTS 64
+
+Test(cluster, a_token_limit_holds_exactly_under_64_clients_over_three_instances_and_one_can_use_all_of_it)
 {
     setenv("SLUICE_TEST_TIME_SCALE", "0.01", 1);
     failover = "wait_secs: 600";
     timeout_ms = 2000;
     /* More room than clients: nobody waits past one window, so none reaches its deadline (6 s, scaled). */
-    int64_t per_request = tokens_per_request(), fits = 20;
+    int64_t per_request = tokens_per_request(), fits = N_CLIENTS + N_CLIENTS / 4;
     static char limits[160];
     snprintf(limits, sizeof(limits), ", limits: [{per: minute, every: 5, tokens: %lld}]",
              (long long)(fits * per_request));
     provider_extra = limits;
-    start_instance(0);
-    start_instance(1);
+    for (int i = 0; i < 3; i++)
+        start_instance(i);
     fake_set_default(up, exact_usage());
 
-    client_t clients[8];
+    static client_t clients[N_CLIENTS];
     int64_t until = now_ms() + 4 * SCALED_WINDOW_MS;
-    for (int i = 0; i < 8; i++) {
-        clients[i] = (client_t){.first_instance = i % 2, .n_instances = 2, .until_ms = until};
+    for (int i = 0; i < N_CLIENTS; i++) {
+        clients[i] = (client_t){.first_instance = i % 3, .n_instances = 3, .until_ms = until};
         cr_assert_eq(pthread_create(&clients[i].thread, NULL, client_main, &clients[i]), 0);
     }
     int sent = 0, failed = 0, held = 0;
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < N_CLIENTS; i++) {
         pthread_join(clients[i].thread, NULL);
         sent += clients[i].sent, failed += clients[i].failed, held += clients[i].held;
     }
@@ -668,22 +701,22 @@ Test(cluster, a_token_limit_holds_exactly_across_two_instances_and_one_instance_
             SCALED_WINDOW_MS, most_in_a_window(0, SCALED_WINDOW_MS));
     fprintf(
         stderr,
-        "two instances, %lld tokens per window: %d requests, %d held, at most %zu (of %lld) in a window\n",
+        "three instances, %lld tokens per window: %d requests, %d held, at most %zu (of %lld) in a window\n",
         (long long)(fits * per_request), sent, held, most, (long long)fits);
     cr_assert_eq(failed, 0, "every request answered 200");
     cr_assert_leq(most, (size_t)fits, "the upstream never counts more than the limit in a window (%zu)",
                   most);
     cr_assert_geq(held, 20, "the limit bound (%d held)", held);
 
-    /* All traffic on one instance: it gets (nearly) the whole limit, not half of it. */
+    /* All traffic on one instance: it gets (nearly) the whole limit, not a third of it. */
     usleep(SCALED_WINDOW_MS * 1000);
     size_t before = fake_count(up);
     until = now_ms() + 2 * SCALED_WINDOW_MS;
-    for (int i = 0; i < 8; i++) {
+    for (int i = 0; i < N_CLIENTS; i++) {
         clients[i] = (client_t){.first_instance = 1, .n_instances = 1, .until_ms = until};
         cr_assert_eq(pthread_create(&clients[i].thread, NULL, client_main, &clients[i]), 0);
     }
-    for (int i = 0; i < 8; i++)
+    for (int i = 0; i < N_CLIENTS; i++)
         pthread_join(clients[i].thread, NULL);
     size_t alone = most_in_a_window(before, SCALED_WINDOW_MS - SCHEDULING_LAG_MS);
     fprintf(stderr, "one instance alone: at most %zu (of %lld) in a window\n", alone, (long long)fits);

@@ -121,20 +121,20 @@ Test(probe_turn, another_probe_out_here_is_not_the_deferred_one)
 
 Test(probe_turn, a_slot_claim_defers_for_one_turn_until_a_slot_is_taken_here)
 {
-    sl_slot_turn_t p = {0};
-    cr_expect_eq(sl_slot_turn_defer_until(&p, T0), T0 + SL_SLOT_TURN_MS);
-    cr_expect_eq(sl_slot_turn_defer_until(&p, T0 + 700), T0 + SL_SLOT_TURN_MS,
+    sl_claim_turn_t p = {0};
+    cr_expect_eq(sl_claim_turn_defer_until(&p, T0), T0 + SL_CLAIM_TURN_MS);
+    cr_expect_eq(sl_claim_turn_defer_until(&p, T0 + 700), T0 + SL_CLAIM_TURN_MS,
                  "the turn runs from the first");
-    cr_expect_eq(sl_slot_turn_defer_until(&p, T0 + SL_SLOT_TURN_MS), T0 + SL_SLOT_TURN_MS,
+    cr_expect_eq(sl_claim_turn_defer_until(&p, T0 + SL_CLAIM_TURN_MS), T0 + SL_CLAIM_TURN_MS,
                  "over: no deferring");
-    sl_slot_turn_taken(&p);
-    cr_expect_eq(sl_slot_turn_defer_until(&p, T0 + 1500), T0 + 1500 + SL_SLOT_TURN_MS, "taken: a new turn");
+    sl_claim_turn_taken(&p);
+    cr_expect_eq(sl_claim_turn_defer_until(&p, T0 + 1500), T0 + 1500 + SL_CLAIM_TURN_MS, "taken: a new turn");
 }
 
-Test(probe_turn, a_slot_turn_left_unused_starts_afresh)
+Test(probe_turn, a_claim_turn_left_unused_starts_afresh)
 {
-    sl_slot_turn_t p = {0};
-    sl_slot_turn_defer_until(&p, T0);
-    int64_t later = T0 + 2 * SL_SLOT_TURN_MS;
-    cr_expect_eq(sl_slot_turn_defer_until(&p, later), later + SL_SLOT_TURN_MS);
+    sl_claim_turn_t p = {0};
+    sl_claim_turn_defer_until(&p, T0);
+    int64_t later = T0 + 2 * SL_CLAIM_TURN_MS;
+    cr_expect_eq(sl_claim_turn_defer_until(&p, later), later + SL_CLAIM_TURN_MS);
 }

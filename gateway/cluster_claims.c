@@ -677,7 +677,8 @@ sl__cluster_claim_upstream(sl_cluster_shared_t *s, const sl_upstream_claim_t *c,
     sl_waitq_lock();
     if (res.throttle_probe)
         a->defer_until_ms = sl_probe_turn_defer_until(&c->up->probe_turn, &c->up->throttle, c->now_ms);
-    if (wants_slot || reserved)
+    /* Deferring costs the script a read of the tickets: only when others wait, as their heartbeats say. */
+    if ((wants_slot || reserved) && c->up->waiting_elsewhere)
         a->room_defer_until_ms = sl_claim_turn_defer_until(&c->up->claim_turn, c->now_ms);
     sl_waitq_unlock();
     ask(a, c->up->name, grace, c->max_concurrent, reserved ? res.charge.set : NULL, &c->need, c->wall_ms);

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cluster_view.h"
 #include "core/cluster_msg.h"
 #include "core/xalloc.h"
 #include "log.h"
@@ -621,34 +622,73 @@ static const sl_shared_state_ops_t cluster_ops = {
     .free = cluster_free,
 };
 
+/* Upstreams or limit sets, collected from the hooks' walks. */
 typedef struct {
-    sl_limit_set_t **sets;
+    void **items;
     size_t n, cap;
-} set_list_t;
+} ptr_list_t;
+
+static void
+ptr_list_push(ptr_list_t *l, void *p)
+{
+    if (l->n == l->cap) {
+        l->cap = l->cap * 2 + 16;
+        l->items = sl_xrealloc(l->items, l->cap * sizeof(*l->items));
+    }
+    l->items[l->n++] = p;
+}
 
 static void
 list_set(void *ctx, sl_limit_set_t *set)
 {
-    set_list_t *l = ctx;
-    if (set == NULL || set->n == 0)
-        return;
-    if (l->n == l->cap) {
-        l->cap = l->cap * 2 + 16;
-        l->sets = sl_xrealloc(l->sets, l->cap * sizeof(*l->sets));
-    }
-    l->sets[l->n++] = set;
+    if (set != NULL && set->n > 0)
+        ptr_list_push(ctx, set);
 }
 
-/* Each heartbeat: the slots held here are renewed, and the views learn the cluster's use of every limit. */
+static void
+list_upstream(void *ctx, sl_upstream_t *up)
+{
+    ptr_list_push(ctx, up);
+}
+
+/* Which upstreams have requests waiting on other instances, as their last heartbeats say. */
+static void
+note_waiting_elsewhere(sl_cluster_shared_t *s)
+{
+    ptr_list_t l = {0};
+    s->hooks.each(s->hooks.ctx, list_upstream, &l);
+    if (l.n == 0)
+        return;
+    sl_upstream_t **ups = (sl_upstream_t **)l.items;
+    sl_cluster_count_t *others = sl_xcalloc(l.n, sizeof(*others));
+    for (size_t i = 0; i < l.n; i++)
+        others[i].name = ups[i]->name;
+    sl_cluster_member_t *roster;
+    size_t n_roster = sl_cluster_roster(s->cluster, &roster);
+    sl_cluster_others_counts(roster, n_roster, sl_cluster_instance(s->cluster), others, l.n);
+    sl_cluster_roster_free(roster, n_roster);
+    sl_waitq_lock();
+    for (size_t i = 0; i < l.n; i++)
+        ups[i]->waiting_elsewhere = others[i].queued > 0;
+    sl_waitq_unlock();
+    free(others);
+    free(l.items);
+}
+
+/*
+ * Each heartbeat: the slots held here are renewed, the claims learn where
+ * others wait, and the views learn the cluster's use of every limit.
+ */
 static void
 on_heartbeat(void *ctx)
 {
     sl_cluster_shared_t *s = ctx;
     sl__cluster_on_heartbeat(s);
-    set_list_t l = {0};
+    note_waiting_elsewhere(s);
+    ptr_list_t l = {0};
     s->hooks.each_set(s->hooks.ctx, list_set, &l);
-    sl_cluster_usage_refresh(s->usage, l.sets, l.n);
-    free(l.sets);
+    sl_cluster_usage_refresh(s->usage, (sl_limit_set_t **)l.items, l.n);
+    free(l.items);
 }
 
 sl_cluster_part_t

@@ -30,6 +30,7 @@ typedef struct {
     sl_throttle_t throttle;
     sl_probe_turn_t probe_turn; /* a cluster's: the probe's turn among instances */
     sl_claim_turn_t claim_turn; /* a cluster's: a freed slot's or room's turn among instances */
+    bool waiting_elsewhere;     /* a cluster's: requests wait for it on another instance (last heartbeats) */
     sl_waitq_t waitq;
     bool dispatching;     /* a request just released from the queue is being sent: the next waits for it */
     pthread_mutex_t lock; /* guards what follows */

@@ -530,7 +530,8 @@ Test(cluster, a_freed_slot_goes_to_the_oldest_waiter_even_on_another_instance)
     provider_extra = ", max_concurrent: 1";
     start_instance(0);
     start_instance(1);
-    fake_push(up, slow_plain(1000));
+    /* Long enough for b to hear from a's heartbeat (1 s) that a has a request waiting, at its own (1 s). */
+    fake_push(up, slow_plain(2500));
     fake_set_default(up, slow_plain(200));
     /* b holds the only slot; a's waiter is older than b's two. */
     call_t holder, oldest, young[2];

@@ -75,7 +75,9 @@
  * need, slot ms, window ms) or 'p' (a calendar period: amount, need, -, the
  * period's end on Redis's clock).
  *
- * A window's use is window_use's (SL_CLUSTER_LUA_WINDOW_USE). Room is what
+ * A window's use is window_use's (SL_CLUSTER_LUA_WINDOW_USE). A counter's
+ * expiry is set by the reservation that starts its slot or period (later
+ * ones would set the same: one command less per claim). Room is what
  * core/limits.c calls room: used < amount and used <= amount - need. The
  * probe's turn, and a free slot's (core/probe_turn.h): the oldest ticket's,
  * unless its instance's heartbeat is gone (such tickets are dropped) or the
@@ -171,10 +173,10 @@
     "    if ARGV[b + 1] == 'w' then\n"                                                                       \
     "      local S, W = tonumber(ARGV[b + 4]), tonumber(ARGV[b + 5])\n"                                      \
     "      local k = math.floor(now / S)\n"                                                                  \
-    "      redis.call('HINCRBY', key, string.format('%d', k), need)\n"                                       \
-    "      redis.call('PEXPIREAT', key, string.format('%d', (k + 2) * S + W))\n"                             \
-    "    else\n"                                                                                             \
-    "      redis.call('INCRBY', key, need)\n"                                                                \
+    "      if redis.call('HINCRBY', key, string.format('%d', k), need) == need then\n"                       \
+    "        redis.call('PEXPIREAT', key, string.format('%d', (k + 2) * S + W))\n"                           \
+    "      end\n"                                                                                            \
+    "    elseif redis.call('INCRBY', key, need) == need then\n"                                              \
     "      redis.call('PEXPIREAT', key, ARGV[b + 5])\n"                                                      \
     "    end\n"                                                                                              \
     "  end\n"                                                                                                \

@@ -298,13 +298,33 @@ content_length(const char *head)
     return p != NULL ? (size_t)strtoul(p + 17, NULL, 10) : 0;
 }
 
+/* buf grown to at least need bytes (doubling, at most 4 MiB); *cap is its size now. */
+static char *
+grow(char *buf, size_t *cap, size_t need)
+{
+    size_t to = *cap;
+    while (to < need)
+        to *= 2;
+    if (to > (4 << 20))
+        to = 4 << 20;
+    *cap = to;
+    return realloc(buf, to);
+}
+
 static void *
 conn_main(void *arg)
 {
     conn_t *c = arg;
     fake_upstream_t *f = c->fake;
-    enum { BUF_SIZE = 4 << 20 }; /* the largest request bodies the tests send are a little over 1 MiB */
-    char *buf = malloc(BUF_SIZE);
+    /*
+     * Up to 4 MiB (the largest request bodies the tests send are a little
+     * over 1 MiB), grown as needed: a buffer of the most at once costs each
+     * connection its memset under meson's MALLOC_PERTURB_, enough to make the
+     * fake lag behind the arrivals it times.
+     */
+    enum { BUF_SIZE = 4 << 20 };
+    size_t cap = 64 << 10;
+    char *buf = malloc(cap);
     if (c->ssl != NULL && SSL_accept(c->ssl) != 1)
         goto done;
     size_t have = 0;
@@ -313,7 +333,9 @@ conn_main(void *arg)
         while ((end = memmem(buf, have, "\r\n\r\n", 4)) == NULL) {
             if (have == BUF_SIZE - 1)
                 goto done;
-            ssize_t r = conn_read(c, buf + have, BUF_SIZE - 1 - have);
+            if (have == cap - 1)
+                buf = grow(buf, &cap, cap * 2);
+            ssize_t r = conn_read(c, buf + have, cap - 1 - have);
             if (r <= 0)
                 goto done;
             have += (size_t)r;
@@ -323,8 +345,10 @@ conn_main(void *arg)
         size_t body_len = content_length(buf);
         if (head_len + body_len > BUF_SIZE - 1)
             goto done;
+        if (head_len + body_len > cap - 1)
+            buf = grow(buf, &cap, head_len + body_len + 1);
         while (have < head_len + body_len) {
-            ssize_t r = conn_read(c, buf + have, BUF_SIZE - 1 - have);
+            ssize_t r = conn_read(c, buf + have, cap - 1 - have);
             if (r <= 0)
                 goto done;
             have += (size_t)r;

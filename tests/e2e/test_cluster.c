@@ -661,6 +661,22 @@ most_in_a_window(size_t from, int64_t window_ms)
 /* What a loaded test machine may add between sluice sending a request and the fake reading it. */
 #define SCHEDULING_LAG_MS 200
 
+/* The warnings and errors in the logs of instances 0..n-1, for a failure's story. */
+static void
+print_warnings(int n)
+{
+    for (int i = 0; i < n; i++) {
+        proc_wait_log(&procs[i], "(read what is logged so far)", 200);
+        for (const char *line = procs[i].log; *line != '\0';) {
+            const char *end = strchr(line, '\n');
+            size_t len = end != NULL ? (size_t)(end - line) : strlen(line);
+            if (memmem(line, len, " warn ", 6) != NULL || memmem(line, len, " error ", 7) != NULL)
+                fprintf(stderr, "%c: %.*s\n", 'a' + i, (int)len, line);
+            line += len + (end != NULL);
+        }
+    }
+}
+
 /* cluster.md: at least 64 concurrent clients. */
 #define N_CLIENTS 64
 
@@ -705,6 +721,8 @@ Test(cluster, a_token_limit_holds_exactly_under_64_clients_over_three_instances_
         "three instances, %lld tokens per window: %d requests, %d held, at most %zu (of %lld) in a window\n",
         (long long)(fits * per_request), sent, held, most, (long long)fits);
     cr_assert_eq(failed, 0, "every request answered 200");
+    if (most > (size_t)fits)
+        print_warnings(3);
     cr_assert_leq(most, (size_t)fits, "the upstream never counts more than the limit in a window (%zu)",
                   most);
     cr_assert_geq(held, 20, "the limit bound (%d held)", held);

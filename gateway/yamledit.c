@@ -1198,21 +1198,28 @@ typedef struct {
 } restore_t;
 
 /*
- * The current value as it is written, unless it would not read the same
- * where it goes: a value over several lines depends on the indentation
- * around it, and a plain one may hold commas or brackets a flow collection
- * reads as its own.
+ * A node of doc c as it is written there, moved to a place inside a flow
+ * collection or not (into_flow), unless it would not read the same there: a
+ * value over several lines depends on the indentation around it, and a
+ * plain one moving into a flow collection may hold what ends a plain scalar
+ * there (commas, brackets, ": "). Then double-quoted, on one line (an
+ * empty one stays empty: quoted it would be "" rather than nothing).
  */
+static void
+append_moved(sl_strbuf_t *b, const doc_t *c, const node_t *n, bool into_flow)
+{
+    const char *src = c->text + n->start;
+    size_t len = n->end - n->start;
+    if (memchr(src, '\n', len) != NULL || (into_flow && n->plain && !n->in_flow && len > 0))
+        append_quoted(b, value_text(c, n), n->value_len);
+    else
+        sl_strbuf_append(b, src, len);
+}
+
 static void
 restore_text(const restore_t *r, const node_t *to, const node_t *from, sl_strbuf_t *b)
 {
-    const doc_t *c = &r->current;
-    const char *src = c->text + from->start;
-    size_t len = from->end - from->start;
-    if (memchr(src, '\n', len) != NULL || (from->plain && to->in_flow && !from->in_flow))
-        append_quoted(b, value_text(c, from), from->value_len);
-    else
-        sl_strbuf_append(b, src, len);
+    append_moved(b, &r->current, from, to->in_flow);
 }
 
 static bool
@@ -1686,33 +1693,6 @@ replace_top(keeper_t *k, const keep_t *it)
     edits_replace_buf(&k->edits, from, to - from, &b);
 }
 
-/* Whether s[0..n) holds a character that ends a plain scalar inside a flow collection. */
-static bool
-has_flow_indicator(const char *s, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        if (strchr(",[]{}", s[i]) != NULL)
-            return true;
-    }
-    return false;
-}
-
-/*
- * A one-line scalar of current as written there, unless it is plain and a
- * flow collection it moves into would read its commas or brackets as its
- * own: then double-quoted.
- */
-static void
-append_as_written(sl_strbuf_t *b, const doc_t *c, const node_t *n, bool into_flow)
-{
-    const char *src = c->text + n->start;
-    size_t len = n->end - n->start;
-    if (into_flow && n->plain && !n->in_flow && has_flow_indicator(src, len))
-        append_quoted(b, value_text(c, n), n->value_len);
-    else
-        sl_strbuf_append(b, src, len);
-}
-
 static bool
 only_space(const char *s, size_t n)
 {
@@ -1739,7 +1719,7 @@ replace_scalar(keeper_t *k, const keep_t *it)
     sl_strbuf_t b = {0};
     if (v->start == v->end && cv->start < cv->end)
         sl_strbuf_append(&b, " ", 1);
-    append_as_written(&b, &k->cur, cv, v->in_flow);
+    append_moved(&b, &k->cur, cv, v->in_flow);
     if (b.len > 0) {
         if (v->start == v->end)
             edits_replace_buf(&k->edits, colon, 0, &b);
@@ -1784,11 +1764,13 @@ add_nested(keeper_t *k, const keep_t *it)
         return fail(k->err, k->err_size, "%s: cannot tell the indentation of its mapping in new", it->path);
     }
     append_spaces(&b, indent);
-    append_as_written(&b, c, key_of(c, it->cur_map, it->cur_pair), m->flow);
+    /* The key as written: the paths name plain keys, which read the same in a flow mapping. */
+    const node_t *key = key_of(c, it->cur_map, it->cur_pair);
+    sl_strbuf_append(&b, c->text + key->start, key->end - key->start);
     sl_strbuf_append(&b, ":", 1);
     if (cv->start < cv->end || m->flow)
         sl_strbuf_append(&b, " ", 1);
-    append_as_written(&b, c, cv, m->flow);
+    append_moved(&b, c, cv, m->flow);
     *flags |= KEEP_WRITTEN;
     if (!m->flow) {
         sl_strbuf_append(&b, "\n", 1);

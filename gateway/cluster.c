@@ -825,6 +825,12 @@ sl_cluster_name(const sl_cluster_t *c)
     return c->name;
 }
 
+const char *
+sl_cluster_hb_prefix(const sl_cluster_t *c)
+{
+    return c->hb_prefix;
+}
+
 uint32_t
 sl_cluster_timeout_ms(const sl_cluster_t *c)
 {

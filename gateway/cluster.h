@@ -60,6 +60,8 @@ void sl_cluster_stop(sl_cluster_t *c);
 
 const char *sl_cluster_instance(const sl_cluster_t *c);
 const char *sl_cluster_name(const sl_cluster_t *c);
+/* The heartbeat keys' common prefix ("{sl:NAME}:hb:"): a heartbeat's key is it and the instance. */
+const char *sl_cluster_hb_prefix(const sl_cluster_t *c);
 uint32_t sl_cluster_timeout_ms(const sl_cluster_t *c);
 
 /* Where Redis is and how to log in to it (the strings live as long as c). */

@@ -563,8 +563,7 @@ ask(ask_t *a, const char *upstream, int64_t grace_ms, uint32_t max, sl_limit_set
 {
     sl_cluster_shared_t *s = a->s;
     const char *name = sl_cluster_name(s->cluster);
-    char slots[400] = "-", busy[400] = "-", tickets[400] = "-", hb_prefix[400];
-    sl_cluster_key(hb_prefix, sizeof(hb_prefix), name, "hb", "");
+    char slots[400] = "-", busy[400] = "-", tickets[400] = "-";
     if (upstream != NULL) {
         sl_cluster_key(a->lease_key, sizeof(a->lease_key), name, "probe", upstream);
         sl_cluster_key(slots, sizeof(slots), name, "slots", upstream);
@@ -599,7 +598,7 @@ ask(ask_t *a, const char *upstream, int64_t grace_ms, uint32_t max, sl_limit_set
                              ? (long long)sl_cluster_redis_ms_of(a->defer_until_ms, mono, sl_wall_ms(),
                                                                  sl_cluster_clock_offset_ms(s->cluster))
                              : 0LL);
-    sl_cluster_args_add(&cmd, hb_prefix);
+    sl_cluster_args_add(&cmd, sl_cluster_hb_prefix(s->cluster));
     sl_cluster_args_addf(&cmd, "%lld",
                          a->room_defer_until_ms > mono
                              ? (long long)sl_cluster_redis_ms_of(a->room_defer_until_ms, mono, sl_wall_ms(),

@@ -179,6 +179,20 @@ sl_cluster_args_add(sl_cluster_args_t *a, const char *s)
 }
 
 void
+sl_cluster_args_add_static(sl_cluster_args_t *a, const char *s)
+{
+    if (a->argc >= 32) {
+        sl_cluster_args_add(a, s);
+        return;
+    }
+    sl_cluster_args_add(a, "");
+    free(a->argv[a->argc - 1]);
+    a->argv[a->argc - 1] = (char *)s;
+    a->lens[a->argc - 1] = strlen(s);
+    a->borrowed |= 1u << (a->argc - 1);
+}
+
+void
 sl_cluster_args_addf(sl_cluster_args_t *a, const char *fmt, ...)
 {
     char buf[512];
@@ -192,8 +206,10 @@ sl_cluster_args_addf(sl_cluster_args_t *a, const char *fmt, ...)
 void
 sl_cluster_args_free(sl_cluster_args_t *a)
 {
-    for (int i = 0; i < a->argc; i++)
-        free(a->argv[i]);
+    for (int i = 0; i < a->argc; i++) {
+        if (i >= 32 || !(a->borrowed & (1u << i)))
+            free(a->argv[i]);
+    }
     free(a->argv);
     free(a->lens);
     *a = (sl_cluster_args_t){0};
@@ -357,7 +373,7 @@ send_cmd(sl_cluster_t *c, cmd_t *m)
     const char *sha = NULL;
     /* A script goes by its SHA-1, not its few kilobytes, once Redis knows it. */
     if (!m->as_script && m->argc >= 2 && strcmp(m->argv[0], "EVAL") == 0)
-        sha = sl_script_sha(&c->shas, m->argv[1], m->lens[1]);
+        sha = sl_script_sha(&c->shas, m->argv[1], m->lens[1], false);
     if (sha != NULL) {
         m->as_script = true;
         const char *head = m->argv[0], *script = m->argv[1];

@@ -118,9 +118,15 @@ typedef struct {
     char **argv;
     size_t *lens;
     int argc, cap;
+    uint32_t borrowed; /* bit i: argv[i] is the caller's constant (sl_cluster_args_add_static), not a copy */
 } sl_cluster_args_t;
 
 void sl_cluster_args_add(sl_cluster_args_t *a, const char *s);
+/*
+ * s is a constant that outlives the command (a script's text): not copied,
+ * and a script cache finds it by its address (cluster_scripts.h).
+ */
+void sl_cluster_args_add_static(sl_cluster_args_t *a, const char *s);
 void sl_cluster_args_addf(sl_cluster_args_t *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* Sends them as sl_cluster_command does, and frees them (a is empty again). */
 void sl_cluster_send(sl_cluster_t *c, sl_cluster_args_t *a, sl_cluster_reply_cb done, void *ctx);

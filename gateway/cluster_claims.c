@@ -577,8 +577,8 @@ ask(ask_t *a, const char *upstream, int64_t grace_ms, uint32_t max, sl_limit_set
     size_t n = set != NULL ? sl_cluster_usage_claim_args(s->usage, set, need, wall_ms, &keys, &args) : 0;
     sl_waitq_unlock();
     sl_cluster_args_t cmd = {0};
-    sl_cluster_args_add(&cmd, "EVAL");
-    sl_cluster_args_add(&cmd, SL_CLUSTER_CLAIM_LUA);
+    sl_cluster_args_add_static(&cmd, "EVAL");
+    sl_cluster_args_add_static(&cmd, SL_CLUSTER_CLAIM_LUA);
     sl_cluster_args_addf(&cmd, "%zu", 4 + n);
     sl_cluster_args_add(&cmd, a->lease_key);
     sl_cluster_args_add(&cmd, slots);

@@ -228,7 +228,7 @@ issue(lane_cmd_t *m)
     size_t *lens = m->args.lens;
     const char *sha = NULL;
     if (!m->whole && m->args.argc >= 2 && strcmp(argv[0], "EVAL") == 0)
-        sha = sl_script_sha(&lane->shas, argv[1], lens[1]);
+        sha = sl_script_sha(&lane->shas, argv[1], lens[1], (m->args.borrowed & 2u) != 0);
     m->by_sha = sha != NULL;
     if (!m->by_sha)
         return redisAsyncCommandArgv(lane->ac, on_reply, m, m->args.argc, (const char **)argv, lens) ==

@@ -10,11 +10,18 @@
 #include "core/xalloc.h"
 
 const char *
-sl_script_sha(sl_script_shas_t *shas, const char *script, size_t len)
+sl_script_sha(sl_script_shas_t *shas, const char *script, size_t len, bool constant)
 {
-    for (size_t i = 0; i < shas->n; i++) {
-        if (shas->shas[i].len == len && memcmp(shas->shas[i].text, script, len) == 0)
+    for (size_t i = 0; constant && i < shas->n; i++) {
+        if (shas->shas[i].source == script)
             return shas->shas[i].hex;
+    }
+    for (size_t i = 0; i < shas->n; i++) {
+        if (shas->shas[i].len == len && memcmp(shas->shas[i].text, script, len) == 0) {
+            if (constant)
+                shas->shas[i].source = script;
+            return shas->shas[i].hex;
+        }
     }
     if (shas->n == sizeof(shas->shas) / sizeof(shas->shas[0]))
         return NULL;
@@ -26,6 +33,7 @@ sl_script_sha(sl_script_shas_t *shas, const char *script, size_t len)
     e->text = sl_xmalloc(len);
     memcpy(e->text, script, len);
     e->len = len;
+    e->source = constant ? script : NULL;
     return e->hex;
 }
 

@@ -7,6 +7,9 @@
 #ifndef SL_CLUSTER_SCRIPTS_H
 #define SL_CLUSTER_SCRIPTS_H
 
+#include <stdbool.h>
+#include <stddef.h>
+
 #include <stddef.h>
 
 /* Redis's clock in ms (TIME), as every script reads it: `now`. */
@@ -259,15 +262,20 @@
  */
 typedef struct {
     struct sl_script_sha {
-        char *text; /* owned */
+        char *text;         /* owned */
+        const char *source; /* the constant it was hashed from, found by address; NULL: none */
         size_t len;
         char hex[41];
     } shas[8];
     size_t n;
 } sl_script_shas_t;
 
-/* The script's SHA-1, NULL past the few it keeps (the script then goes whole). */
-const char *sl_script_sha(sl_script_shas_t *shas, const char *script, size_t len);
+/*
+ * The script's SHA-1, NULL past the few it keeps (the script then goes
+ * whole). constant: script is a string constant (sl_cluster_args_add_static),
+ * found again by its address rather than by comparing its kilobytes.
+ */
+const char *sl_script_sha(sl_script_shas_t *shas, const char *script, size_t len, bool constant);
 void sl_script_shas_dispose(sl_script_shas_t *shas);
 
 #endif

@@ -14,8 +14,10 @@ static const char one[] = "return 1", two[] = "return 2";
 Test(cluster_scripts, a_script_is_named_by_the_sha1_of_its_text)
 {
     sl_script_shas_t shas = {0};
-    cr_expect_str_eq(sl_script_sha(&shas, one, strlen(one), true), "e0e1f9fabfc9d4800c877a703b823ac0578ff8db");
-    cr_expect_str_eq(sl_script_sha(&shas, two, strlen(two), false), "7f923f79fe76194c868d7e1d0820de36700eb649");
+    cr_expect_str_eq(sl_script_sha(&shas, one, strlen(one), true),
+                     "e0e1f9fabfc9d4800c877a703b823ac0578ff8db");
+    cr_expect_str_eq(sl_script_sha(&shas, two, strlen(two), false),
+                     "7f923f79fe76194c868d7e1d0820de36700eb649");
     cr_expect_eq(shas.n, 2);
     sl_script_shas_dispose(&shas);
 }
@@ -32,7 +34,8 @@ Test(cluster_scripts, a_copy_of_a_constant_and_the_constant_share_one_name)
     /* A copy freed and another text at the same address is not taken for it: copies are compared. */
     free(copy);
     char *other = strdup(two);
-    cr_expect_str_eq(sl_script_sha(&shas, other, strlen(other), false), "7f923f79fe76194c868d7e1d0820de36700eb649");
+    cr_expect_str_eq(sl_script_sha(&shas, other, strlen(other), false),
+                     "7f923f79fe76194c868d7e1d0820de36700eb649");
     free(other);
     sl_script_shas_dispose(&shas);
 }

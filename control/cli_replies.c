@@ -149,9 +149,15 @@ sl_cli_instances_table(const sl_proto_cluster_view_t *cluster, const sl_proto_in
 void
 sl_cli_history_table(const sl_proto_history_row_t *rows, size_t n, sl_strbuf_t *out)
 {
-    table_t t = {.ncols = 10, .align = "lrlllrrrrr"};
+    /* INSTANCE, last, only when some row has one (a PostgreSQL request DB): SQLite's table is unchanged. */
+    bool with_instance = false;
+    for (size_t i = 0; i < n && !with_instance; i++)
+        with_instance = rows[i].instance != NULL;
+    table_t t = {.ncols = with_instance ? 11 : 10, .align = "lrlllrrrrrl"};
+    /* table_add reads ncols cells: without INSTANCE the trailing NULL is not read. */
     table_add(&t, xprintf("TIME"), xprintf("ID"), xprintf("CLIENT"), xprintf("MODEL"), xprintf("PROVIDER"),
-              xprintf("STATUS"), xprintf("DURATION"), xprintf("TTFT"), xprintf("TOKENS"), xprintf("COST"));
+              xprintf("STATUS"), xprintf("DURATION"), xprintf("TTFT"), xprintf("TOKENS"), xprintf("COST"),
+              with_instance ? xprintf("INSTANCE") : NULL);
     for (size_t i = 0; i < n; i++) {
         const sl_proto_history_row_t *r = &rows[i];
         char when[32], duration[32], ttft[32] = "-", cost[32] = "-", tokens[48] = "-";
@@ -166,9 +172,29 @@ sl_cli_history_table(const sl_proto_history_row_t *rows, size_t n, sl_strbuf_t *
         table_add(&t, xprintf("%s", when), xprintf("%llu", (unsigned long long)r->id),
                   xprintf("%s", r->client), xprintf("%s", r->model),
                   xprintf("%s", r->provider != NULL ? r->provider : "-"), xprintf("%u", (unsigned)r->status),
-                  xprintf("%s", duration), xprintf("%s", ttft), xprintf("%s", tokens), xprintf("%s", cost));
+                  xprintf("%s", duration), xprintf("%s", ttft), xprintf("%s", tokens), xprintf("%s", cost),
+                  with_instance ? xprintf("%s", r->instance != NULL ? r->instance : "-") : NULL);
     }
     table_finish(&t, out);
+}
+
+/* "request DB: postgres, degraded (connection refused), 120 rows spooled (48213 bytes)": get_providers'
+ * store. */
+static void
+store_line(const sl_proto_store_view_t *store, sl_strbuf_t *out)
+{
+    const char *kind = sl_proto_store_kind_slug(store->kind);
+    const char *state = sl_proto_store_state_slug(store->state);
+    sl_strbuf_appendf(out, "request DB: %s, %s", kind != NULL ? kind : "?", state != NULL ? state : "?");
+    if (store->reason != NULL)
+        sl_strbuf_appendf(out, " (%s)", store->reason);
+    if (store->has_spooled_rows) {
+        sl_strbuf_appendf(out, ", %llu row%s spooled", (unsigned long long)store->spooled_rows,
+                          store->spooled_rows == 1 ? "" : "s");
+        if (store->has_spool_bytes)
+            sl_strbuf_appendf(out, " (%llu bytes)", (unsigned long long)store->spool_bytes);
+    }
+    sl_strbuf_append(out, "\n", 1);
 }
 
 /* ---- replies ------------------------------------------------------------------------------------- */
@@ -222,6 +248,8 @@ sl_cli_ok_lines(const sl_cli_args_t *a, const sl_proto_ok_msg_t *ok, uint64_t no
                 sl_cli_provider_json(&ok->providers[i], out);
         } else {
             sl_cli_providers_table(ok->providers, ok->providers_len, now_ms, out);
+            if (ok->store != NULL)
+                store_line(ok->store, out);
         }
         break;
     case SL_CLI_INSTANCES:

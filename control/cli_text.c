@@ -482,6 +482,16 @@ event_fields(const sl_proto_event_t *ev, bool with_id, sl_strbuf_t *b)
     case SL_PROTO_EVENT_ROWS_DROPPED:
         kv_u(b, "count", ev->rows_dropped.count);
         break;
+    case SL_PROTO_EVENT_STORE_CHANGED: {
+        const sl_proto_store_changed_t *e = &ev->store_changed;
+        kv(b, "state", sl_proto_store_state_slug(e->state));
+        kv(b, "store", sl_proto_store_kind_slug(e->store_kind));
+        if (e->reason != NULL)
+            kv(b, "reason", e->reason);
+        if (e->has_spooled_rows)
+            kv_u(b, "spooled_rows", e->spooled_rows);
+        break;
+    }
     case SL_PROTO_EVENT_CONFIG_RELOADED:
         kv_u(b, "revision", ev->config_reloaded.revision);
         kv(b, "source", sl_proto_config_source_slug(ev->config_reloaded.source));

@@ -137,7 +137,7 @@ put_config(const sl_control_ctx_t *ctx, const sl_proto_put_config_msg_t *m, sl_p
 static void
 history(const sl_control_ctx_t *ctx, const sl_proto_history_msg_t *m, sl_proto_message_t *reply)
 {
-    const char *db = sl_runtime_store_path(ctx->runtime);
+    const sl_store_where_t *db = sl_runtime_store(ctx->runtime);
     ok(reply, m->req);
     reply->ok.has_rows = true;
     if (db == NULL)
@@ -185,6 +185,7 @@ sl_control_handle(const sl_control_ctx_t *ctx, const sl_proto_message_t *m, sl_p
         ok(reply, m->get_providers.req);
         reply->ok.has_providers = true;
         reply->ok.providers_len = sl_runtime_provider_views(ctx->runtime, &reply->ok.providers);
+        reply->ok.store = sl_runtime_store_view(ctx->runtime);
         break;
     case SL_PROTO_MESSAGE_GET_INSTANCES:
         ok(reply, m->get_instances.req);

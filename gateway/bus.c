@@ -820,6 +820,21 @@ sl_bus_rows_dropped(sl_proto_event_t *out, int64_t at_ms, uint64_t count)
     return out;
 }
 
+sl_proto_event_t *
+sl_bus_store_changed(sl_proto_event_t *out, int64_t at_ms, bool degraded, bool postgres, const char *reason,
+                     int64_t spooled_rows)
+{
+    sl_proto_event_init(out, SL_PROTO_EVENT_STORE_CHANGED);
+    sl_proto_store_changed_t *e = &out->store_changed;
+    e->at_ms = u64_of(at_ms);
+    e->state = degraded ? SL_PROTO_STORE_STATE_DEGRADED : SL_PROTO_STORE_STATE_OK;
+    e->store_kind = postgres ? SL_PROTO_STORE_KIND_POSTGRES : SL_PROTO_STORE_KIND_SQLITE;
+    e->reason = reason != NULL ? scrubbed_dup(reason) : NULL;
+    e->has_spooled_rows = spooled_rows >= 0;
+    e->spooled_rows = u64_of(spooled_rows);
+    return out;
+}
+
 /* ---- the in-flight log ----------------------------------------------------------------------- */
 
 /* What an event does to the log, and where its request id is. */

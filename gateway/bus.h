@@ -303,6 +303,16 @@ sl_proto_event_t *sl_bus_config_rejected(sl_proto_event_t *out, int64_t at_ms,
 
 sl_proto_event_t *sl_bus_rows_dropped(sl_proto_event_t *out, int64_t at_ms, uint64_t count);
 
+/*
+ * The request DB went degraded (PostgreSQL unreachable: rows go to the
+ * spool file) or back to ok; postgres false = SQLite. reason: why it is
+ * degraded, NULL = none; copied, with secrets scrubbed (a connection
+ * string's password), the argument stays the caller's. spooled_rows: the
+ * rows waiting in the spool file, SL_BUS_ABSENT = not known.
+ */
+sl_proto_event_t *sl_bus_store_changed(sl_proto_event_t *out, int64_t at_ms, bool degraded, bool postgres,
+                                       const char *reason, int64_t spooled_rows);
+
 /* ---- views ---------------------------------------------------------------------------------- */
 
 /* An upstream's live state, read by the caller under its locks (ProviderView). */

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <inttypes.h>
+#include <libpq-fe.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1618,10 +1619,78 @@ set_cluster(walker_t *w, yaml_node_t *value, void *target)
     cfg->cluster = c;
 }
 
+static void
+bad_store_url(walker_t *w, yaml_node_t *node, const char *reason)
+{
+    char shown[256];
+    snprintf(shown, sizeof(shown), "%s", reason);
+    /* libpq's reasons may quote the URL: never its password. */
+    sl_scrub_secrets(shown, strlen(shown));
+    size_t n = strlen(shown);
+    while (n > 0 && (shown[n - 1] == '\n' || shown[n - 1] == ' '))
+        shown[--n] = '\0';
+    ERROR(w, node, SL_CODE_CONFIG_STORE_BAD_URL, "reason", shown);
+}
+
+/*
+ * store.url, once its ${VAR}s are expanded: a libpq connection URI
+ * (postgres:// or postgresql://), checked by libpq's own parser so that
+ * what loads is what connects. libpq %-decodes the userinfo, so a password
+ * holding '@', ':' or '/' is written %-encoded.
+ */
+static void
+set_store_url(walker_t *w, yaml_node_t *value, void *target)
+{
+    char *raw = get_string(w, value);
+    char *url = raw != NULL ? expand_vars(w, value, raw) : NULL;
+    if (url == NULL)
+        return;
+    if (strncmp(url, "postgres://", 11) != 0 && strncmp(url, "postgresql://", 13) != 0) {
+        bad_store_url(w, value, "it does not start with postgres:// or postgresql://");
+        return;
+    }
+    char *why = NULL;
+    PQconninfoOption *opts = PQconninfoParse(url, &why);
+    if (opts == NULL) {
+        bad_store_url(w, value, why != NULL ? why : "out of memory");
+        PQfreemem(why);
+        return;
+    }
+    PQconninfoFree(opts);
+    ((sl_config_t *)target)->store_url = url;
+}
+
+static const field_t spool_fields[] = {
+    {"path", .kind = F_STRING, .offset = offsetof(sl_config_t, spool_path)},
+    {"max_bytes", U(sl_config_t, spool_max_bytes, 1ULL << 20, 1ULL << 40)},
+};
+
+static void
+set_spool(walker_t *w, yaml_node_t *value, void *target)
+{
+    walk_fields(w, value, spool_fields, NFIELDS(spool_fields), target, NULL);
+}
+
+enum { STORE_PATH, STORE_URL };
 static const field_t store_fields[] = {
-    {"path", .kind = F_STRING, .offset = offsetof(sl_config_t, store_path)},
+    [STORE_PATH] = {"path", .kind = F_STRING, .offset = offsetof(sl_config_t, store_path)},
+    [STORE_URL] = {"url", F_CUSTOM, .custom = set_store_url},
+    {"spool", F_CUSTOM, .custom = set_spool},
     {"retention_days", U(sl_config_t, retention_days, 1, 36500)},
 };
+
+static void
+set_store(walker_t *w, yaml_node_t *value, void *target)
+{
+    yaml_node_t *seen[NFIELDS(store_fields)];
+    if (!walk_fields(w, value, store_fields, NFIELDS(store_fields), target, seen))
+        return;
+    if (seen[STORE_PATH] != NULL && seen[STORE_URL] != NULL) {
+        size_t saved = push_key(w, "url");
+        ERROR0(w, seen[STORE_URL], SL_CODE_CONFIG_STORE_PATH_AND_URL);
+        pop_to(w, saved);
+    }
+}
 
 static const field_t security_fields[] = {
     {"redact", .kind = F_BOOL, .offset = offsetof(sl_config_t, redact)},
@@ -1637,7 +1706,6 @@ static const field_t size_limit_fields[] = {
     {                                                                                                        \
         walk_fields(w, value, table, NFIELDS(table), target, NULL);                                          \
     }
-SECTION_SETTER(set_store, store_fields)
 SECTION_SETTER(set_security, security_fields)
 SECTION_SETTER(set_size_limits, size_limit_fields)
 
@@ -1658,6 +1726,18 @@ static const field_t root_fields[] = {
 };
 
 /* ---- entry points -------------------------------------------------------- */
+
+/* name in the directory of the config file at source_path; in the working directory without a file. */
+static char *
+beside(sl_arena_t *arena, const char *source_path, const char *name)
+{
+    const char *slash = source_path != NULL ? strrchr(source_path, '/') : NULL;
+    int dir_len = slash != NULL ? (int)(slash - source_path) + 1 : 0;
+    size_t n = (size_t)dir_len + strlen(name) + 1;
+    char *path = sl_arena_alloc(arena, n);
+    snprintf(path, n, "%.*s%s", dir_len, source_path != NULL ? source_path : "", name);
+    return path;
+}
 
 static sl_config_t *
 config_with_defaults(const char *source_path, const sl_config_env_t *env)
@@ -1682,6 +1762,8 @@ config_with_defaults(const char *source_path, const sl_config_env_t *env)
         .total_timeout_secs = 3600,
     };
     c->store_path = "sluice.db";
+    c->spool_path = beside(arena, source_path, "sluice.spool");
+    c->spool_max_bytes = 256ULL << 20;
     c->retention_days = 30;
     c->redact = true;
     c->max_body_bytes = 32u * 1024 * 1024;

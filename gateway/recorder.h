@@ -1,7 +1,9 @@
 /*
- * The request DB (behaviour.md §10, §7): one SQLite file holding a row per
- * ended request with its attempts, and per-minute usage buckets that survive
- * restarts and request retention.
+ * The request DB (behaviour.md §10, §7): a row per ended request with its
+ * attempts, and per-minute usage buckets that survive restarts and request
+ * retention. It lives in one SQLite file (the default) or in PostgreSQL
+ * (store.url, cluster.md), shared by several instances: store.h is the
+ * interface both implement.
  *
  * One writer thread owns the write connection. The data plane only hands it
  * rows through a bounded queue and usage through an in-memory map, both under
@@ -30,7 +32,7 @@
 #include "core/outcome.h"
 #include "sl_proto.h"
 
-/* PRAGMA user_version of the schema this code writes. */
+/* The schema version this code writes: SQLite's PRAGMA user_version, PostgreSQL's sluice_schema. */
 #define SL_RECORDER_SCHEMA_VERSION 2
 
 #define SL_RECORDER_DEFAULT_QUEUE     10000
@@ -46,6 +48,7 @@
 #define SL_RECORDER_MAX_BUCKETS       65536   /* pending usage buckets held in memory */
 #define SL_HISTORY_DEFAULT_LIMIT      100
 #define SL_HISTORY_MAX_LIMIT          500
+#define SL_SPOOL_DEFAULT_MAX_BYTES    (256ULL << 20)
 
 /* Optional numbers in rows: absent is -1 for durations, 0 for status and retry. */
 #define SL_ROW_ABSENT (-1)
@@ -124,6 +127,25 @@ sl_row_msg_t sl_row_msg_from(const sl_msg_t *msg);
 /* Frees the message's strings and zeroes it. */
 void sl_row_msg_clear(sl_row_msg_t *msg);
 
+/* Where the request DB is: a SQLite file, or PostgreSQL with its spool. Strings borrowed. */
+typedef struct {
+    const char *path;     /* SQLite; used when url is NULL */
+    const char *url;      /* PostgreSQL: a libpq URI, secrets expanded */
+    const char *instance; /* the name rows are stored under (PostgreSQL) */
+    const char *spool_path;
+    uint64_t spool_max_bytes; /* 0 = SL_SPOOL_DEFAULT_MAX_BYTES */
+} sl_store_where_t;
+
+typedef enum { SL_STORE_SQLITE, SL_STORE_POSTGRES } sl_store_kind_t;
+
+/* How the request DB is doing, for /healthz, get_providers and StoreChanged. */
+typedef struct {
+    sl_store_kind_t kind;
+    bool degraded;    /* rows cannot reach the DB now: they wait in the spool */
+    char reason[256]; /* why, masked; "" when not degraded */
+    uint64_t spooled_rows, spool_bytes;
+} sl_store_status_t;
+
 /* Zero fields take the SL_RECORDER_DEFAULT_* values. */
 typedef struct {
     size_t queue_capacity;    /* rows waiting for the writer */
@@ -138,6 +160,9 @@ typedef struct {
      */
     void (*on_dropped)(void *ctx, uint64_t rows, const char *reason);
     void *on_dropped_ctx;
+    /* Optional: told when the store turns degraded or ok again; on the writer thread, no lock held. */
+    void (*on_state)(void *ctx, const sl_store_status_t *now);
+    void *on_state_ctx;
 } sl_recorder_options_t;
 
 typedef struct {
@@ -145,20 +170,28 @@ typedef struct {
     uint64_t dropped;       /* rows lost: queue full, failed write, bad enum, or closing */
     uint64_t usage_dropped; /* usage buckets lost: map full, or a failed flush at flush/close */
     uint64_t swept;         /* request rows deleted by retention */
-    int last_error;         /* SQLite result code of the latest failed write; 0 if none */
+    char last_error[256];   /* the store's reason for the latest failed write; "" if none */
 } sl_recorder_stats_t;
 
 typedef struct sl_recorder sl_recorder_t;
 
 /*
- * Opens or creates the request DB at path: the file is created (or tightened)
- * to mode 0600 before SQLite touches it, WAL journal, synchronous=NORMAL, the
- * schema migrated up to SL_RECORDER_SCHEMA_VERSION, and the writer thread
- * started. opts may be NULL. Returns the recorder, or NULL with a reason in
- * err (a DB with a newer schema is refused, its contents untouched); nothing
- * is left open on failure, though a file created before the failure stays.
+ * Opens the request DB and starts the writer thread. opts may be NULL.
+ *
+ * SQLite (where->url NULL): the file at where->path is created (or
+ * tightened) to mode 0600 before SQLite touches it, WAL journal,
+ * synchronous=NORMAL, the schema migrated up to SL_RECORDER_SCHEMA_VERSION.
+ * A DB with a newer schema is refused, its contents untouched.
+ *
+ * PostgreSQL: only the spool file is opened here (created 0600; rows a
+ * previous run left in it are written first). The writer connects, and
+ * creates or migrates the schema under an advisory lock, in the background;
+ * while it cannot, rows go to the spool and the store is degraded.
+ *
+ * Returns the recorder, or NULL with a reason in err; nothing is left open
+ * on failure, though a file created before the failure stays.
  */
-sl_recorder_t *sl_recorder_open(const char *path, const sl_recorder_options_t *opts, char *err,
+sl_recorder_t *sl_recorder_open(const sl_store_where_t *where, const sl_recorder_options_t *opts, char *err,
                                 size_t err_size);
 
 /*
@@ -181,9 +214,12 @@ bool sl_recorder_add_usage(sl_recorder_t *rec, sl_bucket_kind_t kind, const char
 /* Copies the counters into *out. */
 void sl_recorder_stats(sl_recorder_t *rec, sl_recorder_stats_t *out);
 
+/* The store's state now. */
+void sl_recorder_status(sl_recorder_t *rec, sl_store_status_t *out);
+
 /*
- * Blocks until the writer has nothing due: every row queued is written or
- * dropped, pending usage is flushed (or, on failure, dropped and counted),
+ * Blocks until the writer has nothing due: every row queued is written (or
+ * spooled) or dropped, pending usage is flushed (or, on failure, dropped and counted),
  * and a due retention pass has run. Not for the data plane.
  */
 void sl_recorder_flush(sl_recorder_t *rec);
@@ -195,7 +231,7 @@ void sl_recorder_flush(sl_recorder_t *rec);
  */
 void sl_recorder_close(sl_recorder_t *rec);
 
-/* ---- reading back, each call on its own read-only connection ------------ */
+/* ---- reading back, each call on its own connection ------------------------ */
 
 /* Which rows a `history` request wants: the fields of the protocol's `history` message. */
 typedef struct {
@@ -206,10 +242,11 @@ typedef struct {
 } sl_recorder_history_query_t;
 
 /*
- * Reads one page of the request DB at db_path as HistoryRows with their
+ * Reads one page of the request DB at where as HistoryRows with their
  * attempts (in hop order), newest first (started_at_ms, then insertion order,
- * descending). Filters match exactly. Called from the control thread: it opens
- * a read-only connection of its own, never the writer's.
+ * descending); from PostgreSQL, every instance's rows, each naming its
+ * instance. Filters match exactly. Called from the control thread: it opens
+ * a connection of its own (read-only for SQLite), never the writer's.
  *
  * Returns 0 with *rows an array of *n_rows rows (NULL when there are none)
  * and *next_cursor an opaque string to ask for the next page with, NULL
@@ -228,7 +265,7 @@ typedef struct {
  * a next_cursor; an unreadable DB or another schema version), *rows NULL,
  * *n_rows 0 and *next_cursor NULL.
  */
-int sl_recorder_history(const char *db_path, const sl_recorder_history_query_t *q,
+int sl_recorder_history(const sl_store_where_t *where, const sl_recorder_history_query_t *q,
                         sl_proto_history_row_t **rows, size_t *n_rows, char **next_cursor, char *err,
                         size_t err_size);
 
@@ -238,11 +275,12 @@ typedef void (*sl_usage_cb)(void *ctx, sl_bucket_kind_t kind, const char *name, 
 
 /*
  * Calls cb for every usage bucket whose minute contains or follows since_ms,
- * oldest first, to rebuild limit windows at start. Returns the number of
- * buckets, or -1 with a reason in err (then cb may have been called for some).
+ * oldest first, to rebuild limit windows at start; from PostgreSQL, this
+ * instance's buckets (all its runs summed). Returns the number of buckets,
+ * or -1 with a reason in err (then cb may have been called for some).
  */
-int64_t sl_recorder_load_usage(const char *path, int64_t since_ms, sl_usage_cb cb, void *ctx, char *err,
-                               size_t err_size);
+int64_t sl_recorder_load_usage(const sl_store_where_t *where, int64_t since_ms, sl_usage_cb cb, void *ctx,
+                               char *err, size_t err_size);
 
 /* ---- the rules, pure ----------------------------------------------------- */
 
@@ -253,6 +291,7 @@ typedef struct {
     bool usage_pending;       /* buckets added since the last flush */
     int64_t usage_flushed_ms; /* when usage was last flushed */
     int64_t sweep_at_ms;      /* when the next retention step may run */
+    int64_t tend_at_ms;       /* when the store wants its own work done (store.h); INT64_MAX = never */
     bool flush_wanted;        /* a flush or close is waiting: do everything due now */
     bool closing;             /* no retention while closing */
 } sl_recorder_state_t;
@@ -262,6 +301,7 @@ typedef struct {
     size_t write_rows; /* write a batch of this many rows; 0 = none */
     bool flush_usage;
     bool sweep;      /* run one retention chunk */
+    bool tend;       /* let the store do its own work (reconnect, replay its spool) */
     int64_t wake_ms; /* nothing due: sleep until then (or a signal); INT64_MAX = no deadline */
 } sl_recorder_plan_t;
 
@@ -269,7 +309,7 @@ typedef struct {
  * Decides the writer's next step. A batch is due when it is full, its oldest
  * row has waited SL_RECORDER_BATCH_DELAY_MS, or a flush is wanted; usage every
  * SL_RECORDER_USAGE_FLUSH_MS or at a flush; a sweep step when its time has
- * come and the recorder is not closing.
+ * come and the recorder is not closing; the store's own work last, when due.
  */
 sl_recorder_plan_t sl_recorder_plan(const sl_recorder_state_t *s, int64_t now_ms, size_t batch_max);
 

@@ -41,7 +41,7 @@ struct sl_runtime {
     off_t file_size;
     sl_listen_t gateway_listen, control_listen; /* as started; deep copies */
     uint64_t max_body_at_start;                 /* h2o's body limits are set from it once (server.c) */
-    char *store_path;
+    sl_store_where_t store; /* where the request DB is, every string owned; path and url NULL without one */
     char *control_key;
     sl_bus_batch_t batch; /* events of changes, flushed at once */
     sl_shared_call_t
@@ -80,13 +80,13 @@ static void
 read_usage_history(void *ctx, int64_t since_ms, sl_usage_cb add, void *add_ctx)
 {
     sl_runtime_t *rt = ctx;
-    if (rt->store_path == NULL)
+    if (rt->store.path == NULL && rt->store.url == NULL)
         return;
     /* What the recorder still holds in memory counts too. */
     if (rt->gw->recorder != NULL)
         sl_recorder_flush(rt->gw->recorder);
     char err[256];
-    if (sl_recorder_load_usage(rt->store_path, since_ms, add, add_ctx, err, sizeof(err)) < 0)
+    if (sl_recorder_load_usage(&rt->store, since_ms, add, add_ctx, err, sizeof(err)) < 0)
         sl_log_warn("usage limits: the stored usage could not be read (%s); windows start empty", err);
 }
 
@@ -314,9 +314,76 @@ report_rows_dropped(void *ctx, uint64_t rows, const char *reason)
     sl_bus_batch_clear(&batch);
 }
 
+/* StoreChanged and a log line when the request DB turns degraded or ok; on the recorder's writer thread. */
+static void
+report_store_state(void *ctx, const sl_store_status_t *now)
+{
+    sl_gateway_t *gw = ctx;
+    if (gw->bus == NULL || !sl_bus_is_active(gw->bus))
+        return;
+    sl_bus_batch_t batch = {0};
+    sl_proto_event_t ev;
+    sl_bus_emit(&batch, sl_bus_store_changed(&ev, sl_wall_ms(), now->degraded, now->kind == SL_STORE_POSTGRES,
+                                             now->degraded ? now->reason : NULL, (int64_t)now->spooled_rows));
+    sl_bus_flush(gw->bus, &batch);
+    sl_bus_batch_clear(&batch);
+}
+
+/*
+ * This instance's name, unique per instance: cluster.instance, else the
+ * hostname and the gateway's port (its pid when the port is chosen at start).
+ */
+static void
+instance_name(const sl_runtime_t *rt, const sl_config_t *config, char *out, size_t size)
+{
+    if (config->cluster.instance != NULL) {
+        snprintf(out, size, "%s", config->cluster.instance);
+        return;
+    }
+    char host[128] = "localhost";
+    gethostname(host, sizeof(host) - 1);
+    if (rt->gateway_listen.port != 0)
+        snprintf(out, size, "%s:%u", host, rt->gateway_listen.port);
+    else
+        snprintf(out, size, "%s:pid%ld", host, (long)getpid());
+}
+
+/* rt->store from the config: SQLite's path, or PostgreSQL's URL with this instance's name and its spool. */
+static void
+set_store_where(sl_runtime_t *rt, const sl_config_t *config)
+{
+    char instance[192];
+    instance_name(rt, config, instance, sizeof(instance));
+    rt->store = (sl_store_where_t){
+        .path = config->store_url == NULL ? sl_xstrdup(config->store_path) : NULL,
+        .url = config->store_url != NULL ? sl_xstrdup(config->store_url) : NULL,
+        .instance = sl_xstrdup(instance),
+        .spool_path = sl_xstrdup(config->spool_path),
+        .spool_max_bytes = config->spool_max_bytes,
+    };
+}
+
+static void
+clear_store_where(sl_store_where_t *w)
+{
+    free((char *)w->path);
+    free((char *)w->url);
+    free((char *)w->instance);
+    free((char *)w->spool_path);
+    *w = (sl_store_where_t){0};
+}
+
+/* The request DB's URL as logs show it: the password masked. */
+static void
+shown_url(const char *url, char *out, size_t size)
+{
+    snprintf(out, size, "%s", url);
+    sl_scrub_secrets(out, strlen(out));
+}
+
 /* The request DB; without one sluice still serves, and counts every row as dropped. */
 static sl_recorder_t *
-open_recorder(const sl_config_t *config, sl_gateway_t *gw)
+open_recorder(sl_runtime_t *rt, const sl_config_t *config, sl_gateway_t *gw)
 {
     sl_recorder_options_t opts = {
         .queue_capacity = SL_RECORDER_DEFAULT_QUEUE,
@@ -325,11 +392,21 @@ open_recorder(const sl_config_t *config, sl_gateway_t *gw)
         .retention_days = config->retention_days,
         .on_dropped = report_rows_dropped,
         .on_dropped_ctx = gw,
+        .on_state = report_store_state,
+        .on_state_ctx = gw,
     };
+    set_store_where(rt, config);
     char err[512];
-    sl_recorder_t *rec = sl_recorder_open(config->store_path, &opts, err, sizeof(err));
-    if (rec == NULL)
+    sl_recorder_t *rec = sl_recorder_open(&rt->store, &opts, err, sizeof(err));
+    if (rec == NULL) {
         sl_log_error("request DB: %s; requests are served but not recorded", err);
+        clear_store_where(&rt->store);
+    } else if (rt->store.url != NULL) {
+        char shown[512];
+        shown_url(rt->store.url, shown, sizeof(shown));
+        sl_log_info("request DB: PostgreSQL at %s, rows stored as instance %s (spool %s)", shown,
+                    rt->store.instance, rt->store.spool_path);
+    }
     return rec;
 }
 
@@ -387,9 +464,7 @@ sl_runtime_start(const char *config_path, const char *builtin, sl_gateway_t *gw)
     sl_config_result_free(&res);
     rt->max_body_at_start = config->max_body_bytes;
     rt->upstreams = sl_upstreams_new();
-    sl_gateway_init(gw, open_recorder(config, gw));
-    if (gw->recorder != NULL)
-        rt->store_path = sl_xstrdup(config->store_path);
+    sl_gateway_init(gw, open_recorder(rt, config, gw));
     rt->limiter = sl_limiter_new(&gw->retry_params, read_usage_history, announce_limits_changed, rt);
     publish(rt, config, rt->safe_mode, true);
     return rt;
@@ -437,20 +512,41 @@ sl_runtime_set_ports(sl_runtime_t *rt, int gateway_port, int control_port)
         rt->control_listen.port = (uint16_t)control_port;
 }
 
-const char *
-sl_runtime_store_path(const sl_runtime_t *rt)
+sl_proto_store_view_t *
+sl_runtime_store_view(sl_runtime_t *rt)
 {
-    return rt->store_path;
+    if (rt->gw->recorder == NULL)
+        return NULL;
+    sl_store_status_t st;
+    sl_recorder_status(rt->gw->recorder, &st);
+    sl_proto_store_view_t *v = sl_xcalloc(1, sizeof(*v));
+    v->kind = st.kind == SL_STORE_POSTGRES ? SL_PROTO_STORE_KIND_POSTGRES : SL_PROTO_STORE_KIND_SQLITE;
+    v->state = st.degraded ? SL_PROTO_STORE_STATE_DEGRADED : SL_PROTO_STORE_STATE_OK;
+    if (st.kind == SL_STORE_POSTGRES) {
+        v->has_spooled_rows = v->has_spool_bytes = true;
+        v->spooled_rows = st.spooled_rows;
+        v->spool_bytes = st.spool_bytes;
+    }
+    v->reason = st.degraded ? sl_xstrdup(st.reason) : NULL;
+    return v;
+}
+
+const sl_store_where_t *
+sl_runtime_store(const sl_runtime_t *rt)
+{
+    return rt->store.path != NULL || rt->store.url != NULL ? &rt->store : NULL;
 }
 
 /* ---- the control key ------------------------------------------------------------------------- */
 
-/* `sluice.key` in the directory of the request DB. */
+/* `sluice.key` in the directory of the request DB's file; with PostgreSQL, of the config file. */
 static char *
 key_file_path(const sl_runtime_t *rt)
 {
     sl_snapshot_t *s = sl_snapshot_acquire((sl_snapshot_holder_t *)&rt->holder);
-    const char *db = s->config->store_path;
+    const char *db = s->config->store_url == NULL     ? s->config->store_path
+                     : s->config->source_path != NULL ? s->config->source_path
+                                                      : "";
     const char *slash = strrchr(db, '/');
     size_t dir_len = slash != NULL ? (size_t)(slash - db) + 1 : 0;
     char *path = sl_xmalloc(dir_len + sizeof("sluice.key"));
@@ -1076,18 +1172,8 @@ sl_runtime_join_cluster(sl_runtime_t *rt)
         sl_snapshot_release(s);
         return;
     }
-    /* Unique per instance: the hostname and the gateway's port (its pid when the port is chosen at start). */
     char instance[192];
-    if (cc->instance != NULL) {
-        snprintf(instance, sizeof(instance), "%s", cc->instance);
-    } else {
-        char host[128] = "localhost";
-        gethostname(host, sizeof(host) - 1);
-        if (rt->gateway_listen.port != 0)
-            snprintf(instance, sizeof(instance), "%s:%u", host, rt->gateway_listen.port);
-        else
-            snprintf(instance, sizeof(instance), "%s:pid%ld", host, (long)getpid());
-    }
+    instance_name(rt, s->config, instance, sizeof(instance));
     sl_gateway_t *gw = rt->gw;
     sl_shared_cluster_hooks_t hooks = {.find = cluster_find,
                                        .each = cluster_each,

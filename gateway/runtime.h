@@ -107,8 +107,11 @@ void sl_runtime_provider_views_free(sl_proto_provider_view_t *views, size_t n);
 bool sl_runtime_cluster_view(sl_runtime_t *rt, sl_proto_cluster_view_t **cluster,
                              sl_proto_instance_view_t **instances, size_t *n_instances);
 
-/* The request DB's path (for history), or NULL when there is none. Owned by rt. */
-const char *sl_runtime_store_path(const sl_runtime_t *rt);
+/* The request DB's state for get_providers (the caller frees it), or NULL without one. */
+sl_proto_store_view_t *sl_runtime_store_view(sl_runtime_t *rt);
+
+/* Where the request DB is (for history), or NULL when there is none. Owned by rt. */
+const sl_store_where_t *sl_runtime_store(const sl_runtime_t *rt);
 
 /*
  * With a cluster: section (and not in safe mode), this instance joins its

@@ -148,6 +148,13 @@ send_health(h2o_req_t *req, const sl_snapshot_t *snapshot, const sl_gateway_t *g
         if (gw->cluster != NULL)
             json_object_set_new(body, "cluster",
                                 json_string(sl_cluster_state_slug(sl_cluster_state(gw->cluster))));
+        /* PostgreSQL down is degraded too: rows wait in the spool (cluster.md). */
+        if (gw->recorder != NULL) {
+            sl_store_status_t st;
+            sl_recorder_status(gw->recorder, &st);
+            if (st.kind == SL_STORE_POSTGRES)
+                json_object_set_new(body, "store", json_string(st.degraded ? "degraded" : "ok"));
+        }
         send_json(req, 200, "OK", body, NULL);
     }
 }

@@ -74,6 +74,11 @@
     X(SL_CODE_CONFIG_CLUSTER_BAD_REDIS_URL, "config.cluster.bad_redis_url", 0,                               \
       "{path} (line {line}): not a Redis URL: {reason}; expected "                                           \
       "redis://[[user]:password@]host[:port][/db] or unix://[[user]:password@]/path[?db=N]")                 \
+    X(SL_CODE_CONFIG_STORE_BAD_URL, "config.store.bad_url", 0,                                               \
+      "{path} (line {line}): not a PostgreSQL URL: {reason}; expected "                                      \
+      "postgres://user:password@host[:port]/db[?sslmode=...], or ?host=/socket/dir for a unix socket")       \
+    X(SL_CODE_CONFIG_STORE_PATH_AND_URL, "config.store.path_and_url", 0,                                     \
+      "{path} (line {line}): store takes path (SQLite) or url (PostgreSQL), not both")                       \
     X(SL_CODE_CONFIG_CLUSTER_TLS_UNSUPPORTED, "config.cluster.tls_unsupported", 0,                           \
       "{path} (line {line}): rediss:// (Redis over TLS) is not supported: Debian's hiredis has no TLS; "     \
       "reach Redis through a local TLS tunnel such as stunnel, or over a unix socket (unix:///path)")        \

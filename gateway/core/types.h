@@ -144,7 +144,10 @@ typedef struct sl_config {
                        (not in the arena), never NULL in a loaded config */
     sl_price_t *pricing;
     size_t n_pricing;
-    char *store_path;
+    char *store_path; /* SQLite's file, without store_url */
+    char *store_url;  /* PostgreSQL's, ${VAR}s expanded (so it may hold a password); NULL = SQLite */
+    char *spool_path; /* with store_url: rows wait here while PostgreSQL is down (cluster.md) */
+    uint64_t spool_max_bytes;
     uint32_t retention_days;
     bool redact;
     uint64_t max_body_bytes, max_waiting_bytes;

@@ -503,7 +503,7 @@ Test(bus_events, every_builder_round_trips_through_the_codec)
     sl_proto_usage_t usage = {
         .input = 10, .output = 20, .cache_read = 3, .cache_write = 4, .estimated = true};
     const char path[] = "/v1/chat/completions";
-    sl_proto_event_t all[14];
+    sl_proto_event_t all[16];
     size_t n = 0;
     sl_bus_request_started(&all[n++], 1700000000000,
                            &(sl_bus_started_t){.id = 1,
@@ -549,6 +549,8 @@ Test(bus_events, every_builder_round_trips_through_the_codec)
     sl_bus_request_cancelled(&all[n++], 1700000000007, 4, 8);
     sl_bus_health_changed(&all[n++], 1700000000008, "up1", SL_BREAKER_CLOSED, SL_BUS_ABSENT, &reason);
     sl_bus_rows_dropped(&all[n++], 1700000000009, 3);
+    sl_bus_store_changed(&all[n++], 1700000000010, true, true, "connection refused", 120);
+    sl_bus_store_changed(&all[n++], 1700000000011, false, false, NULL, SL_BUS_ABSENT);
     for (size_t i = 0; i < n; i++) {
         sl_proto_message_t decoded;
         assert_round_trip(&all[i], &decoded);
@@ -723,6 +725,38 @@ Test(bus_events, failure_source_follows_the_code_family)
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++)
         cr_assert_eq(sl_bus_failure_source(cases[i].code), cases[i].want, "%s", sl_code_slug(cases[i].code));
+}
+
+Test(bus_events, store_changed_maps_its_flags_copies_and_scrubs_the_reason)
+{
+    sl_proto_event_t ev;
+    char reason[] = "could not connect to postgresql://sluice:hunter2-secret@db:5432/sluice: refused";
+    sl_bus_store_changed(&ev, 1700000000000, true, true, reason, 120);
+    cr_assert_eq(ev.kind, SL_PROTO_EVENT_STORE_CHANGED);
+    cr_assert_eq(ev.store_changed.at_ms, 1700000000000);
+    cr_assert_eq(ev.store_changed.state, SL_PROTO_STORE_STATE_DEGRADED);
+    cr_assert_eq(ev.store_changed.store_kind, SL_PROTO_STORE_KIND_POSTGRES);
+    cr_assert(ev.store_changed.has_spooled_rows);
+    cr_assert_eq(ev.store_changed.spooled_rows, 120);
+    cr_assert_not_null(ev.store_changed.reason);
+    cr_assert_neq(ev.store_changed.reason, reason, "copied");
+    cr_assert_null(strstr(ev.store_changed.reason, "hunter2"), "%s", ev.store_changed.reason);
+    cr_assert_not_null(strstr(ev.store_changed.reason, "refused"), "%s", ev.store_changed.reason);
+    cr_assert_not_null(strstr(reason, "hunter2"), "the caller's string is left alone");
+    sl_proto_event_free(&ev);
+
+    sl_bus_store_changed(&ev, 5, false, false, NULL, SL_BUS_ABSENT);
+    cr_assert_eq(ev.store_changed.state, SL_PROTO_STORE_STATE_OK);
+    cr_assert_eq(ev.store_changed.store_kind, SL_PROTO_STORE_KIND_SQLITE);
+    cr_assert_null(ev.store_changed.reason);
+    cr_assert_not(ev.store_changed.has_spooled_rows);
+    sl_proto_event_free(&ev);
+
+    /* 0 spooled rows is present, not absent */
+    sl_bus_store_changed(&ev, 5, false, true, NULL, 0);
+    cr_assert(ev.store_changed.has_spooled_rows);
+    cr_assert_eq(ev.store_changed.spooled_rows, 0);
+    sl_proto_event_free(&ev);
 }
 
 /* ---- the in-flight log -------------------------------------------------------------------------- */

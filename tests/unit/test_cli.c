@@ -2,8 +2,9 @@
  * sluicectl's pure half (control/cli.h): the command line of every command
  * and its errors, dollars and durations, the limit groups becoming
  * sl_proto limits, the requests built, and events, providers (with the
- * cluster's totals), the cluster's instances, history and errors formatted
- * as lines and as JSON. Times are shown in UTC here.
+ * cluster's totals and the request DB's line), the cluster's instances,
+ * history (with the instance, from a PostgreSQL request DB) and errors
+ * formatted as lines and as JSON. Times are shown in UTC here.
  */
 #include <criterion/criterion.h>
 #include <stdarg.h>
@@ -798,6 +799,38 @@ Test(cli, cluster_changed_line_and_json)
     sl_proto_event_free(&ev);
 }
 
+Test(cli, store_changed_line_and_json)
+{
+    sl_proto_event_t ev;
+    sl_proto_event_init(&ev, SL_PROTO_EVENT_STORE_CHANGED);
+    ev.store_changed.at_ms = T0 + 500;
+    ev.store_changed.state = SL_PROTO_STORE_STATE_DEGRADED;
+    ev.store_changed.store_kind = SL_PROTO_STORE_KIND_POSTGRES;
+    ev.store_changed.reason = sl_xstrdup("connection refused");
+    ev.store_changed.has_spooled_rows = true;
+    ev.store_changed.spooled_rows = 120;
+    char *line = event_line(&ev);
+    cr_assert_str_eq(line, "14:13:20.500 store_changed state=degraded store=postgres "
+                           "reason=\"connection refused\" spooled_rows=120\n");
+    free(line);
+    char *json = event_json(&ev);
+    cr_assert_str_eq(json,
+                     "{\"kind\":\"store_changed\",\"at_ms\":1790000000500,\"state\":\"degraded\","
+                     "\"store_kind\":\"postgres\",\"reason\":\"connection refused\",\"spooled_rows\":120}\n");
+    free(json);
+    sl_proto_event_free(&ev);
+
+    /* back to ok: no reason, nothing spooled said */
+    sl_proto_event_init(&ev, SL_PROTO_EVENT_STORE_CHANGED);
+    ev.store_changed.at_ms = T0 + 600;
+    ev.store_changed.state = SL_PROTO_STORE_STATE_OK;
+    ev.store_changed.store_kind = SL_PROTO_STORE_KIND_POSTGRES;
+    line = event_line(&ev);
+    cr_assert_str_eq(line, "14:13:20.600 store_changed state=ok store=postgres\n");
+    free(line);
+    sl_proto_event_free(&ev);
+}
+
 Test(cli, request_started_shows_the_instance_in_cluster_mode)
 {
     sl_proto_event_t ev;
@@ -1053,6 +1086,80 @@ Test(cli, ok_lines_of_instances)
     sl_proto_ok_msg_free(&ok);
 }
 
+Test(cli, ok_lines_of_providers_show_the_store)
+{
+    sl_cli_args_t a;
+    char err[256];
+    sl_proto_ok_msg_t ok;
+    sl_strbuf_t out = {0}, errb = {0};
+    char *o, *e;
+
+    memset(&ok, 0, sizeof ok);
+    ok.has_providers = true;
+    ok.providers = sl_xcalloc(1, sizeof *ok.providers);
+    ok.providers_len = 1;
+    provider_view(&ok.providers[0]);
+    cr_assert_eq(PARSE(&a, err, "providers"), 0, "%s", err);
+
+    /* no store (an older gateway): the table alone */
+    sl_cli_ok_lines(&a, &ok, T0, &out, &errb);
+    o = text(&out);
+    e = text(&errb);
+    cr_assert_eq(count_lines(o), 2, "%s", o);
+    cr_assert_null(strstr(o, "request DB"), "%s", o);
+    free(o);
+    free(e);
+
+    ok.store = sl_xcalloc(1, sizeof *ok.store);
+    ok.store->kind = SL_PROTO_STORE_KIND_SQLITE;
+    ok.store->state = SL_PROTO_STORE_STATE_OK;
+    sl_cli_ok_lines(&a, &ok, T0, &out, &errb);
+    o = text(&out);
+    e = text(&errb);
+    cr_assert_eq(count_lines(o), 3, "%s", o);
+    cr_assert(strstr(o, "\nrequest DB: sqlite, ok\n") != NULL, "%s", o);
+    cr_assert_str_eq(e, "");
+    free(o);
+    free(e);
+
+    ok.store->kind = SL_PROTO_STORE_KIND_POSTGRES;
+    ok.store->state = SL_PROTO_STORE_STATE_DEGRADED;
+    ok.store->reason = sl_xstrdup("connection refused");
+    ok.store->has_spooled_rows = true;
+    ok.store->spooled_rows = 120;
+    sl_cli_ok_lines(&a, &ok, T0, &out, &errb);
+    o = text(&out);
+    e = text(&errb);
+    cr_assert(strstr(o, "\nrequest DB: postgres, degraded (connection refused), 120 rows spooled\n") != NULL,
+              "%s", o);
+    free(o);
+    free(e);
+
+    ok.store->spooled_rows = 1;
+    ok.store->has_spool_bytes = true;
+    ok.store->spool_bytes = 812;
+    sl_cli_ok_lines(&a, &ok, T0, &out, &errb);
+    o = text(&out);
+    e = text(&errb);
+    cr_assert(
+        strstr(o, "\nrequest DB: postgres, degraded (connection refused), 1 row spooled (812 bytes)\n") !=
+            NULL,
+        "%s", o);
+    free(o);
+    free(e);
+
+    /* --json: the provider views alone, as before */
+    cr_assert_eq(PARSE(&a, err, "providers", "--json"), 0, "%s", err);
+    sl_cli_ok_lines(&a, &ok, T0, &out, &errb);
+    o = text(&out);
+    e = text(&errb);
+    cr_assert_eq(count_lines(o), 1, "%s", o);
+    cr_assert_null(strstr(o, "request DB"), "%s", o);
+    free(o);
+    free(e);
+    sl_proto_ok_msg_free(&ok);
+}
+
 Test(cli, history_table)
 {
     sl_proto_history_row_t r[2];
@@ -1084,6 +1191,23 @@ Test(cli, history_table)
            "1200/340  $0.0087\n"
            "2026-09-21 14:13:21  101  bob     gpt-5            -             429      80ms      -  "
            "       -        -\n");
+    free(t);
+
+    /* a PostgreSQL request DB: an INSTANCE column, last, once some row has one ("-" for a row without) */
+    r[0].instance = sl_xstrdup("gw-a");
+    sl_cli_history_table(r, 2, &b);
+    t = text(&b);
+    cr_assert_str_eq(
+        t, "TIME                  ID  CLIENT  MODEL            PROVIDER   STATUS  DURATION   TTFT    "
+           "TOKENS     COST  INSTANCE\n"
+           "2026-09-21 14:13:20  100  alice   claude-sonnet-4  anthropic     200    1.234s  450ms  "
+           "1200/340  $0.0087  gw-a\n"
+           "2026-09-21 14:13:21  101  bob     gpt-5            -             429      80ms      -  "
+           "       -        -  -\n");
+    free(t);
+    sl_cli_history_json(&r[0], &b);
+    t = text(&b);
+    cr_assert(strstr(t, "\"attempts\":[],\"instance\":\"gw-a\"}\n") != NULL, "%s", t);
     free(t);
     sl_proto_history_row_free(&r[0]);
     sl_proto_history_row_free(&r[1]);

@@ -5,8 +5,8 @@ import { ProtocolError } from "./runtime.js";
 export { ProtocolError } from "./runtime.js";
 export type { ErrorKind } from "./runtime.js";
 
-export const PROTOCOL_VERSION = 3;
-export const PROTOCOL_FINGERPRINT = "33bee5553def030e";
+export const PROTOCOL_VERSION = 4;
+export const PROTOCOL_FINGERPRINT = "221d83cec38a6605";
 
 /** What a subscription streams. */
 export type Topic = "events" | "providers";
@@ -85,6 +85,18 @@ export type ClusterState = "joined" | "degraded" | "alone";
 export const CLUSTER_STATE_VALUES: readonly ClusterState[] = ["joined", "degraded", "alone"];
 const decClusterState = rt.slugOf(CLUSTER_STATE_VALUES);
 const encClusterState = rt.encSlugOf(CLUSTER_STATE_VALUES);
+
+/** The database behind the request DB (cluster.md "PostgreSQL request DB"): a local SQLite file, or PostgreSQL shared by several instances (`store.url`). */
+export type StoreKind = "sqlite" | "postgres";
+export const STORE_KIND_VALUES: readonly StoreKind[] = ["sqlite", "postgres"];
+const decStoreKind = rt.slugOf(STORE_KIND_VALUES);
+const encStoreKind = rt.encSlugOf(STORE_KIND_VALUES);
+
+/** Whether the request DB takes rows: ok; degraded (PostgreSQL unreachable: rows go to the spool file and are written once it is back). */
+export type StoreState = "ok" | "degraded";
+export const STORE_STATE_VALUES: readonly StoreState[] = ["ok", "degraded"];
+const decStoreState = rt.slugOf(STORE_STATE_VALUES);
+const encStoreState = rt.encSlugOf(STORE_STATE_VALUES);
 
 /** Where a configuration change came from. */
 export type ConfigSource = "file" | "control";
@@ -222,6 +234,18 @@ export interface InstanceView {
   queued: number;
 }
 
+/** The request DB as this instance sees it. */
+export interface StoreView {
+  kind: StoreKind;
+  state: StoreState;
+  /** rows waiting in the spool file to be written */
+  spooled_rows?: number;
+  /** the spool file's size */
+  spool_bytes?: number;
+  /** why it is degraded, secrets masked, e.g. `connection refused` */
+  reason?: string;
+}
+
 /** A live request with its events so far, in order (RequestStarted first); a late subscriber replays them. */
 export interface InFlightRequest {
   id: number;
@@ -249,6 +273,8 @@ export interface HistoryRow {
   usage?: Usage;
   cost_micros?: number;
   attempts: AttemptView[];
+  /** the instance that served it, when the request DB is PostgreSQL (several instances share one history) */
+  instance?: string;
 }
 
 /** Which rows a `history` request wants; an absent field does not filter. */
@@ -468,6 +494,20 @@ export interface RowsDropped {
   count: number;
 }
 
+/** The request DB went degraded (unreachable: rows go to the spool file) or back to ok. */
+export interface StoreChanged {
+  kind: "store_changed";
+  /** when it happened, ms since the Unix epoch */
+  at_ms: number;
+  state: StoreState;
+  /** the request DB's database (`kind` is the event's tag) */
+  store_kind: StoreKind;
+  /** why it degraded, secrets masked */
+  reason?: string;
+  /** rows waiting in the spool file */
+  spooled_rows?: number;
+}
+
 /** A new configuration was applied. */
 export interface ConfigReloaded {
   kind: "config_reloaded";
@@ -606,7 +646,7 @@ export interface HistoryMessage {
   cursor?: string;
 }
 
-/** A request succeeded. Only the result fields of that request are present: get_in_flight → in_flight; get_providers → providers; get_config → yaml, revision, persisted, problems?, repair_yaml?; history → rows, next_cursor?; get_instances → cluster?, instances?; the others → none. */
+/** A request succeeded. Only the result fields of that request are present: get_in_flight → in_flight; get_providers → providers, store?; get_config → yaml, revision, persisted, problems?, repair_yaml?; history → rows, next_cursor?; get_instances → cluster?, instances?; the others → none. */
 export interface OkMessage {
   kind: "ok";
   req: number;
@@ -626,6 +666,8 @@ export interface OkMessage {
   next_cursor?: string;
   cluster?: ClusterView;
   instances?: InstanceView[];
+  /** in the answer to get_providers: the request DB's state */
+  store?: StoreView;
 }
 
 /** A request failed, or a message could not be read (then `req` is 0 when it could not be read). */
@@ -681,6 +723,7 @@ export type Event =
   | ProviderChanged
   | ClusterChanged
   | RowsDropped
+  | StoreChanged
   | ConfigReloaded
   | ConfigRejected;
 
@@ -705,6 +748,7 @@ export const EVENT_KINDS: readonly Event["kind"][] = [
   "provider_changed",
   "cluster_changed",
   "rows_dropped",
+  "store_changed",
   "config_reloaded",
   "config_rejected",
 ];
@@ -751,6 +795,8 @@ function decEvent(x: unknown): Event {
       return decClusterChanged(o);
     case "rows_dropped":
       return decRowsDropped(o);
+    case "store_changed":
+      return decStoreChanged(o);
     case "config_reloaded":
       return decConfigReloaded(o);
     case "config_rejected":
@@ -798,6 +844,8 @@ function encEvent(v: Event): rt.Obj {
       return encClusterChanged(v);
     case "rows_dropped":
       return encRowsDropped(v);
+    case "store_changed":
+      return encStoreChanged(v);
     case "config_reloaded":
       return encConfigReloaded(v);
     case "config_rejected":
@@ -1202,6 +1250,30 @@ function encInstanceView(v: InstanceView): rt.Obj {
   return o;
 }
 
+function decStoreView(x: unknown): StoreView {
+  const o = rt.decMapObject(x);
+  const f_kind = rt.field(o, "kind", decStoreKind);
+  const f_state = rt.field(o, "state", decStoreState);
+  const f_spooled_rows = rt.optField(o, "spooled_rows", rt.decU64);
+  const f_spool_bytes = rt.optField(o, "spool_bytes", rt.decU64);
+  const f_reason = rt.optField(o, "reason", rt.decStr);
+  const v: StoreView = { kind: f_kind, state: f_state };
+  if (f_spooled_rows !== undefined) v.spooled_rows = f_spooled_rows;
+  if (f_spool_bytes !== undefined) v.spool_bytes = f_spool_bytes;
+  if (f_reason !== undefined) v.reason = f_reason;
+  return v;
+}
+
+function encStoreView(v: StoreView): rt.Obj {
+  const o: rt.Obj = {};
+  rt.put(o, "kind", v.kind, encStoreKind);
+  rt.put(o, "state", v.state, encStoreState);
+  if (v.spooled_rows !== undefined) rt.put(o, "spooled_rows", v.spooled_rows, rt.encU64);
+  if (v.spool_bytes !== undefined) rt.put(o, "spool_bytes", v.spool_bytes, rt.encU64);
+  if (v.reason !== undefined) rt.put(o, "reason", v.reason, rt.encStr);
+  return o;
+}
+
 function decInFlightRequest(x: unknown): InFlightRequest {
   const o = rt.decMapObject(x);
   const f_id = rt.field(o, "id", rt.decU64);
@@ -1246,11 +1318,13 @@ function decHistoryRow(x: unknown): HistoryRow {
   const f_usage = rt.optField(o, "usage", decUsage);
   const f_cost_micros = rt.optField(o, "cost_micros", rt.decU64);
   const f_attempts = rt.field(o, "attempts", rt.arrayOf(decAttemptView));
+  const f_instance = rt.optField(o, "instance", rt.decStr);
   const v: HistoryRow = { id: f_id, at_ms: f_at_ms, client: f_client, dialect: f_dialect, model: f_model, status: f_status, duration_ms: f_duration_ms, attempts: f_attempts };
   if (f_provider !== undefined) v.provider = f_provider;
   if (f_ttft_ms !== undefined) v.ttft_ms = f_ttft_ms;
   if (f_usage !== undefined) v.usage = f_usage;
   if (f_cost_micros !== undefined) v.cost_micros = f_cost_micros;
+  if (f_instance !== undefined) v.instance = f_instance;
   return v;
 }
 
@@ -1268,6 +1342,7 @@ function encHistoryRow(v: HistoryRow): rt.Obj {
   if (v.usage !== undefined) rt.put(o, "usage", v.usage, encUsage);
   if (v.cost_micros !== undefined) rt.put(o, "cost_micros", v.cost_micros, rt.encU64);
   rt.put(o, "attempts", v.attempts, rt.encArrayOf(encAttemptView));
+  if (v.instance !== undefined) rt.put(o, "instance", v.instance, rt.encStr);
   return o;
 }
 
@@ -1659,6 +1734,28 @@ function encRowsDropped(v: RowsDropped): rt.Obj {
   return o;
 }
 
+function decStoreChanged(o: rt.Obj): StoreChanged {
+  const f_at_ms = rt.field(o, "at_ms", rt.decU64);
+  const f_state = rt.field(o, "state", decStoreState);
+  const f_store_kind = rt.field(o, "store_kind", decStoreKind);
+  const f_reason = rt.optField(o, "reason", rt.decStr);
+  const f_spooled_rows = rt.optField(o, "spooled_rows", rt.decU64);
+  const v: StoreChanged = { kind: "store_changed", at_ms: f_at_ms, state: f_state, store_kind: f_store_kind };
+  if (f_reason !== undefined) v.reason = f_reason;
+  if (f_spooled_rows !== undefined) v.spooled_rows = f_spooled_rows;
+  return v;
+}
+
+function encStoreChanged(v: StoreChanged): rt.Obj {
+  const o: rt.Obj = { kind: "store_changed" };
+  rt.put(o, "at_ms", v.at_ms, rt.encU64);
+  rt.put(o, "state", v.state, encStoreState);
+  rt.put(o, "store_kind", v.store_kind, encStoreKind);
+  if (v.reason !== undefined) rt.put(o, "reason", v.reason, rt.encStr);
+  if (v.spooled_rows !== undefined) rt.put(o, "spooled_rows", v.spooled_rows, rt.encU64);
+  return o;
+}
+
 function decConfigReloaded(o: rt.Obj): ConfigReloaded {
   const f_at_ms = rt.field(o, "at_ms", rt.decU64);
   const f_revision = rt.field(o, "revision", rt.decU64);
@@ -1937,6 +2034,7 @@ function decOkMessage(o: rt.Obj): OkMessage {
   const f_next_cursor = rt.optField(o, "next_cursor", rt.decStr);
   const f_cluster = rt.optField(o, "cluster", decClusterView);
   const f_instances = rt.optField(o, "instances", rt.arrayOf(decInstanceView));
+  const f_store = rt.optField(o, "store", decStoreView);
   const v: OkMessage = { kind: "ok", req: f_req };
   if (f_in_flight !== undefined) v.in_flight = f_in_flight;
   if (f_providers !== undefined) v.providers = f_providers;
@@ -1949,6 +2047,7 @@ function decOkMessage(o: rt.Obj): OkMessage {
   if (f_next_cursor !== undefined) v.next_cursor = f_next_cursor;
   if (f_cluster !== undefined) v.cluster = f_cluster;
   if (f_instances !== undefined) v.instances = f_instances;
+  if (f_store !== undefined) v.store = f_store;
   return v;
 }
 
@@ -1966,6 +2065,7 @@ function encOkMessage(v: OkMessage): rt.Obj {
   if (v.next_cursor !== undefined) rt.put(o, "next_cursor", v.next_cursor, rt.encStr);
   if (v.cluster !== undefined) rt.put(o, "cluster", v.cluster, encClusterView);
   if (v.instances !== undefined) rt.put(o, "instances", v.instances, rt.encArrayOf(encInstanceView));
+  if (v.store !== undefined) rt.put(o, "store", v.store, encStoreView);
   return o;
 }
 

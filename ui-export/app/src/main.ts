@@ -5,7 +5,7 @@ import type { Message, SnapshotMessage } from "../../src/protocol.js";
 import { Control, controlUrl, storeKey, takeKey, type LinkInfo, type Request } from "./conn.js";
 import { h, setText } from "./dom.js";
 import { fmtClock } from "./format.js";
-import { applyEnvelope, applyEventsDropped, applySnapshot, initialState, tick, type State } from "./state.js";
+import { applyEnvelope, applyEventsDropped, applySnapshot, applyStore, initialState, storeBanner, tick, type State } from "./state.js";
 import { Banner, KeyForm } from "./views/banner.js";
 import { Board } from "./views/board.js";
 import type { Ctx, Selection } from "./views/ctx.js";
@@ -154,6 +154,9 @@ class App implements Ctx {
         this.frozenAt = null;
         applySnapshot(this.state, m as SnapshotMessage, this.conn.now());
         this.conn.setResyncing(false);
+        // The request DB's state is get_providers' (then StoreChanged keeps it): asked again after
+        // every snapshot, since a resync may have lost a StoreChanged.
+        this.askStore();
         break;
       case "event":
         applyEnvelope(this.state, m.seq, m.event, now);
@@ -169,6 +172,18 @@ class App implements Ctx {
         return;
     }
     this.changed();
+  }
+
+  private askStore(): void {
+    this.conn
+      .request({ kind: "get_providers" })
+      .then((r) => {
+        if (r.kind === "ok") applyStore(this.state, r);
+        this.changed();
+      })
+      .catch(() => {
+        // the link closed: the next snapshot asks again
+      });
   }
 
   private resync(why: string): void {
@@ -211,6 +226,7 @@ class App implements Ctx {
   private noticesSeen: object | undefined;
 
   private render(): void {
+    this.banner.setStore(storeBanner(this.state.store));
     this.board.selected = this.timeline.selectedId;
     if (this.tab === "live") {
       this.instances.render();

@@ -12,6 +12,7 @@ import type {
   FailureSource,
   Gate,
   HealthState,
+  HistoryRow,
   InstanceView,
   Limit,
   LimitTarget,
@@ -20,6 +21,7 @@ import type {
   ProviderView,
   RetryCause,
   SnapshotMessage,
+  StoreView,
   ThrottleKind,
   Usage,
   Affinity,
@@ -139,6 +141,11 @@ export interface Cluster extends ClusterView {
   rev: number;
 }
 
+/** The request DB as this instance sees it, from get_providers' `store` and StoreChanged. */
+export interface Store extends StoreView {
+  rev: number;
+}
+
 export interface Notice {
   at: number;
   text: string;
@@ -170,6 +177,8 @@ export interface State {
   droppedEvents: number;
   /** null outside cluster mode, and until get_instances first answers with a cluster */
   cluster: Cluster | null;
+  /** null until get_providers answers with a store (or a StoreChanged arrives) */
+  store: Store | null;
   rev: number;
 }
 
@@ -197,6 +206,7 @@ export function initialState(): State {
     notices: [],
     droppedEvents: 0,
     cluster: null,
+    store: null,
     rev: 0,
   };
 }
@@ -370,6 +380,14 @@ export function applyEvent(state: State, ev: Event, nowMs: number): State {
       pushNotice(state, { at: ev.at_ms, text: clusterNotice(ev.state, ev.instances, ev.reason), code: ev.reason?.code });
       break;
     }
+    case "store_changed": {
+      const st: Store = { kind: ev.store_kind, state: ev.state, rev: (state.store?.rev ?? 0) + 1 };
+      if (ev.spooled_rows !== undefined) st.spooled_rows = ev.spooled_rows;
+      if (ev.reason !== undefined) st.reason = ev.reason;
+      state.store = st;
+      pushNotice(state, { at: ev.at_ms, text: storeNotice(st), code: "store_changed" });
+      break;
+    }
     case "rows_dropped":
       pushNotice(state, { at: ev.at_ms, text: `${ev.count} request DB rows could not be written`, code: "rows_dropped" });
       break;
@@ -396,6 +414,28 @@ export function applyEvent(state: State, ev: Event, nowMs: number): State {
 function clusterNotice(st: ClusterState, instances: number, reason?: Msg): string {
   const live = `${instances} live instance${instances === 1 ? "" : "s"}`;
   return `cluster ${st}: ${live}${reason ? ` — ${reason.text} (${reason.code})` : ""}`;
+}
+
+/** "N rows spooled" (1 row). */
+function spooledText(n: number): string {
+  return `${n} row${n === 1 ? "" : "s"} spooled`;
+}
+
+/** "request DB degraded: connection refused (120 rows spooled)", "request DB ok (postgres)". */
+function storeNotice(st: StoreView): string {
+  if (st.state !== "degraded") return `request DB ${st.state} (${st.kind})${st.spooled_rows ? `, ${spooledText(st.spooled_rows)}` : ""}`;
+  return storeBanner(st) ?? "";
+}
+
+/**
+ * get_providers answered: its `store` is the request DB's state now; a reply without one (a gateway
+ * that does not report it) forgets what was known.
+ */
+export function applyStore(state: State, reply: { store?: StoreView }): State {
+  const old = state.store;
+  state.store = reply.store ? { ...reply.store, rev: (old?.rev ?? 0) + 1 } : null;
+  state.rev++;
+  return state;
 }
 
 /**
@@ -738,6 +778,21 @@ export function providerQueue(state: State, name: string): { waiting: number; ol
 export function clusterMembers(state: State): InstanceView[] {
   const members = state.cluster?.members ?? [];
   return members.slice().sort((a, b) => Number(b.self) - Number(a.self) || (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
+}
+
+/**
+ * What the banner says about the request DB: "request DB degraded: connection refused (120 rows
+ * spooled)" while it is degraded, null otherwise. Takes the state's store, or a view.
+ */
+export function storeBanner(store: StoreView | null): string | null {
+  if (!store || store.state !== "degraded") return null;
+  const spooled = store.spooled_rows !== undefined ? ` (${spooledText(store.spooled_rows)})` : "";
+  return `request DB degraded: ${store.reason ?? "unreachable"}${spooled}`;
+}
+
+/** Whether the history table shows an instance column: some row has one (a PostgreSQL request DB). */
+export function historyHasInstance(rows: readonly HistoryRow[]): boolean {
+  return rows.some((r) => r.instance !== undefined);
 }
 
 /** The client names seen, most recent first. */

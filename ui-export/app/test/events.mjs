@@ -132,3 +132,16 @@ export function instancesOk(over = {}) {
     ...over,
   };
 }
+
+// The request DB (a PostgreSQL one may degrade): the event, and get_providers' answer with its store.
+export const storeChanged = (t, state, over = {}) => ({
+  kind: "store_changed",
+  at_ms: T0 + t,
+  state,
+  store_kind: "postgres",
+  ...over,
+});
+
+export function providersOk(store) {
+  return { kind: "ok", req: 4, providers: [], ...(store ? { store } : {}) };
+}

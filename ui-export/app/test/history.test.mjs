@@ -69,3 +69,9 @@ test("axis ticks: round steps, about six of them, starting at 0", () => {
   assert.deepEqual(m.axisTicks(100_000), [0, 30_000, 60_000, 90_000]);
   assert.deepEqual(m.axisTicks(0), [0]);
 });
+
+test("the instance column: only when some row has an instance (a PostgreSQL request DB)", () => {
+  assert.equal(m.historyHasInstance([]), false);
+  assert.equal(m.historyHasInstance([row(), row({ id: 42 })]), false, "SQLite: no instance, no column");
+  assert.equal(m.historyHasInstance([row(), row({ id: 42, instance: "gw-b" })]), true);
+});

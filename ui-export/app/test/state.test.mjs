@@ -22,6 +22,8 @@ import {
   routed,
   snapshot,
   started,
+  storeChanged,
+  providersOk,
   throttle,
 } from "./events.mjs";
 import { load } from "./load.mjs";
@@ -567,5 +569,49 @@ describe("cluster mode", () => {
     feed(s, [started(9, 2, { instance: "gw-b" }), started(10, 3)]);
     assert.equal(s.requests[9].instance, "gw-b");
     assert.equal(s.requests[10].instance, undefined);
+  });
+});
+
+describe("request DB", () => {
+  test("get_providers' store: the banner says nothing while ok, reason and spool while degraded", () => {
+    const s = fresh();
+    assert.equal(s.store, null, "nothing until get_providers answers");
+    assert.equal(m.storeBanner(s.store), null);
+    m.applyStore(s, providersOk({ kind: "sqlite", state: "ok" }));
+    assert.equal(s.store.kind, "sqlite");
+    assert.equal(m.storeBanner(s.store), null);
+    m.applyStore(s, providersOk({ kind: "postgres", state: "degraded", spooled_rows: 120, spool_bytes: 48_213, reason: "connection refused" }));
+    assert.equal(s.store.spool_bytes, 48_213);
+    assert.equal(m.storeBanner(s.store), "request DB degraded: connection refused (120 rows spooled)");
+    m.applyStore(s, providersOk());
+    assert.equal(s.store, null, "an answer without a store forgets it");
+  });
+
+  test("store_changed: degraded then ok, a notice each time; the latest says what the banner shows", () => {
+    const s = fresh();
+    m.applyStore(s, providersOk({ kind: "postgres", state: "ok" }));
+    feed(s, [storeChanged(100, "degraded", { reason: "connection refused", spooled_rows: 1 })]);
+    assert.equal(s.store.state, "degraded");
+    assert.equal(s.store.kind, "postgres");
+    assert.equal(m.storeBanner(s.store), "request DB degraded: connection refused (1 row spooled)");
+    assert.equal(s.notices.at(-1).text, "request DB degraded: connection refused (1 row spooled)");
+    assert.equal(s.notices.at(-1).at, T0 + 100);
+    feed(s, [storeChanged(200, "degraded", { reason: "timeout expired", spooled_rows: 120 })]);
+    assert.equal(m.storeBanner(s.store), "request DB degraded: timeout expired (120 rows spooled)");
+    feed(s, [storeChanged(300, "degraded")]);
+    assert.equal(m.storeBanner(s.store), "request DB degraded: unreachable", "no reason, no count: neither made up");
+    feed(s, [storeChanged(400, "ok", { spooled_rows: 0 })]);
+    assert.equal(s.store.state, "ok");
+    assert.equal(s.store.reason, undefined, "ok again: no reason");
+    assert.equal(m.storeBanner(s.store), null);
+    assert.equal(s.notices.at(-1).text, "request DB ok (postgres)");
+    assert.equal(s.synced, true, "a state event: the stream goes on, no resync");
+  });
+
+  test("store_changed before get_providers answered sets the store; the board is untouched", () => {
+    const s = fresh();
+    feed(s, [started(1, 0), storeChanged(10, "degraded", { reason: "connection refused" })]);
+    assert.equal(m.storeBanner(s.store), "request DB degraded: connection refused");
+    assert.deepEqual(m.boardRows(s).map((r) => r.id), [1]);
   });
 });

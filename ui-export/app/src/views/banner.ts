@@ -9,13 +9,22 @@ export class Banner {
   private text: HTMLElement;
   private retry: HTMLElement;
   private button: HTMLButtonElement;
+  private store: HTMLElement;
   private info: LinkInfo | null = null;
 
   constructor(onReconnect: () => void) {
     this.text = h("span", { class: "text", testid: "banner-text" });
     this.retry = h("span", { class: "retry muted" });
+    this.store = h("span", { class: "store bad", testid: "banner-store", hidden: true });
     this.button = h("button", { type: "button", class: "small", testid: "reconnect", hidden: true, on: { click: onReconnect } }, "Reconnect");
-    this.el = h("div", { class: "banner", testid: "banner", role: "status", data: { state: "connecting" } }, h("span", { class: "dot" }), this.text, this.retry, this.button);
+    this.el = h("div", { class: "banner", testid: "banner", role: "status", data: { state: "connecting" } }, h("span", { class: "dot" }), this.text, this.store, this.retry, this.button);
+  }
+
+  /** The request DB's trouble (storeBanner's text), or null to hide it. */
+  setStore(text: string | null): void {
+    this.store.hidden = text === null;
+    setText(this.store, text === null ? "" : `· ${text}`);
+    this.store.title = text ?? "";
   }
 
   set(info: LinkInfo): void {

@@ -3,7 +3,7 @@
 import type { HistoryFilter, HistoryRow } from "../../../src/protocol.js";
 import { fmtClock, fmtDateTime, fmtDuration, fmtMicros } from "../format.js";
 import { h, setText } from "../dom.js";
-import { clientNames } from "../state.js";
+import { clientNames, historyHasInstance } from "../state.js";
 import { replyText, type Ctx } from "./ctx.js";
 
 const SINCE: [string, number][] = [
@@ -43,6 +43,7 @@ export class HistoryView {
   private model: HTMLInputElement;
   private status: HTMLInputElement;
   private since: HTMLSelectElement;
+  private head: HTMLTableRowElement;
   private body: HTMLTableSectionElement;
   private more: HTMLButtonElement;
   private info: HTMLElement;
@@ -62,6 +63,8 @@ export class HistoryView {
     this.status = h("input", { type: "number", placeholder: "any status", class: "status", testid: "history-status" });
     this.since = h("select", { testid: "history-since" }, ...SINCE.map(([t, ms]) => h("option", { value: String(ms) }, t)));
     this.since.value = String(3_600_000);
+    this.head = h("tr", {});
+    this.setColumns(false);
     this.body = h("tbody");
     this.info = h("span", { class: "muted", testid: "history-info" });
     this.more = h("button", { type: "button", testid: "history-more", hidden: true, on: { click: () => void this.load(true) } }, "more");
@@ -93,11 +96,7 @@ export class HistoryView {
       h(
         "table",
         { class: "grid" },
-        h(
-          "thead",
-          {},
-          h("tr", {}, ...["time", "id", "client", "model", "provider", "status", "duration", "first token", "hops", "cost"].map((t) => h("th", {}, t))),
-        ),
+        h("thead", {}, this.head),
         this.body,
       ),
       this.more,
@@ -151,7 +150,15 @@ export class HistoryView {
     }
   }
 
+  /** The header; "instance" after "provider" only when some row has one (a PostgreSQL request DB). */
+  private setColumns(instance: boolean): void {
+    const cols = ["time", "id", "client", "model", "provider", ...(instance ? ["instance"] : []), "status", "duration", "first token", "hops", "cost"];
+    this.head.replaceChildren(...cols.map((t) => h("th", {}, t)));
+  }
+
   private draw(): void {
+    const instance = historyHasInstance(this.rows);
+    this.setColumns(instance);
     this.body.replaceChildren(
       ...this.rows.map((row) => {
         const tr = h(
@@ -162,6 +169,7 @@ export class HistoryView {
           h("td", {}, row.client),
           h("td", { class: "model" }, row.model),
           h("td", {}, row.provider ?? ""),
+          ...(instance ? [h("td", { class: "instance" }, row.instance ?? "")] : []),
           h("td", { class: row.status >= 400 ? "bad num" : "num" }, String(row.status)),
           h("td", { class: "num" }, fmtDuration(row.duration_ms)),
           h("td", { class: "num" }, row.ttft_ms !== undefined ? fmtDuration(row.ttft_ms) : ""),

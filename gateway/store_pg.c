@@ -291,6 +291,14 @@ pg_run(PGconn *c, const char *sql, int params, const char *const *values, PGresu
     return outcome;
 }
 
+/* The server's NOTICEs ("relation already exists, skipping") are not the operator's business. */
+static void
+ignore_notice(void *arg, const char *message)
+{
+    (void)arg;
+    (void)message;
+}
+
 /* A connection to url, made within the connect timeout; NULL with a reason. */
 static PGconn *
 pg_connect(const char *url, char *why, size_t why_size)
@@ -303,6 +311,7 @@ pg_connect(const char *url, char *why, size_t why_size)
         PQfinish(c);
         return NULL;
     }
+    PQsetNoticeProcessor(c, ignore_notice, NULL);
     if (PQsetnonblocking(c, 1) != 0) {
         pq_reason(why, why_size, "", PQerrorMessage(c));
         PQfinish(c);
@@ -657,6 +666,9 @@ pg_sweep(sl_store_t *base, int64_t wall_ms, uint32_t retention_days, uint64_t *s
 {
     pg_store_t *s = (pg_store_t *)base;
     *swept = 0;
+    /* Retention comes due at start, before any write: it connects (and writes the spool) as a write would. */
+    if (s->conn == NULL || !sl_spool_empty(s->spool))
+        pg_tend(base, mono_ms());
     if (s->conn == NULL || !sl_spool_empty(s->spool)) {
         snprintf(why, why_size, "retention waits until PostgreSQL is back");
         return SL_SWEEP_FAILED;

@@ -3,9 +3,16 @@
  * full DB never blocks a submit, nothing stored carries a credential, usage
  * buckets add up and outlive request retention; and the pure rules that
  * schedule the writer.
+ *
+ * Built twice: against SQLite, and with STORE_PG against a real PostgreSQL
+ * the run starts for itself (tests/e2e/pg_server.c), each test in a schema
+ * of its own. The tests of the recorder's behaviour run against both; the
+ * few about one store's files or schema are marked for it.
  */
 #include <criterion/criterion.h>
+#include <criterion/hooks.h>
 #include <sqlite3.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,12 +24,54 @@
 #include "core/dialect.h"
 #include "core/xalloc.h"
 #include "recorder.h"
+#ifdef STORE_PG
+#include <libpq-fe.h>
+
+#include "pg_server.h"
+#endif
 
 #define DAY_MS 86400000LL
 
 static char dir[64];
 static char db_path[128];
 static sl_store_where_t where;
+#ifdef STORE_PG
+static char spool_path[128];
+static char pg_url[512];
+static PGconn *test_conn;
+
+/* One PostgreSQL for the whole run, started by the runner before any test and stopped after the last. */
+static pg_server_t server;
+
+ReportHook(PRE_ALL)(struct criterion_test_set *set)
+{
+    (void)set;
+    if (!pg_start(&server)) {
+        fprintf(stderr, "test_recorder_pg: PostgreSQL did not start\n");
+        exit(1);
+    }
+    setenv("SLUICE_TEST_PG_URL", server.url, 1);
+    char port[8];
+    snprintf(port, sizeof port, "%u", server.port);
+    setenv("SLUICE_TEST_PG_PORT", port, 1);
+}
+
+ReportHook(POST_ALL)(struct criterion_global_stats *stats)
+{
+    (void)stats;
+    pg_stop(&server);
+}
+
+/* Statements as the store's owner, in the test's own schema. */
+static PGresult *
+pg_query(const char *sql)
+{
+    PGresult *r = PQexec(test_conn, sql);
+    ExecStatusType st = PQresultStatus(r);
+    cr_assert(st == PGRES_TUPLES_OK || st == PGRES_COMMAND_OK, "%s: %s", sql, PQresultErrorMessage(r));
+    return r;
+}
+#endif
 static char err[512];
 /* Rows start after this, so that no retention pass deletes them behind a test's back. */
 static int64_t base_ms;
@@ -43,11 +92,32 @@ setup(void)
     snprintf(db_path, sizeof db_path, "%s/sluice.db", dir);
     where = (sl_store_where_t){.path = db_path};
     base_ms = wall_ms() - DAY_MS;
+#ifdef STORE_PG
+    /* A schema per test: tests run in parallel, and each starts from an empty database. */
+    const char *base = getenv("SLUICE_TEST_PG_URL");
+    cr_assert_not_null(base, "the runner's hook sets the server's URL");
+    char schema[64];
+    snprintf(schema, sizeof schema, "t_%ld", (long)getpid());
+    snprintf(pg_url, sizeof pg_url, "%s?options=-csearch_path%%3D%s", base, schema);
+    snprintf(spool_path, sizeof spool_path, "%s/sluice.spool", dir);
+    where = (sl_store_where_t){.url = pg_url, .instance = "test-instance", .spool_path = spool_path};
+    test_conn = PQconnectdb(pg_url);
+    cr_assert_eq(PQstatus(test_conn), CONNECTION_OK, "%s", PQerrorMessage(test_conn));
+    char sql[256];
+    snprintf(sql, sizeof sql,
+             "SET client_min_messages = warning; DROP SCHEMA IF EXISTS %s CASCADE; CREATE SCHEMA %s", schema,
+             schema);
+    PQclear(pg_query(sql));
+#endif
 }
 
 static void
 teardown(void)
 {
+#ifdef STORE_PG
+    PQfinish(test_conn);
+    unlink(spool_path);
+#endif
     static const char *const suffixes[] = {"", "-wal", "-shm", "-journal"};
     char p[160];
     for (size_t i = 0; i < sizeof suffixes / sizeof suffixes[0]; i++) {
@@ -95,6 +165,13 @@ make_row(uint64_t id, int64_t at_ms, size_t n_attempts)
 static int64_t
 query_int(const char *sql)
 {
+#ifdef STORE_PG
+    PGresult *r = pg_query(sql);
+    cr_assert_eq(PQntuples(r), 1, "%s", sql);
+    int64_t v = PQgetisnull(r, 0, 0) ? 0 : atoll(PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return v;
+#else
     sqlite3 *db;
     cr_assert_eq(sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
     sqlite3_stmt *st;
@@ -104,6 +181,7 @@ query_int(const char *sql)
     sqlite3_finalize(st);
     sqlite3_close(db);
     return v;
+#endif
 }
 
 static sl_recorder_stats_t
@@ -148,6 +226,13 @@ page_free(page_t *p)
 static char *
 query_text(const char *sql)
 {
+#ifdef STORE_PG
+    PGresult *r = pg_query(sql);
+    cr_assert_eq(PQntuples(r), 1, "%s", sql);
+    char *copy = PQgetisnull(r, 0, 0) ? NULL : sl_xstrdup(PQgetvalue(r, 0, 0));
+    PQclear(r);
+    return copy;
+#else
     sqlite3 *db;
     cr_assert_eq(sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
     sqlite3_stmt *st;
@@ -158,6 +243,7 @@ query_text(const char *sql)
     sqlite3_finalize(st);
     sqlite3_close(db);
     return copy;
+#endif
 }
 
 static void
@@ -176,11 +262,44 @@ assert_cell(const char *sql, const char *want)
 static void
 exec_on_db(const char *sql)
 {
+#ifdef STORE_PG
+    PQclear(pg_query(sql));
+#else
     sqlite3 *db;
     cr_assert_eq(sqlite3_open(db_path, &db), SQLITE_OK);
     char *msg = NULL;
     cr_assert_eq(sqlite3_exec(db, sql, NULL, NULL, &msg), SQLITE_OK, "%s: %s", sql, msg);
     sqlite3_close(db);
+#endif
+}
+
+/* Calls check on every cell of table as text (NULL for NULL); returns how many there were. */
+static size_t
+each_cell(const char *table, void (*check)(const char *table, const char *column, const char *value))
+{
+    char sql[64];
+    snprintf(sql, sizeof sql, "SELECT * FROM %s", table);
+    size_t cells = 0;
+#ifdef STORE_PG
+    PGresult *r = pg_query(sql);
+    for (int row = 0; row < PQntuples(r); row++) {
+        for (int c = 0; c < PQnfields(r); c++, cells++)
+            check(table, PQfname(r, c), PQgetisnull(r, row, c) ? NULL : PQgetvalue(r, row, c));
+    }
+    PQclear(r);
+#else
+    sqlite3 *db;
+    cr_assert_eq(sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
+    sqlite3_stmt *st;
+    cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        for (int c = 0; c < sqlite3_column_count(st); c++, cells++)
+            check(table, sqlite3_column_name(st, c), (const char *)sqlite3_column_text(st, c));
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+#endif
+    return cells;
 }
 
 Test(recorder, history_rows_carry_every_field_and_their_attempts_in_order)
@@ -650,6 +769,7 @@ Test(recorder, history_refuses_a_malformed_cursor_and_sets_nothing)
     }
 }
 
+#ifndef STORE_PG
 Test(recorder, history_of_a_db_not_yet_written_is_empty)
 {
     /* No file: a fresh gateway has no history; a cursor does not change that. */
@@ -702,6 +822,28 @@ Test(recorder, history_of_a_file_that_is_not_a_db_is_an_error)
     cr_assert_null(cursor);
 }
 
+#else
+Test(recorder, history_of_a_database_without_the_schema_is_empty)
+{
+    /* A database sluice has not set up yet: no history, a cursor does not change that. */
+    page_t p = history_ok(&(sl_recorder_history_query_t){0});
+    cr_assert_eq(p.n, 0);
+    cr_assert_null(p.next_cursor);
+    p = history_ok(&(sl_recorder_history_query_t){.cursor = "5.5", .limit = 3});
+    cr_assert_eq(p.n, 0);
+
+    /* An empty database with the schema. */
+    sl_recorder_t *rec = open_with(NULL);
+    sl_recorder_flush(rec);
+    sl_recorder_close(rec);
+    cr_assert_eq(query_int("SELECT version FROM sluice_schema"), SL_RECORDER_SCHEMA_VERSION);
+    p = history_ok(&(sl_recorder_history_query_t){0});
+    cr_assert_eq(p.n, 0);
+    cr_assert_null(p.next_cursor);
+}
+
+#endif
+
 Test(recorder, history_skips_names_it_does_not_know)
 {
     sl_recorder_t *rec = open_with(NULL);
@@ -719,6 +861,12 @@ Test(recorder, history_skips_names_it_does_not_know)
     }
     sl_recorder_close(rec);
     /* As a newer sluice with more names, or a damaged file, could have left them. */
+#ifdef STORE_PG
+    exec_on_db("UPDATE requests SET dialect = 'klingon' WHERE id = 2;"
+               "UPDATE attempts SET skipped = 'solar_flare' WHERE n = 0 AND request_id = 3;"
+               "UPDATE attempts SET outcome = 'teleported' WHERE n = 1 AND request_id = 3;"
+               "UPDATE attempts SET error_args = 'not json' WHERE n = 1 AND request_id = 1;");
+#else
     exec_on_db("UPDATE requests SET dialect = 'klingon' WHERE id = 2;"
                "UPDATE attempts SET skipped = 'solar_flare' WHERE n = 0 AND request_row ="
                " (SELECT row FROM requests WHERE id = 3);"
@@ -726,6 +874,7 @@ Test(recorder, history_skips_names_it_does_not_know)
                " (SELECT row FROM requests WHERE id = 3);"
                "UPDATE attempts SET error_args = 'not json' WHERE n = 1 AND request_row ="
                " (SELECT row FROM requests WHERE id = 1);");
+#endif
 
     page_t p = history_ok(&(sl_recorder_history_query_t){0});
     cr_assert_eq(p.n, 2);
@@ -808,6 +957,7 @@ Test(recorder, close_writes_every_queued_row)
     cr_assert_eq(query_int("SELECT count(*) FROM requests"), 300);
 }
 
+#ifndef STORE_PG
 /* ---- the file ------------------------------------------------------------------ */
 
 static mode_t
@@ -1004,6 +1154,8 @@ Test(recorder, full_disk_drops_rows_counted_without_crash)
     cr_assert_eq(query_int("SELECT count(*) FROM requests"), (int64_t)s.written);
 }
 
+#endif
+
 /* ---- usage buckets -------------------------------------------------------------- */
 
 typedef struct {
@@ -1074,6 +1226,7 @@ Test(recorder, usage_buckets_add_up_across_flushes_and_restarts)
     cr_assert_eq(seen.b[0].minute, m + 1);
 }
 
+#ifndef STORE_PG
 Test(recorder, load_usage_of_a_missing_db_is_an_error)
 {
     buckets_seen_t seen = {0};
@@ -1082,6 +1235,8 @@ Test(recorder, load_usage_of_a_missing_db_is_an_error)
     cr_assert_neq(err[0], '\0');
     cr_assert_eq(seen.n, 0);
 }
+
+#endif
 
 /* ---- retention ------------------------------------------------------------------- */
 
@@ -1124,6 +1279,13 @@ static const char *const secrets[] = {
     "sk-proj-0123456789abcdefWXYZ9876",
 };
 
+static void
+assert_no_secret(const char *table, const char *column, const char *value)
+{
+    for (size_t k = 0; value != NULL && k < sizeof secrets / sizeof secrets[0]; k++)
+        cr_assert_null(strstr(value, secrets[k]), "%s.%s holds a credential: %s", table, column, value);
+}
+
 Test(recorder, credentials_never_reach_the_db)
 {
     sl_recorder_t *rec = open_with(NULL);
@@ -1150,27 +1312,7 @@ Test(recorder, credentials_never_reach_the_db)
                            "'/v1beta/models/gemini-2.0-flash:streamGenerateContent?alt=sse'"),
                  1);
     /* Every text cell of every table. */
-    sqlite3 *db;
-    cr_assert_eq(sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL), SQLITE_OK);
-    static const char *const tables[] = {"requests", "attempts"};
-    size_t cells = 0;
-    for (size_t t = 0; t < 2; t++) {
-        char sql[64];
-        snprintf(sql, sizeof sql, "SELECT * FROM %s", tables[t]);
-        sqlite3_stmt *st;
-        cr_assert_eq(sqlite3_prepare_v2(db, sql, -1, &st, NULL), SQLITE_OK);
-        while (sqlite3_step(st) == SQLITE_ROW) {
-            for (int c = 0; c < sqlite3_column_count(st); c++) {
-                const char *v = (const char *)sqlite3_column_text(st, c);
-                for (size_t k = 0; v != NULL && k < sizeof secrets / sizeof secrets[0]; k++)
-                    cr_assert_null(strstr(v, secrets[k]), "%s.%s holds a credential: %s", tables[t],
-                                   sqlite3_column_name(st, c), v);
-                cells++;
-            }
-        }
-        sqlite3_finalize(st);
-    }
-    sqlite3_close(db);
+    size_t cells = each_cell("requests", assert_no_secret) + each_cell("attempts", assert_no_secret);
     cr_assert_gt(cells, 20);
 
     char *text = query_text("SELECT error_text FROM requests");
@@ -1184,6 +1326,257 @@ Test(recorder, credentials_never_reach_the_db)
     cr_assert_not_null(strstr(e->args[0].value, "sk-proj-…9876"), "%s", e->args[0].value);
     page_free(&p);
 }
+
+#ifdef STORE_PG
+/* ---- PostgreSQL: the schema, several instances, the spool ------------------------------------ */
+
+static void
+status_of(sl_recorder_t *rec, sl_store_status_t *st)
+{
+    sl_recorder_status(rec, st);
+    cr_assert_eq(st->kind, SL_STORE_POSTGRES);
+}
+
+/* where, but at a URL of the caller's (a closed port, a wrong password): the same schema and spool. */
+static sl_recorder_t *
+open_at(const char *url)
+{
+    sl_store_where_t w = where;
+    w.url = url;
+    sl_recorder_t *rec = sl_recorder_open(&w, NULL, err, sizeof err);
+    cr_assert_not_null(rec, "open failed: %s", err);
+    return rec;
+}
+
+Test(recorder, fresh_database_gets_the_schema_version_and_reopens)
+{
+    sl_recorder_t *rec = open_with(NULL);
+    cr_assert(sl_recorder_submit(rec, make_row(1, 1000, 1)));
+    sl_recorder_close(rec);
+    cr_assert_eq(query_int("SELECT version FROM sluice_schema"), SL_RECORDER_SCHEMA_VERSION);
+    cr_assert_eq(query_int("SELECT count(*) FROM sluice_schema"), 1);
+    rec = open_with(NULL);
+    cr_assert(sl_recorder_submit(rec, make_row(1, 2000, 1)));
+    sl_recorder_close(rec);
+    /* Request ids restart with the process: the second run's id 1 is a row of its own. */
+    cr_assert_eq(query_int("SELECT count(*) FROM requests"), 2);
+    cr_assert_eq(query_int("SELECT count(DISTINCT boot_id) FROM requests"), 2);
+    cr_assert_eq(query_int("SELECT count(*) FROM requests WHERE instance = 'test-instance'"), 2);
+    page_t p = history_ok(&(sl_recorder_history_query_t){0});
+    cr_assert_eq(p.n, 2);
+    cr_assert_str_eq(p.rows[0].instance, "test-instance");
+    page_free(&p);
+}
+
+Test(recorder, a_version_1_schema_is_migrated_and_keeps_its_rows)
+{
+    sl_recorder_t *rec = open_with(NULL);
+    cr_assert(sl_recorder_submit(rec, make_row(1, 1000, 1)));
+    sl_recorder_close(rec);
+    /* Version 1 had no attempts.reason. */
+    exec_on_db("ALTER TABLE attempts DROP COLUMN reason; UPDATE sluice_schema SET version = 1");
+
+    rec = open_with(NULL);
+    sl_request_row_t *r = make_row(2, 2000, 1);
+    r->attempts[0].has_reason = true;
+    r->attempts[0].reason = SL_STEP_REASON_RETRY_ROUND;
+    cr_assert(sl_recorder_submit(rec, r));
+    sl_recorder_close(rec);
+    cr_assert_eq(query_int("SELECT version FROM sluice_schema"), SL_RECORDER_SCHEMA_VERSION);
+    cr_assert_eq(query_int("SELECT count(*) FROM requests"), 2, "the old row stays");
+    assert_cell("SELECT reason FROM attempts WHERE request_id = 2", "retry_round");
+    page_t p = history_ok(&(sl_recorder_history_query_t){0});
+    cr_assert_eq(p.n, 2);
+    cr_assert(p.rows[0].attempts[0].has_reason);
+    cr_assert_eq(p.rows[0].attempts[0].reason, SL_PROTO_STEP_REASON_RETRY_ROUND);
+    cr_assert_not(p.rows[1].attempts[0].has_reason, "a version-1 attempt has none");
+    page_free(&p);
+}
+
+Test(recorder, newer_schema_is_refused_untouched_and_rows_wait_in_the_spool)
+{
+    exec_on_db(
+        "CREATE TABLE sluice_schema (version integer NOT NULL); INSERT INTO sluice_schema VALUES (99)");
+    sl_recorder_t *rec = open_with(NULL);
+    cr_assert(sl_recorder_submit(rec, make_row(1, 1000, 1)));
+    sl_recorder_flush(rec);
+    sl_store_status_t st;
+    status_of(rec, &st);
+    cr_assert(st.degraded);
+    cr_assert(strstr(st.reason, "newer") != NULL, "%s", st.reason);
+    cr_assert_eq(st.spooled_rows, 1);
+    cr_assert_eq(stats_of(rec).written, 1, "kept, in the spool");
+    sl_recorder_close(rec);
+    cr_assert_eq(query_int("SELECT version FROM sluice_schema"), 99);
+    cr_assert_eq(
+        query_int(
+            "SELECT count(*) FROM pg_tables WHERE tablename = 'requests' AND schemaname = current_schema()"),
+        0);
+}
+
+typedef struct {
+    const char *instance;
+    char spool[160];
+    uint64_t first_id;
+} instance_run_t;
+
+/* One instance's life: open (racing the other for the schema), 50 rows, close. */
+static void *
+run_instance(void *arg)
+{
+    instance_run_t *run = arg;
+    sl_store_where_t w = where;
+    w.instance = run->instance;
+    w.spool_path = run->spool;
+    char why[512];
+    sl_recorder_t *rec = sl_recorder_open(&w, NULL, why, sizeof why);
+    if (rec == NULL)
+        return NULL;
+    for (uint64_t i = 0; i < 50; i++)
+        sl_recorder_submit(rec, make_row(run->first_id + i, 1000 + (int64_t)i, 2));
+    sl_recorder_close(rec);
+    return run;
+}
+
+Test(recorder, two_instances_starting_at_once_set_up_one_schema_and_share_one_history)
+{
+    instance_run_t runs[2] = {{.instance = "east", .first_id = 1}, {.instance = "west", .first_id = 1}};
+    pthread_t threads[2];
+    for (int i = 0; i < 2; i++) {
+        snprintf(runs[i].spool, sizeof runs[i].spool, "%s/%s.spool", dir, runs[i].instance);
+        cr_assert_eq(pthread_create(&threads[i], NULL, run_instance, &runs[i]), 0);
+    }
+    for (int i = 0; i < 2; i++) {
+        void *done;
+        pthread_join(threads[i], &done);
+        cr_assert_not_null(done, "instance %s opened", runs[i].instance);
+        unlink(runs[i].spool);
+    }
+    cr_assert_eq(query_int("SELECT count(*) FROM sluice_schema"), 1);
+    cr_assert_eq(query_int("SELECT count(*) FROM requests"), 100, "the same ids, two instances: 100 rows");
+    cr_assert_eq(query_int("SELECT count(*) FROM attempts"), 200);
+    page_t p = history_ok(&(sl_recorder_history_query_t){.limit = 500});
+    cr_assert_eq(p.n, 100);
+    size_t east = 0, west = 0;
+    for (size_t i = 0; i < p.n; i++) {
+        cr_assert_not_null(p.rows[i].instance);
+        east += strcmp(p.rows[i].instance, "east") == 0;
+        west += strcmp(p.rows[i].instance, "west") == 0;
+    }
+    cr_assert_eq(east, 50);
+    cr_assert_eq(west, 50);
+    page_free(&p);
+}
+
+static void
+copy_file(const char *from, const char *to)
+{
+    FILE *in = fopen(from, "rb"), *out = fopen(to, "wb");
+    cr_assert(in != NULL && out != NULL);
+    char buf[8192];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, in)) > 0)
+        cr_assert_eq(fwrite(buf, 1, n, out), n);
+    fclose(in);
+    fclose(out);
+}
+
+Test(recorder, rows_spooled_while_postgres_is_unreachable_arrive_once_at_the_next_start)
+{
+    /* Nothing listens on port 1: every connection is refused at once. */
+    sl_recorder_t *rec = open_at("postgres://sluice:hunter2-secret@127.0.0.1:1/sluice");
+    const int64_t m = wall_ms() / 60000;
+    for (uint64_t id = 1; id <= 5; id++)
+        cr_assert(sl_recorder_submit(rec, make_row(id, (int64_t)id * 1000, 2)));
+    cr_assert(sl_recorder_add_usage(rec, SL_BUCKET_PROVIDER, "p1", m, 5, 500, 50));
+    sl_recorder_flush(rec);
+    sl_store_status_t st;
+    status_of(rec, &st);
+    cr_assert(st.degraded);
+    cr_assert_eq(st.spooled_rows, 5);
+    cr_assert_gt(st.spool_bytes, 0);
+    cr_assert(strstr(st.reason, "cannot connect") != NULL, "%s", st.reason);
+    cr_assert_null(strstr(st.reason, "hunter2"), "%s", st.reason);
+    sl_recorder_stats_t s = stats_of(rec);
+    cr_assert_eq(s.written, 5);
+    cr_assert_eq(s.dropped, 0);
+    sl_recorder_close(rec);
+    cr_assert_eq(
+        query_int(
+            "SELECT count(*) FROM pg_tables WHERE tablename = 'requests' AND schemaname = current_schema()"),
+        0);
+
+    /* A copy of the spool as it was: as if the next run died after writing it, before emptying it. */
+    char copy[160];
+    snprintf(copy, sizeof copy, "%s/copy.spool", dir);
+    copy_file(spool_path, copy);
+
+    rec = open_with(NULL);
+    sl_recorder_flush(rec);
+    status_of(rec, &st);
+    cr_assert_not(st.degraded, "%s", st.reason);
+    cr_assert_eq(st.spooled_rows, 0);
+    sl_recorder_close(rec);
+    cr_assert_eq(query_int("SELECT count(*) FROM requests"), 5);
+    cr_assert_eq(query_int("SELECT count(*) FROM attempts"), 10);
+    cr_assert_eq(query_int("SELECT sum(tokens) FROM usage_buckets"), 500);
+    struct stat fst;
+    cr_assert_eq(stat(spool_path, &fst), 0);
+    cr_assert_eq(fst.st_size, 0, "written, so emptied");
+
+    rename(copy, spool_path);
+    rec = open_with(NULL);
+    sl_recorder_flush(rec);
+    sl_recorder_close(rec);
+    cr_assert_eq(query_int("SELECT count(*) FROM requests"), 5, "a replayed batch doubles nothing");
+    cr_assert_eq(query_int("SELECT count(*) FROM attempts"), 10);
+    cr_assert_eq(query_int("SELECT sum(tokens) FROM usage_buckets"), 500, "nor does a replayed usage flush");
+    page_t p = history_ok(&(sl_recorder_history_query_t){0});
+    cr_assert_eq(p.n, 5);
+    page_free(&p);
+}
+
+Test(recorder, refused_credentials_degrade_with_a_masked_reason_and_nothing_is_lost)
+{
+    char url[512];
+    snprintf(url, sizeof url, "postgres://sluice:wrong-password-42@127.0.0.1:%s/sluice",
+             getenv("SLUICE_TEST_PG_PORT"));
+    sl_recorder_t *rec = open_at(url);
+    cr_assert(sl_recorder_submit(rec, make_row(1, 1000, 1)));
+    sl_recorder_flush(rec);
+    sl_store_status_t st;
+    status_of(rec, &st);
+    cr_assert(st.degraded);
+    cr_assert(strstr(st.reason, "password authentication failed") != NULL, "%s", st.reason);
+    cr_assert_null(strstr(st.reason, "wrong-password-42"), "%s", st.reason);
+    cr_assert_eq(st.spooled_rows, 1);
+    sl_recorder_close(rec);
+    /* The right credentials at the next start: the row arrives. */
+    rec = open_with(NULL);
+    sl_recorder_flush(rec);
+    sl_recorder_close(rec);
+    cr_assert_eq(query_int("SELECT count(*) FROM requests"), 1);
+}
+
+Test(recorder, history_of_an_unreachable_database_is_a_clear_error)
+{
+    sl_store_where_t w = where;
+    w.url = "postgres://sluice:hunter2-secret@127.0.0.1:1/sluice";
+    sl_proto_history_row_t *rows = NULL;
+    size_t n = 0;
+    char *cursor = NULL;
+    err[0] = '\0';
+    cr_assert_eq(
+        sl_recorder_history(&w, &(sl_recorder_history_query_t){0}, &rows, &n, &cursor, err, sizeof err), -1);
+    cr_assert(strstr(err, "cannot connect") != NULL, "%s", err);
+    cr_assert_null(strstr(err, "hunter2"), "%s", err);
+    cr_assert_null(rows);
+    buckets_seen_t seen = {0};
+    cr_assert_eq(sl_recorder_load_usage(&w, 0, on_bucket, &seen, err, sizeof err), -1);
+    cr_assert_eq(seen.n, 0);
+}
+
+#else
 
 /* ---- the rules, pure ------------------------------------------------------------------ */
 
@@ -1318,3 +1711,5 @@ Test(rules, row_msg_copies_code_args_and_text)
     cr_assert_null(r.code);
     cr_assert_eq(r.nargs, 0);
 }
+
+#endif

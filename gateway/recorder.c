@@ -310,6 +310,12 @@ note_failure(sl_recorder_t *rec, bool ok, const char *why)
         snprintf(rec->stats.last_error, sizeof rec->stats.last_error, "%s", why);
 }
 
+static int64_t
+store_tend_at(sl_recorder_t *rec)
+{
+    return rec->store->ops->tend_at != NULL ? rec->store->ops->tend_at(rec->store) : INT64_MAX;
+}
+
 /* on_state when the store turned degraded or ok since it was last told; on the writer, no lock held. */
 static void
 tell_state(sl_recorder_t *rec)
@@ -343,7 +349,9 @@ do_write(sl_recorder_t *rec, sl_request_row_t **batch, size_t n)
     if (!ok && rec->on_dropped != NULL)
         rec->on_dropped(rec->on_dropped_ctx, n, why);
     tell_state(rec);
+    int64_t tend_at = store_tend_at(rec);
     pthread_mutex_lock(&rec->lock);
+    rec->tend_at_ms = tend_at;
     if (ok)
         rec->stats.written += n;
     else
@@ -371,7 +379,9 @@ do_flush_usage(sl_recorder_t *rec, int64_t now_ms)
     bool ok = rec->store->ops->write_usage(rec->store, deltas, n, seq, why, sizeof why);
     free(deltas);
     tell_state(rec);
+    int64_t tend_at = store_tend_at(rec);
     pthread_mutex_lock(&rec->lock);
+    rec->tend_at_ms = tend_at;
     note_failure(rec, ok, why);
     /* Kept for the next second's try; but a flush or close must end, so then they are lost and counted. */
     for (size_t i = 0; !ok && i < taken.cap; i++) {
@@ -392,7 +402,10 @@ do_sweep(sl_recorder_t *rec)
     sl_sweep_result_t result = rec->store->ops->sweep(rec->store, clock_ms(CLOCK_REALTIME),
                                                       rec->retention_days, &swept, why, sizeof why);
     int64_t next = sl_recorder_sweep_next(clock_ms(CLOCK_MONOTONIC), result);
+    tell_state(rec);
+    int64_t tend_at = store_tend_at(rec);
     pthread_mutex_lock(&rec->lock);
+    rec->tend_at_ms = tend_at;
     rec->stats.swept += swept;
     rec->sweep_at_ms = next;
     note_failure(rec, result != SL_SWEEP_FAILED, why);
@@ -402,10 +415,12 @@ static void
 do_tend(sl_recorder_t *rec, int64_t now_ms)
 {
     pthread_mutex_unlock(&rec->lock);
-    int64_t next = rec->store->ops->tend != NULL ? rec->store->ops->tend(rec->store, now_ms) : INT64_MAX;
+    if (rec->store->ops->tend != NULL)
+        rec->store->ops->tend(rec->store, now_ms);
     tell_state(rec);
+    int64_t tend_at = store_tend_at(rec);
     pthread_mutex_lock(&rec->lock);
-    rec->tend_at_ms = next;
+    rec->tend_at_ms = tend_at;
 }
 
 static void
@@ -493,7 +508,8 @@ sl_recorder_open(const sl_store_where_t *where, const sl_recorder_options_t *opt
     rec->on_state_ctx = o.on_state_ctx;
     rec->cap = o.queue_capacity;
     rec->queue = sl_xmalloc(rec->cap * sizeof *rec->queue);
-    rec->usage_flushed_ms = rec->sweep_at_ms = rec->tend_at_ms = clock_ms(CLOCK_MONOTONIC);
+    rec->usage_flushed_ms = rec->sweep_at_ms = clock_ms(CLOCK_MONOTONIC);
+    rec->tend_at_ms = store_tend_at(rec);
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

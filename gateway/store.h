@@ -46,11 +46,16 @@ typedef struct {
     sl_sweep_result_t (*sweep)(sl_store_t *s, int64_t wall_ms, uint32_t retention_days, uint64_t *swept,
                                char *why, size_t why_size);
     /*
-     * Work of its own that is due at now_ms (reconnect, replay a spool).
-     * Returns when it next wants to be called, on the monotonic clock;
-     * INT64_MAX for never. NULL: the store has none.
+     * Work of its own (reconnect, replay a spool), called once tend_at has
+     * come. NULL, both: the store has none.
      */
-    int64_t (*tend)(sl_store_t *s, int64_t now_ms);
+    void (*tend)(sl_store_t *s, int64_t now_ms);
+    /*
+     * When the store next wants tend called, on the monotonic clock;
+     * INT64_MAX for never. Asked after every call above: a write that finds
+     * the server gone sets it.
+     */
+    int64_t (*tend_at)(sl_store_t *s);
     /* Its state now; any thread. */
     void (*status)(sl_store_t *s, sl_store_status_t *out);
     void (*close)(sl_store_t *s);

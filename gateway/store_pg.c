@@ -597,16 +597,22 @@ replay_spool(pg_store_t *s)
     return s->conn != NULL && sl_spool_empty(s->spool);
 }
 
-static int64_t
+static void
 pg_tend(sl_store_t *base, int64_t now_ms)
 {
     pg_store_t *s = (pg_store_t *)base;
     if (ensure_connected(s, now_ms) && replay_spool(s)) {
         s->retry_ms = RETRY_FIRST_MS;
         publish(s, false, "");
-        return INT64_MAX;
     }
-    return s->retry_at_ms;
+}
+
+/* Not connected, or the spool not yet written: at the next try's time. */
+static int64_t
+pg_tend_at(sl_store_t *base)
+{
+    pg_store_t *s = (pg_store_t *)base;
+    return s->conn != NULL && sl_spool_empty(s->spool) ? INT64_MAX : s->retry_at_ms;
 }
 
 /* To PostgreSQL if it can take it now and nothing older waits; else to the spool. */
@@ -720,6 +726,7 @@ static const sl_store_ops_t pg_ops = {
     .write_usage = pg_write_usage,
     .sweep = pg_sweep,
     .tend = pg_tend,
+    .tend_at = pg_tend_at,
     .status = pg_status,
     .close = pg_close,
 };

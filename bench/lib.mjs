@@ -183,9 +183,10 @@ export function killAllSync() {
 }
 
 // Runs a command to its end (bounded by timeoutMs); resolves {code, out, err}.
-export function run(cmd, args, { timeoutMs = 120_000, input, env } = {}) {
+// uid, gid: run as that user (PostgreSQL's tools refuse root).
+export function run(cmd, args, { timeoutMs = 120_000, input, env, uid, gid } = {}) {
   return new Promise((resolve) => {
-    const child = spawn(cmd, args, { stdio: [input === undefined ? "ignore" : "pipe", "pipe", "pipe"], env });
+    const child = spawn(cmd, args, { stdio: [input === undefined ? "ignore" : "pipe", "pipe", "pipe"], env, uid, gid });
     let out = "",
       err = "";
     child.stdout.on("data", (d) => (out += d));

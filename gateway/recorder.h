@@ -32,8 +32,9 @@
 #include "core/outcome.h"
 #include "sl_proto.h"
 
-/* The schema version this code writes: SQLite's PRAGMA user_version, PostgreSQL's sluice_schema. */
+/* The schema versions this code writes: SQLite's PRAGMA user_version, PostgreSQL's sluice_schema. */
 #define SL_RECORDER_SCHEMA_VERSION 2
+#define SL_PG_SCHEMA_VERSION       2
 
 #define SL_RECORDER_DEFAULT_QUEUE     10000
 #define SL_RECORDER_DEFAULT_BATCH     512

@@ -34,6 +34,32 @@ sl_pg_array_literal(const char *const *cells, size_t n, size_t stride)
     return sl_strbuf_finish(&b);
 }
 
+void
+sl_pg_copy_line(sl_strbuf_t *out, const char *const *cells, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        if (i > 0)
+            sl_strbuf_append(out, "\t", 1);
+        const char *s = cells[i];
+        if (s == NULL) {
+            sl_strbuf_append(out, "\\N", 2);
+            continue;
+        }
+        for (const char *run = s;; s++) {
+            char esc = *s == '\\' ? '\\' : *s == '\t' ? 't' : *s == '\n' ? 'n' : *s == '\r' ? 'r' : 0;
+            if (esc == 0 && *s != '\0')
+                continue;
+            sl_strbuf_append(out, run, (size_t)(s - run));
+            if (*s == '\0')
+                break;
+            char pair[2] = {'\\', esc};
+            sl_strbuf_append(out, pair, 2);
+            run = s + 1;
+        }
+    }
+    sl_strbuf_append(out, "\n", 1);
+}
+
 char *
 sl_pg_utf8_copy(const char *s)
 {

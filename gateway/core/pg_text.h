@@ -11,6 +11,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "xalloc.h"
+
 /*
  * The array literal of n cells taken every stride-th from cells ("{...}"):
  * each cell double-quoted with '"' and '\' escaped, NULL as the bare NULL.
@@ -18,6 +20,13 @@
  * and boolean columns. The caller frees.
  */
 char *sl_pg_array_literal(const char *const *cells, size_t n, size_t stride);
+
+/*
+ * One line of COPY's text format for n cells appended to out: the cells
+ * separated by tabs, '\\', tab, newline and carriage return escaped, NULL as
+ * \N, ended by a newline.
+ */
+void sl_pg_copy_line(sl_strbuf_t *out, const char *const *cells, size_t n);
 
 /* A copy of s (NULL stays NULL) with each byte that starts no well-formed UTF-8 sequence as U+FFFD. */
 char *sl_pg_utf8_copy(const char *s);

@@ -57,3 +57,13 @@ Test(pg_text, connection_resource_shutdown_and_rollback_failures_are_transient_d
     for (size_t i = 0; fatal[i] != NULL; i++)
         cr_assert_not(sl_pg_sqlstate_transient(fatal[i]), "%s", fatal[i]);
 }
+
+Test(pg_text, a_copy_line_separates_cells_by_tabs_escapes_what_copy_reads_specially_and_ends_the_line)
+{
+    const char *cells[] = {"plain", NULL, "tab\there", "line\nbreak\r", "back\\slash", "", "\\N"};
+    sl_strbuf_t out = {0};
+    sl_pg_copy_line(&out, cells, 7);
+    char *got = sl_strbuf_finish(&out);
+    cr_assert_str_eq(got, "plain\t\\N\ttab\\there\tline\\nbreak\\r\tback\\\\slash\t\t\\\\N\n");
+    free(got);
+}

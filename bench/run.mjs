@@ -45,7 +45,7 @@ const heldN = Number(opt("--held", 10000));
 const queueN = Number(opt("--queue", 10000));
 const callgrindN = Number(opt("--callgrind", 2000));
 const wrkThreads = Number(opt("--wrk-threads", 1));
-const allSections = ["table", "control", "held", "queue", "callgrind"];
+const allSections = ["table", "control", "held", "queue", "store", "callgrind"];
 const sections = opt("--only", quick ? "table" : allSections.join(",")).split(",");
 const targetKeys = opt("--targets", "direct,nginx,sluice,portkey").split(",");
 if (argv.length) {
@@ -464,6 +464,20 @@ async function queueSection(N) {
   writeReport();
 }
 
+// ---- the request DB on PostgreSQL (bench/store.mjs) -----------------------------------------------
+
+async function storeSection() {
+  say();
+  say("The request DB: SQLite (the default) vs. PostgreSQL (store.url) on a loopback server of its own " +
+      "(node bench/store.mjs)");
+  const r = await run(process.execPath, [path.join(repo, "bench/store.mjs"), "--rounds", String(rounds),
+                                         "--seconds", String(seconds)],
+                      { timeoutMs: 600_000, env: { ...process.env, SLUICE_BIN: sluiceBin() } });
+  for (const line of r.out.trim().split("\n")) say(`  ${line}`);
+  if (r.code !== 0) problem(`bench/store.mjs exited ${r.code}: ${r.err.slice(-1000)}`);
+  writeReport();
+}
+
 // ---- instruction counts ---------------------------------------------------------------------------
 
 // sluice under callgrind (--threads 1) for `n` sequential keep-alive requests; total instructions and
@@ -543,6 +557,7 @@ try {
   if (sections.includes("control") && targets.sluice) await controlSection();
   if (sections.includes("held") && targets.sluice) await heldSection(heldN);
   if (sections.includes("queue")) await queueSection(queueN);
+  if (sections.includes("store")) await storeSection();
   if (sections.includes("callgrind")) await callgrindSection(callgrindN);
 } catch (e) {
   problem(`${e.stack ?? e}`);

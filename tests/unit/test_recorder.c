@@ -1590,6 +1590,42 @@ Test(recorder, rows_spooled_while_postgres_is_unreachable_arrive_once_at_the_nex
     page_free(&p);
 }
 
+static uint64_t dropped_told;
+static char dropped_why[256];
+
+static void
+on_dropped(void *ctx, uint64_t rows, const char *reason)
+{
+    (void)ctx;
+    dropped_told += rows;
+    snprintf(dropped_why, sizeof dropped_why, "%s", reason);
+}
+
+Test(recorder, past_the_spools_cap_rows_are_dropped_counted_and_told)
+{
+    sl_store_where_t w = where;
+    w.url = "postgres://sluice@127.0.0.1:1/sluice";
+    w.spool_max_bytes = 3000;
+    sl_recorder_t *rec =
+        sl_recorder_open(&w, &(sl_recorder_options_t){.on_dropped = on_dropped}, err, sizeof err);
+    cr_assert_not_null(rec, "%s", err);
+    for (uint64_t id = 1; id <= 40; id++) {
+        cr_assert(sl_recorder_submit(rec, make_row(id, (int64_t)id, 1)));
+        sl_recorder_flush(rec); /* one batch each */
+    }
+    sl_recorder_stats_t s = stats_of(rec);
+    sl_store_status_t st;
+    status_of(rec, &st);
+    sl_recorder_close(rec);
+    cr_assert_gt(st.spooled_rows, 0);
+    cr_assert_leq(st.spool_bytes, 3000);
+    cr_assert_eq(s.written, st.spooled_rows, "what is not dropped waits in the spool");
+    cr_assert_eq(s.written + s.dropped, 40, "one row or one counted drop each");
+    cr_assert_gt(s.dropped, 0);
+    cr_assert_eq(dropped_told, s.dropped, "each drop told (RowsDropped)");
+    cr_assert(strstr(dropped_why, "spool") != NULL && strstr(dropped_why, "full") != NULL, "%s", dropped_why);
+}
+
 Test(recorder, a_row_key_stored_already_is_not_stored_twice)
 {
     /* A live batch goes by COPY, which has no ON CONFLICT: one that meets a stored key is sent again as the

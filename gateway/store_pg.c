@@ -207,10 +207,16 @@ pq_reason(char *why, size_t why_size, const char *what, const char *msg)
 {
     char clean[512];
     snprintf(clean, sizeof clean, "%s", msg != NULL && *msg ? msg : "no answer");
-    for (char *p = clean; *p; p++) {
-        if (*p == '\n' || *p == '\r' || *p == '\t')
-            *p = ' ';
+    /* Its lines and indents (and the server's "FATAL:  ") as single spaces. */
+    char *to = clean;
+    for (const char *p = clean; *p; p++) {
+        bool blank = *p == '\n' || *p == '\r' || *p == '\t' || *p == ' ';
+        if (!blank)
+            *to++ = *p;
+        else if (to > clean && to[-1] != ' ')
+            *to++ = ' ';
     }
+    *to = '\0';
     size_t n = sl_scrub_secrets(clean, strlen(clean));
     while (n > 0 && clean[n - 1] == ' ')
         clean[--n] = '\0';
@@ -633,7 +639,7 @@ publish(pg_store_t *s, bool degraded, const char *reason)
     s->status.spool_bytes = sl_spool_bytes(s->spool);
     pthread_mutex_unlock(&s->lock);
     if (degraded && !was)
-        sl_log_warn("request DB: PostgreSQL is unreachable (%s): rows wait in the spool", reason);
+        sl_log_warn("request DB: PostgreSQL cannot take rows now (%s): they wait in the spool", reason);
     else if (!degraded && was)
         sl_log_info("request DB: PostgreSQL is back; the spool is written");
 }

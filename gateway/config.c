@@ -1047,13 +1047,20 @@ static const field_t member_fields[] = {
     {"weight", U(member_draft_t, weight, 1, 10000)},
 };
 
+/* One of a route's provider lists: its members (weights for load_balance) or its context_fallback. */
+typedef struct {
+    sl_route_member_t *members;
+    size_t *n;
+    bool weighted;
+} member_list_t;
+
 static void
 walk_member(walker_t *w, yaml_node_t *node, size_t index, void *ctx)
 {
-    sl_route_t *r = ctx;
+    member_list_t *list = ctx;
     member_draft_t d = {.weight = 1};
     (void)index;
-    if (node->type == YAML_MAPPING_NODE && r->kind == SL_ROUTE_LOAD_BALANCE) {
+    if (node->type == YAML_MAPPING_NODE && list->weighted) {
         if (!walk_fields(w, node, member_fields, NFIELDS(member_fields), &d, NULL) || d.name == NULL)
             return;
     } else if ((d.name = get_name(w, node)) == NULL) {
@@ -1066,15 +1073,24 @@ walk_member(walker_t *w, yaml_node_t *node, size_t index, void *ctx)
         ERROR(w, node, SL_CODE_CONFIG_UNKNOWN_PROVIDER, "name", d.name);
         return;
     }
-    for (size_t m = 0; m < r->n_members; m++) {
-        if (r->members[m].provider == i) {
+    for (size_t m = 0; m < *list->n; m++) {
+        if (list->members[m].provider == i) {
             ERROR(w, node, SL_CODE_CONFIG_ROUTE_DUPLICATE_MEMBER, "name", d.name);
             return;
         }
     }
-    r->members[r->n_members].provider = i;
-    r->members[r->n_members].weight = d.weight;
-    r->n_members++;
+    list->members[*list->n].provider = i;
+    list->members[*list->n].weight = d.weight;
+    (*list->n)++;
+}
+
+static void
+walk_members(walker_t *w, yaml_node_t *value, sl_route_member_t **members, size_t *n, bool weighted)
+{
+    if (value->type == YAML_SEQUENCE_NODE)
+        *members = sl_arena_alloc(w->arena, (seq_len(value) + 1) * sizeof(sl_route_member_t));
+    member_list_t list = {.members = *members, .n = n, .weighted = weighted};
+    walk_seq(w, value, walk_member, &list); /* not a list: walk_seq reports it, nothing is walked */
 }
 
 static void
@@ -1084,9 +1100,7 @@ set_route_failover(walker_t *w, yaml_node_t *value, void *target)
     if (r->members != NULL)
         return; /* both lists given: walk_route reports it */
     r->kind = SL_ROUTE_FAILOVER;
-    if (value->type == YAML_SEQUENCE_NODE)
-        r->members = sl_arena_alloc(w->arena, seq_len(value) * sizeof(sl_route_member_t));
-    walk_seq(w, value, walk_member, r);
+    walk_members(w, value, &r->members, &r->n_members, false);
 }
 
 static void
@@ -1096,15 +1110,21 @@ set_route_load_balance(walker_t *w, yaml_node_t *value, void *target)
     if (r->members != NULL)
         return; /* both lists given: walk_route reports it */
     r->kind = SL_ROUTE_LOAD_BALANCE;
-    if (value->type == YAML_SEQUENCE_NODE)
-        r->members = sl_arena_alloc(w->arena, seq_len(value) * sizeof(sl_route_member_t));
-    walk_seq(w, value, walk_member, r);
+    walk_members(w, value, &r->members, &r->n_members, true);
+}
+
+static void
+set_route_context_fallback(walker_t *w, yaml_node_t *value, void *target)
+{
+    sl_route_t *r = target;
+    walk_members(w, value, &r->context_fallback, &r->n_context_fallback, false);
 }
 
 static const field_t route_fields[] = {
     {"match", .kind = F_STRING, .offset = offsetof(sl_route_t, match), .required = true},
     {"failover", F_CUSTOM, .custom = set_route_failover},
     {"load_balance", F_CUSTOM, .custom = set_route_load_balance},
+    {"context_fallback", F_CUSTOM, .custom = set_route_context_fallback},
 };
 
 static void

@@ -66,16 +66,18 @@ sl__may_wait(const request_t *r)
            sl_now_ms() < r->retry.deadline_ms;
 }
 
-/* The candidate a conversation stays on (affinity moved it first), or SL_RETRY_UNPINNED. */
+/*
+ * The candidate a conversation stays on (affinity moved it first; going back home, its home went first and
+ * it is second), or SL_RETRY_UNPINNED.
+ */
 size_t
 sl__pinned_candidate(const request_t *r)
 {
-    if (r->affinity_effect != SL_AFFINITY_STICKY && r->affinity_effect != SL_AFFINITY_SEALED)
+    size_t at = r->affinity_effect == SL_AFFINITY_RETURNED ? 1 : 0;
+    if (r->affinity_effect != SL_AFFINITY_STICKY && r->affinity_effect != SL_AFFINITY_SEALED && at == 0)
         return SL_RETRY_UNPINNED;
-    for (size_t i = 0; i < r->n_cands; i++) {
-        if (r->skips[i] == SL_SKIP_NONE)
-            return i;
-    }
+    if (at < r->n_cands && r->cands[at].skip == SL_SKIP_NONE)
+        return at;
     return SL_RETRY_UNPINNED;
 }
 
@@ -98,8 +100,13 @@ start_retry_round(request_t *r, const sl_step_t *step, const bool *next)
     r->retry.round_backoff_ms = step->pause_ms;
     r->retry.hint_ms = -1;
     r->retry.waited = true;
+    /*
+     * A conversation's retry of its own upstream keeps the candidates after it in the round: it lets go to
+     * them when that upstream cannot serve it before the deadline, or its breaker opens (§1.5, §5).
+     */
+    bool pinned = step->reason == SL_STEP_REASON_PINNED_RETRY;
     for (size_t i = 0; i < n; i++) {
-        r->retry.in_round[i] = next[i];
+        r->retry.in_round[i] = next[i] || (pinned && i > r->cur);
         r->retry.failed_temporary[i] = false;
     }
     sl__set_phase(r, PHASE_BACKOFF);
@@ -130,6 +137,7 @@ gather_facts(request_t *r, sl_failure_class_t cls, bool stale, bool *temporary, 
         .has_answer = r->rd.up_status != 0,
         .has_next = sl__has_next_candidate(r),
         .pinned_here = pinned == r->cur,
+        .has_context_fallback = sl__may_switch_to_context_fallback(r),
         .may_wait = sl__may_wait(r),
         .temporary = temporary,
         .cooling = cooling,
@@ -193,6 +201,11 @@ sl__hop_failed(request_t *r, const sl_failure_t *f, const char *detail, int64_t 
     case SL_STEP_RETRY_ROUND:
         sl__end_hop(r);
         start_retry_round(r, &step, next);
+        return;
+    case SL_STEP_CONTEXT_FALLBACK:
+        sl__end_hop(r);
+        sl__switch_to_context_fallback(r);
+        sl__next_hop(r);
         return;
     case SL_STEP_HAND_OVER:
         /* An error status's body goes on as bytes; a held stream as the events it was. */

@@ -162,6 +162,9 @@ typedef struct {
     uint64_t conversation; /* the affinity key; 0 = none */
     bool sealed_history;   /* the body carries history bound to one upstream account */
     sl_affinity_effect_t affinity_effect;
+    uint64_t home;         /* the upstream the conversation goes back to (sl_affinity_pin_t.home); 0 = none */
+    size_t route;          /* the route that matched (an index into config->routes, or SL_ROUTE_BY_MODELS) */
+    bool context_switched; /* the route's context_fallback replaced the candidates (§1.6) */
     char response_id[128]; /* Responses: the id of the answer being served, "" until seen */
 
     /* The hop in flight (request.c, upstream_write.c). */
@@ -325,6 +328,11 @@ void sl__end_hop(request_t *r);
 
 /* The candidate list with this moment's skips (behaviour.md §2); false when nothing matches. */
 bool sl__choose_candidates(request_t *r);
+/* Whether a context-length error may still go on to the route's context_fallback, one of which is offered
+ * (§1.6). */
+bool sl__may_switch_to_context_fallback(const request_t *r);
+/* The route's context_fallback becomes the candidate list (only when sl__may_switch_to_context_fallback). */
+void sl__switch_to_context_fallback(request_t *r);
 /* The conversation stays with the current candidate's upstream (sticky; sealed when its history is bound). */
 void sl__remember_conversation(request_t *r);
 /* A served Responses answer seals its id to the current candidate's upstream. */

@@ -267,6 +267,11 @@ sl__start_hop(request_t *r, size_t cand)
     }
     a->backoff_ms = r->retry.round_backoff_ms;
     r->retry.round_backoff_ms = -1;
+    /* Why this hop goes where it goes, when a failure did not say (§1.5); a failure's reason replaces it. */
+    if (r->affinity_effect == SL_AFFINITY_RETURNED && cand == 0 && r->retry.round == 0) {
+        a->has_reason = true;
+        a->reason = SL_STEP_REASON_BACK_TO_EARLIER;
+    }
     sl__claim_upstream(r, cand);
 }
 

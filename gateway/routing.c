@@ -4,15 +4,20 @@
  */
 #include "req.h"
 
-/* The conversation stays with the upstream that served it (sticky; sealed when its history is bound). */
+/*
+ * The conversation stays with the upstream that served it (sticky; sealed when its history is bound), and
+ * remembers its home: where it goes back to once that can take it again, if this was a failover (§1.5).
+ */
 void
 sl__remember_conversation(request_t *r)
 {
     if (r->conversation == 0)
         return;
+    uint64_t served = sl_affinity_upstream_id(&r->gw->affinity_key, sl__provider_of(r, r->cur)->name);
     sl_affinity_pin_t pin = {
-        .upstream = sl_affinity_upstream_id(&r->gw->affinity_key, sl__provider_of(r, r->cur)->name),
+        .upstream = served,
         .sealed = r->sealed_history,
+        .home = r->home != 0 ? r->home : served,
     };
     pthread_mutex_lock(&r->gw->affinity_lock);
     sl_affinity_put(r->gw->affinity, r->conversation, pin, sl_now_ms());
@@ -58,6 +63,42 @@ conversation_key(request_t *r)
     return 0;
 }
 
+/*
+ * Whether a conversation's home can take it again (behaviour.md §1.5): its breaker not open (half-open is
+ * fine: the request becomes its probe), not paused after a 429 or by an operator, no usage window shown
+ * full. Busy slots do not count: the claim finds them and the request goes on to where it was.
+ */
+static bool
+home_can_take_it(void *ctx, size_t provider)
+{
+    request_t *r = ctx;
+    sl_upstream_t *up = r->snapshot->upstreams[provider];
+    int64_t now = sl_now_ms();
+    pthread_mutex_lock(&up->lock);
+    bool cooling = sl_breaker_is_cooling(&up->breaker, now);
+    pthread_mutex_unlock(&up->lock);
+    if (cooling || sl_shared_pause_of(r->gw->shared, up, now).recovery_ms > now)
+        return false;
+    sl_limit_set_t *set =
+        r->snapshot->limits.providers != NULL ? r->snapshot->limits.providers[provider] : NULL;
+    if (set == NULL)
+        return true;
+    sl_upstream_view_t v = sl_shared_upstream_view(r->gw->shared, up, set);
+    return v.shown == SL_LIMIT_OK || v.shown_until_ms <= sl_wall_ms();
+}
+
+/* The upstream a conversation belongs to as routed: the first candidate that can be tried. */
+static uint64_t
+routed_home(const request_t *r)
+{
+    for (size_t i = 0; i < r->n_cands; i++) {
+        if (r->cands[i].skip == SL_SKIP_NONE)
+            return sl_affinity_upstream_id(&r->gw->affinity_key,
+                                           r->config->providers[r->cands[i].provider].name);
+    }
+    return 0;
+}
+
 static sl_affinity_effect_t
 apply_affinity(request_t *r)
 {
@@ -70,36 +111,23 @@ apply_affinity(request_t *r)
     pthread_mutex_lock(&r->gw->affinity_lock);
     bool found = sl_affinity_get(r->gw->affinity, r->conversation, sl_now_ms(), &pin);
     pthread_mutex_unlock(&r->gw->affinity_lock);
-    sl_affinity_effect_t effect = sl_affinity_apply(r->config, &r->gw->affinity_key, found ? &pin : NULL,
-                                                    r->sealed_history, r->cands, r->n_cands);
+    r->home = found && pin.home != 0 ? pin.home : found ? pin.upstream : routed_home(r);
+    sl_affinity_effect_t effect =
+        sl_affinity_apply(r->config, &r->gw->affinity_key, found ? &pin : NULL, r->sealed_history,
+                          home_can_take_it, r, r->cands, r->n_cands);
     if (effect != SL_AFFINITY_NONE)
         sl_log_debug("request %llu: affinity %s", (unsigned long long)r->id,
                      effect == SL_AFFINITY_RELEASED ? "released" : sl_affinity_effect_slug(effect));
     return effect;
 }
 
-/* The candidate list with this moment's skips (behaviour.md §2); false when nothing matches. */
-bool
-sl__choose_candidates(request_t *r)
+/*
+ * This moment's skips over the candidate list (behaviour.md §2): the config's, then cooling breakers (all
+ * tried when all are cooling), each skip recorded as an attempt. False when no candidate is offered.
+ */
+static bool
+skip_for_now(request_t *r)
 {
-    const sl_config_t *c = r->config;
-    r->cands = h2o_mem_alloc_pool(&r->req->pool, sizeof(*r->cands) * (c->n_providers + 1));
-    r->skips = h2o_mem_alloc_pool(&r->req->pool, sizeof(*r->skips) * (c->n_providers + 1));
-    r->retry.in_round = h2o_mem_alloc_pool(&r->req->pool, sizeof(*r->retry.in_round) * (c->n_providers + 1));
-    r->retry.failed_temporary =
-        h2o_mem_alloc_pool(&r->req->pool, sizeof(*r->retry.failed_temporary) * (c->n_providers + 1));
-    r->wait.recovery_ms =
-        h2o_mem_alloc_pool(&r->req->pool, sizeof(*r->wait.recovery_ms) * (c->n_providers + 1));
-    for (size_t i = 0; i <= c->n_providers; i++) {
-        r->retry.in_round[i] = true;
-        r->retry.failed_temporary[i] = false;
-    }
-    size_t route;
-    uint64_t counter = atomic_fetch_add(&r->gw->balance_counter, 1);
-    if (!sl_route_select(c, r->in.endpoint.dialect, r->in.model, counter, r->cands, &r->n_cands, &route))
-        return false;
-    r->affinity_effect = apply_affinity(r);
-    sl__emit_routed(r, route, r->affinity_effect);
     bool cooling[r->n_cands + 1];
     size_t offered = 0;
     int64_t now = sl_now_ms();
@@ -139,4 +167,66 @@ sl__choose_candidates(request_t *r)
         }
     }
     return offered > 0;
+}
+
+/* The candidate list with this moment's skips (behaviour.md §2); false when nothing matches. */
+bool
+sl__choose_candidates(request_t *r)
+{
+    const sl_config_t *c = r->config;
+    r->cands = h2o_mem_alloc_pool(&r->req->pool, sizeof(*r->cands) * (c->n_providers + 1));
+    r->skips = h2o_mem_alloc_pool(&r->req->pool, sizeof(*r->skips) * (c->n_providers + 1));
+    r->retry.in_round = h2o_mem_alloc_pool(&r->req->pool, sizeof(*r->retry.in_round) * (c->n_providers + 1));
+    r->retry.failed_temporary =
+        h2o_mem_alloc_pool(&r->req->pool, sizeof(*r->retry.failed_temporary) * (c->n_providers + 1));
+    r->wait.recovery_ms =
+        h2o_mem_alloc_pool(&r->req->pool, sizeof(*r->wait.recovery_ms) * (c->n_providers + 1));
+    for (size_t i = 0; i <= c->n_providers; i++) {
+        r->retry.in_round[i] = true;
+        r->retry.failed_temporary[i] = false;
+    }
+    size_t route;
+    uint64_t counter = atomic_fetch_add(&r->gw->balance_counter, 1);
+    if (!sl_route_select(c, r->in.endpoint.dialect, r->in.model, counter, r->cands, &r->n_cands, &route))
+        return false;
+    r->route = route;
+    r->affinity_effect = apply_affinity(r);
+    sl__emit_routed(r, route, r->affinity_effect);
+    return skip_for_now(r);
+}
+
+bool
+sl__may_switch_to_context_fallback(const request_t *r)
+{
+    if (r->context_switched || r->affinity_effect == SL_AFFINITY_SEALED || r->route >= r->config->n_routes)
+        return false;
+    sl_candidate_t fallback[r->config->n_providers + 1];
+    size_t n = sl_route_context_fallback(r->config, r->route, r->in.endpoint.dialect, r->in.model, fallback);
+    for (size_t i = 0; i < n; i++) {
+        if (fallback[i].skip == SL_SKIP_NONE)
+            return true;
+    }
+    return false;
+}
+
+/*
+ * A context-length error (behaviour.md §1.6): the route's context_fallback replaces the rest of the
+ * candidates, retry rounds run among them only, and the conversation stays on whichever serves it (it
+ * only grows: it does not go back to the model it outgrew). Only when sl__may_switch_to_context_fallback.
+ */
+void
+sl__switch_to_context_fallback(request_t *r)
+{
+    r->context_switched = true;
+    r->n_cands =
+        sl_route_context_fallback(r->config, r->route, r->in.endpoint.dialect, r->in.model, r->cands);
+    for (size_t i = 0; i < r->n_cands; i++) {
+        r->retry.in_round[i] = true;
+        r->retry.failed_temporary[i] = false;
+    }
+    r->affinity_effect = SL_AFFINITY_NONE;
+    r->home = 0;
+    r->next = 0;
+    sl__emit_routed(r, r->route, SL_AFFINITY_NONE);
+    skip_for_now(r);
 }

@@ -81,9 +81,11 @@ sl__emit_routed(request_t *r, size_t route, sl_affinity_effect_t effect)
     for (size_t i = 0; i < r->n_cands; i++)
         names[i] = sl__provider_of(r, i)->name;
     const char *route_name = route == SL_ROUTE_BY_MODELS ? "models" : r->config->routes[route].match;
-    sl_proto_affinity_t affinity =
-        effect == SL_AFFINITY_SEALED ? SL_PROTO_AFFINITY_SEALED : SL_PROTO_AFFINITY_STICKY;
-    bool has_affinity = effect == SL_AFFINITY_STICKY || effect == SL_AFFINITY_SEALED;
+    sl_proto_affinity_t affinity = effect == SL_AFFINITY_SEALED     ? SL_PROTO_AFFINITY_SEALED
+                                   : effect == SL_AFFINITY_RETURNED ? SL_PROTO_AFFINITY_RETURNED
+                                                                    : SL_PROTO_AFFINITY_STICKY;
+    bool has_affinity =
+        effect == SL_AFFINITY_STICKY || effect == SL_AFFINITY_SEALED || effect == SL_AFFINITY_RETURNED;
     sl_proto_event_t ev;
     sl__emit(r, sl_bus_request_routed(&ev, sl_wall_ms(), r->id, route_name, names, r->n_cands,
                                       has_affinity ? &affinity : NULL));

@@ -199,7 +199,7 @@ sl_affinity_upstream_id(const sl_hash_key_t *key, const char *provider_name)
 #define NIL UINT32_MAX
 
 typedef struct {
-    uint64_t key, upstream;
+    uint64_t key, upstream, home;
     int64_t last_ms;
     uint32_t newer, older; /* the LRU list */
     uint32_t chain;        /* next in the bucket; next free slot while free */
@@ -334,6 +334,7 @@ sl_affinity_get(sl_affinity_t *t, uint64_t key, int64_t now_ms, sl_affinity_pin_
     touch(t, i, now_ms);
     out->upstream = t->entries[i].upstream;
     out->sealed = t->entries[i].sealed;
+    out->home = t->entries[i].home;
     return true;
 }
 
@@ -360,6 +361,7 @@ sl_affinity_put(sl_affinity_t *t, uint64_t key, sl_affinity_pin_t pin, int64_t n
         entry_t *e = &t->entries[i];
         e->sealed = pin.sealed || (e->sealed && e->upstream == pin.upstream);
         e->upstream = pin.upstream;
+        e->home = pin.home;
         touch(t, i, now_ms);
         return;
     }
@@ -367,6 +369,7 @@ sl_affinity_put(sl_affinity_t *t, uint64_t key, sl_affinity_pin_t pin, int64_t n
     entry_t *e = &t->entries[i];
     e->key = key;
     e->upstream = pin.upstream;
+    e->home = pin.home;
     e->sealed = pin.sealed;
     e->last_ms = now_ms;
     uint32_t *bucket = &t->buckets[key & t->mask];
@@ -392,30 +395,53 @@ const char *
 sl_affinity_effect_slug(sl_affinity_effect_t e)
 {
     static const char *const slugs[] = {
-        [SL_AFFINITY_NONE] = NULL,
-        [SL_AFFINITY_STICKY] = "sticky",
-        [SL_AFFINITY_SEALED] = "sealed",
-        [SL_AFFINITY_RELEASED] = NULL,
+        [SL_AFFINITY_NONE] = NULL,     [SL_AFFINITY_STICKY] = "sticky",     [SL_AFFINITY_SEALED] = "sealed",
+        [SL_AFFINITY_RELEASED] = NULL, [SL_AFFINITY_RETURNED] = "returned",
     };
     return (unsigned)e < sizeof(slugs) / sizeof(slugs[0]) ? slugs[e] : NULL;
 }
 
-sl_affinity_effect_t
-sl_affinity_apply(const sl_config_t *config, const sl_hash_key_t *key, const sl_affinity_pin_t *pin,
-                  bool sealed_history, sl_candidate_t *c, size_t n)
+/* The first candidate that can be tried whose provider hashes to upstream; n when none. */
+static size_t
+find_candidate(const sl_config_t *config, const sl_hash_key_t *key, uint64_t upstream,
+               const sl_candidate_t *c, size_t n)
 {
-    if (pin == NULL)
-        return SL_AFFINITY_NONE;
     size_t at = 0;
     while (at < n && (c[at].skip != SL_SKIP_NONE ||
-                      sl_affinity_upstream_id(key, config->providers[c[at].provider].name) != pin->upstream))
+                      sl_affinity_upstream_id(key, config->providers[c[at].provider].name) != upstream))
         at++;
-    if (at == n)
-        return SL_AFFINITY_RELEASED;
+    return at;
+}
+
+/* Moves c[at] to the front; the candidates before it keep their order behind it. */
+static void
+move_first(sl_candidate_t *c, size_t at)
+{
     sl_candidate_t chosen = c[at];
     memmove(c + 1, c, at * sizeof(*c));
     c[0] = chosen;
-    if (!pin->sealed && !sealed_history)
+}
+
+sl_affinity_effect_t
+sl_affinity_apply(const sl_config_t *config, const sl_hash_key_t *key, const sl_affinity_pin_t *pin,
+                  bool sealed_history, sl_affinity_ready_fn ready, void *ready_ctx, sl_candidate_t *c,
+                  size_t n)
+{
+    if (pin == NULL)
+        return SL_AFFINITY_NONE;
+    size_t at = find_candidate(config, key, pin->upstream, c, n);
+    if (at == n)
+        return SL_AFFINITY_RELEASED;
+    move_first(c, at);
+    bool sealed = pin->sealed || sealed_history;
+    if (!sealed && pin->home != 0 && pin->home != pin->upstream && ready != NULL) {
+        size_t home = find_candidate(config, key, pin->home, c, n);
+        if (home < n && ready(ready_ctx, c[home].provider)) {
+            move_first(c, home);
+            return SL_AFFINITY_RETURNED;
+        }
+    }
+    if (!sealed)
         return SL_AFFINITY_STICKY;
     for (size_t j = 1; j < n; j++) {
         if (c[j].skip == SL_SKIP_NONE)

@@ -97,6 +97,12 @@ typedef struct sl_affinity sl_affinity_t;
 typedef struct {
     uint64_t upstream; /* sl_affinity_upstream_id of the provider that served the conversation */
     bool sealed;       /* its history is bound to that upstream's account */
+    /*
+     * The upstream the conversation goes back to once it can take it again
+     * (it failed over from there, behaviour.md §1.5); 0 or upstream itself:
+     * it is home where it is.
+     */
+    uint64_t home;
 } sl_affinity_pin_t;
 
 #define SL_AFFINITY_DEFAULT_CAPACITY 100000
@@ -143,9 +149,11 @@ typedef enum {
     SL_AFFINITY_STICKY,   /* the upstream that served the conversation was moved first */
     SL_AFFINITY_SEALED,   /* only the pinned upstream remains; the others are skipped pinned_elsewhere */
     SL_AFFINITY_RELEASED, /* the config no longer lets the entry's upstream serve this: as routed */
+    SL_AFFINITY_RETURNED, /* sticky, and its home can take it again: home first, the serving upstream second
+                           */
 } sl_affinity_effect_t;
 
-/* "sticky", "sealed" (the protocol's Affinity values); NULL for none and released. */
+/* "sticky", "sealed", "returned" (the protocol's Affinity values); NULL for none and released. */
 const char *sl_affinity_effect_slug(sl_affinity_effect_t e);
 
 /*
@@ -162,6 +170,14 @@ const char *sl_affinity_effect_slug(sl_affinity_effect_t e);
  * - sealed: it moves to the front and every other candidate that could be
  *   tried is skipped with SL_SKIP_PINNED_ELSEWHERE (already-skipped ones
  *   keep their reason); the request waits and retries on it alone.
+ * - returned: a sticky entry whose home (pin->home, not the serving
+ *   upstream) is a candidate that can be tried and that ready says can take
+ *   the conversation again (not paused, window not full, breaker not open:
+ *   the caller's facts): home goes first, the serving upstream second, the
+ *   others keep their order. A hop to home is a hop to a non-last candidate,
+ *   held until content, so a failure there fails over invisibly to the
+ *   upstream that served the conversation; if home's breaker is half-open,
+ *   the request is its probe. ready is asked about home only, and only then.
  * When it is not (the provider was removed, disabled, or no longer offers
  * the model or the dialect), the pin gives way, sealed or not: nothing in
  * the config can serve the history there any more, and another upstream
@@ -170,8 +186,11 @@ const char *sl_affinity_effect_slug(sl_affinity_effect_t e);
  * against everything else (throttled, cooling, busy, windows): those are
  * waited for.
  */
+typedef bool (*sl_affinity_ready_fn)(void *ctx, size_t provider);
+
 sl_affinity_effect_t sl_affinity_apply(const sl_config_t *config, const sl_hash_key_t *key,
-                                       const sl_affinity_pin_t *pin, bool sealed_history, sl_candidate_t *c,
+                                       const sl_affinity_pin_t *pin, bool sealed_history,
+                                       sl_affinity_ready_fn ready, void *ready_ctx, sl_candidate_t *c,
                                        size_t n);
 
 #endif

@@ -24,7 +24,8 @@ typedef struct {
     {                                                                                                        \
         text, sizeof(text) - 1, flags, SL_FAILURE_##cls, dialects                                            \
     }
-#define GEMINI_ONLY (1u << SL_DIALECT_GEMINI)
+#define GEMINI_ONLY  (1u << SL_DIALECT_GEMINI)
+#define BEDROCK_ONLY (1u << SL_DIALECT_BEDROCK)
 
 /*
  * The words of formats.md's classification, plus the real-world shapes that
@@ -36,6 +37,10 @@ typedef struct {
  * that prose is not a quota word, and neither is a bare "billing" (OpenAI
  * rate-limit messages link to the billing page). "per day" counts for Gemini
  * only: OpenAI's requests-per-day limits are rate limits with a short hint.
+ * A context-length error is a request error in each dialect's own wording
+ * (the fixtures): OpenAI's code (and the prose OpenAI-compatible servers
+ * send without it), Anthropic's "prompt is too long", Gemini's "input token
+ * count ... exceeds", Bedrock's "Input is too long" / "Too many input tokens".
  */
 static const word_t words[] = {
     W("insufficient_quota", 0, QUOTA, 0),
@@ -66,10 +71,15 @@ static const word_t words[] = {
     W("model_not_found", 0, MISSING_MODEL, 0),
     W("NOT_FOUND", 0, MISSING_MODEL, 0),
     W("resourceNotFoundException", FOLD, MISSING_MODEL, 0),
+    W("context_length_exceeded", 0, CONTEXT_LENGTH, 0),
+    W("prompt is too long", FOLD, CONTEXT_LENGTH, 0),
+    W("maximum context length", FOLD, CONTEXT_LENGTH, 0),
+    W("input token count", FOLD, CONTEXT_LENGTH, GEMINI_ONLY),
+    W("input is too long", FOLD, CONTEXT_LENGTH, BEDROCK_ONLY),
+    W("too many input tokens", FOLD, CONTEXT_LENGTH, BEDROCK_ONLY),
     W("invalid_request_error", 0, REQUEST_ERROR, 0),
     W("invalid_request", 0, REQUEST_ERROR, 0),
     W("request_too_large", 0, REQUEST_ERROR, 0),
-    W("context_length_exceeded", 0, REQUEST_ERROR, 0),
     W("invalid_prompt", 0, REQUEST_ERROR, 0),
     W("invalid_encrypted_content", 0, REQUEST_ERROR, 0),
     W("INVALID_ARGUMENT", 0, REQUEST_ERROR, 0),
@@ -127,6 +137,7 @@ static const sl_failure_class_info_t class_info[SL_FAILURE_CLASS_COUNT] = {
     [SL_FAILURE_AUTH] = {"auth", true, false, false, SL_BREAKER_CAUSE_AUTH},
     /* A missing model is about the model, not the upstream: its other models still work. */
     [SL_FAILURE_MISSING_MODEL] = {"missing_model", true, false, true, SL_BREAKER_CAUSE_NONE},
+    [SL_FAILURE_CONTEXT_LENGTH] = {"context_length", false, false, true, SL_BREAKER_CAUSE_NONE},
     [SL_FAILURE_REQUEST_ERROR] = {"request_error", false, false, true, SL_BREAKER_CAUSE_NONE},
     [SL_FAILURE_TEMPORARY] = {"temporary", true, true, false, SL_BREAKER_CAUSE_UNEXPLAINED},
     [SL_FAILURE_OTHER] = {"other", true, false, false, SL_BREAKER_CAUSE_UNEXPLAINED},
@@ -372,8 +383,8 @@ classify_answer(const sl_failure_t *f)
          * request errors fail over (§3), and a named request error is never
          * temporary, whatever the status says (§5).
          */
-        if (c == SL_FAILURE_REQUEST_ERROR)
-            return in_stream ? SL_FAILURE_OTHER : SL_FAILURE_REQUEST_ERROR;
+        if (c == SL_FAILURE_CONTEXT_LENGTH || c == SL_FAILURE_REQUEST_ERROR)
+            return in_stream ? SL_FAILURE_OTHER : c;
         /* After content the client has bytes already: nothing can be retried. */
         if (c == SL_FAILURE_TEMPORARY && f->after_content)
             return SL_FAILURE_OTHER;

@@ -9,7 +9,9 @@
  *                      RESOURCE_EXHAUSTED, throttlingException
  *   3. auth            401, 403, authentication_error, permission_error, …
  *   4. missing model   404, not_found_error, model_not_found, NOT_FOUND
- *   5. request error   a status answer whose body names a request error
+ *   5. request error   a status answer whose body names a request error;
+ *                      first its context-length kind, which a route may
+ *                      send on to its context_fallback (behaviour.md §1.6)
  *   6. temporary       status 500 502 503 504 529; the in-stream allowlist
  *                      before content; connect failures; breaks before the
  *                      head or before content; streams that end early
@@ -80,7 +82,9 @@ typedef struct {
 /*
  * The classes, in the order they are checked. QUOTA and NO_BALANCE are the
  * two sub-causes of step 1 (quota used up / no balance), so each can carry
- * its own breaker hold.
+ * its own breaker hold; CONTEXT_LENGTH is the one request error of step 5
+ * that a route's context_fallback takes on (otherwise it is handed back as
+ * every request error is).
  */
 typedef enum {
     SL_FAILURE_QUOTA,
@@ -88,6 +92,7 @@ typedef enum {
     SL_FAILURE_RATE_LIMITED,
     SL_FAILURE_AUTH,
     SL_FAILURE_MISSING_MODEL,
+    SL_FAILURE_CONTEXT_LENGTH, /* a request error: the request is longer than the model's context */
     SL_FAILURE_REQUEST_ERROR,
     SL_FAILURE_TEMPORARY,
     SL_FAILURE_OTHER,

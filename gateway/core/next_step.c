@@ -72,12 +72,16 @@ sl_next_step(const sl_step_facts_t *f, bool *next_round)
         return (sl_step_t){.kind = SL_STEP_RESEND_FRESH, .reason = SL_STEP_REASON_STALE_CONNECTION};
     if (f->cls == SL_FAILURE_RATE_LIMITED)
         return (sl_step_t){.kind = SL_STEP_FAILOVER, .reason = SL_STEP_REASON_RATE_LIMITED};
+    if (f->cls == SL_FAILURE_CONTEXT_LENGTH && f->has_context_fallback)
+        return (sl_step_t){.kind = SL_STEP_CONTEXT_FALLBACK, .reason = SL_STEP_REASON_CONTEXT_FALLBACK};
     const sl_failure_class_info_t *info = sl_failure_class_info(f->cls);
     if (!info->fails_over)
         return give_up(f, SL_STEP_REASON_REQUEST_ERROR);
     sl_step_t step;
     sl_step_reason_t why_not;
-    if (info->retried && f->pinned_here && retry_round(f, next_round, &step, &why_not)) {
+    /* A conversation waits for its own upstream, but not for one whose breaker has just opened. */
+    if (info->retried && f->pinned_here && !(f->pinned < f->n && f->cooling[f->pinned]) &&
+        retry_round(f, next_round, &step, &why_not)) {
         step.reason = SL_STEP_REASON_PINNED_RETRY;
         return step;
     }

@@ -20,11 +20,17 @@ typedef enum {
     SL_STEP_FAILOVER,     /* on to the next candidate: one that can take it now, else wait (§6) or give up */
     SL_STEP_RETRY_ROUND,  /* a pause (pause_ms), then a round over the candidates of next_round (§5) */
     SL_STEP_RESEND_FRESH, /* the same hop again, on a connection opened for it (§3) */
-    SL_STEP_HAND_OVER,    /* the upstream's own answer goes to the client as it is */
-    SL_STEP_GATEWAY_ERROR, /* no upstream answer to hand over: the gateway's error, from the failure */
+    SL_STEP_CONTEXT_FALLBACK, /* on to the route's context_fallback candidates, which replace the rest (§1.6)
+                               */
+    SL_STEP_HAND_OVER,        /* the upstream's own answer goes to the client as it is */
+    SL_STEP_GATEWAY_ERROR,    /* no upstream answer to hand over: the gateway's error, from the failure */
 } sl_step_kind_t;
 
-/* Why the step was taken: slug (the attempt's `reason`, DB and protocol) and an English line. */
+/*
+ * Why the step was taken: slug (the attempt's `reason`, DB and protocol) and an English line.
+ * BACK_TO_EARLIER is no step after a failure: it is the reason on the hop of a sticky conversation that
+ * went back to the candidate it had failed over from (behaviour.md §1.5).
+ */
 #define SL_STEP_REASONS(X)                                                                                   \
     X(STALE_CONNECTION, "stale_connection",                                                                  \
       "a reused kept-alive connection closed before any answer: the request is sent again on a fresh one")   \
@@ -34,9 +40,13 @@ typedef enum {
     X(RETRY_ROUND, "retry_round",                                                                            \
       "every candidate failed, some temporarily: those are retried after a pause")                           \
     X(REQUEST_ERROR, "request_error", "the client's own error: handed back at once")                         \
+    X(CONTEXT_FALLBACK, "context_fallback",                                                                  \
+      "the request is longer than this model's context: on to the route's context_fallback")                 \
     X(NOT_RETRIED, "not_retried", "no candidate of the round failed temporarily")                            \
     X(NO_WAITING, "no_waiting", "this request may not wait or retry (wait_secs 0, or counting tokens)")      \
-    X(DEADLINE, "deadline", "the next pause would end after the request's deadline")
+    X(DEADLINE, "deadline", "the next pause would end after the request's deadline")                         \
+    X(BACK_TO_EARLIER, "back_to_earlier",                                                                    \
+      "the conversation failed over earlier: it goes back to this candidate, which can take it again")
 
 typedef enum {
 #define SL_STEP_REASON_ENUM(name, slug, text) SL_STEP_REASON_##name,
@@ -70,11 +80,12 @@ bool sl_connection_was_stale(const sl_connection_facts_t *c);
 #define SL_STALE_CLOSE_MS 1000
 
 typedef struct {
-    sl_failure_class_t cls; /* classify.c's verdict on the failure */
-    bool stale;             /* sl_connection_was_stale said so (only for a break before the head) */
-    bool has_answer;        /* the upstream answered with a head: that answer can be handed over */
-    bool has_next;          /* a later candidate of this round can still be tried */
-    bool pinned_here;       /* the request's conversation stays on this candidate (§1.5) */
+    sl_failure_class_t cls;    /* classify.c's verdict on the failure */
+    bool stale;                /* sl_connection_was_stale said so (only for a break before the head) */
+    bool has_answer;           /* the upstream answered with a head: that answer can be handed over */
+    bool has_next;             /* a later candidate of this round can still be tried */
+    bool pinned_here;          /* the request's conversation stays on this candidate (§1.5) */
+    bool has_context_fallback; /* the route's context_fallback may take a context-length error (§1.6) */
     bool may_wait; /* it may still wait or retry: wait_secs > 0, not counting tokens, deadline ahead */
     /*
      * The round's candidates, for the retry round: temporary[i], candidate i
@@ -102,8 +113,10 @@ typedef struct {
 /*
  * The step after a failed hop, in the order of behaviour.md: a stale
  * keep-alive is resent fresh; a 429 fails over (the upstream pauses); a
- * request error is handed back; a conversation that stays on this upstream
- * retries it after a pause when that fits the deadline; otherwise the next
+ * context-length error goes on to the route's context_fallback when it may;
+ * a request error is handed back; a conversation that stays on this upstream
+ * retries it after a pause when that fits the deadline and its breaker is
+ * not cooling (it has just opened: let go); otherwise the next
  * candidate; with none left, a retry round over the round's temporary
  * failures when the request may wait and the pause fits; else the failure
  * is handed over (or, with no upstream answer, the gateway's error).

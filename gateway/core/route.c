@@ -322,3 +322,22 @@ sl_route_select(const sl_config_t *config, sl_dialect_t dialect, const char *mod
     *route = SL_ROUTE_BY_MODELS;
     return true;
 }
+
+size_t
+sl_route_context_fallback(const sl_config_t *config, size_t route, sl_dialect_t dialect, const char *model,
+                          sl_candidate_t *out)
+{
+    if (route >= config->n_routes)
+        return 0;
+    const sl_route_t *r = &config->routes[route];
+    for (size_t m = 0; m < r->n_context_fallback; m++) {
+        size_t provider = r->context_fallback[m].provider;
+        const sl_provider_t *p = &config->providers[provider];
+        const char *mapped = mapped_name(p, model);
+        sl_skip_t skip = p->disabled              ? SL_SKIP_DISABLED
+                         : p->protocol != dialect ? SL_SKIP_NOT_OFFERED
+                                                  : SL_SKIP_NONE;
+        out[m] = (sl_candidate_t){provider, mapped != NULL ? mapped : model, skip};
+    }
+    return r->n_context_fallback;
+}

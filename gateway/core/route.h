@@ -115,4 +115,16 @@ typedef struct {
 bool sl_route_select(const sl_config_t *config, sl_dialect_t dialect, const char *model, uint64_t counter,
                      sl_candidate_t *out, size_t *n, size_t *route);
 
+/*
+ * The candidates a request goes on to after a context-length request error
+ * (behaviour.md §1.6): route's context_fallback in listed order, each with
+ * its model_map target (else the client's model). They serve whatever their
+ * `models` globs say (the operator named them for this); a disabled one is
+ * skipped as disabled, one of another protocol as not_offered. out must
+ * have room for config->n_providers entries. Returns how many were written:
+ * 0 when route has none, or is SL_ROUTE_BY_MODELS.
+ */
+size_t sl_route_context_fallback(const sl_config_t *config, size_t route, sl_dialect_t dialect,
+                                 const char *model, sl_candidate_t *out);
+
 #endif

@@ -85,6 +85,10 @@ typedef struct {
     sl_route_kind_t kind;
     sl_route_member_t *members;
     size_t n_members;
+    /* On a context-length request error, the request goes on to these instead (behaviour.md §1.6); weight
+     * unused. */
+    sl_route_member_t *context_fallback;
+    size_t n_context_fallback;
 } sl_route_t;
 
 typedef struct {

@@ -160,7 +160,7 @@ Test(affinity, upstreams_are_named_by_their_provider_name)
 static sl_affinity_pin_t
 pin(uint64_t upstream, bool sealed)
 {
-    return (sl_affinity_pin_t){upstream, sealed};
+    return (sl_affinity_pin_t){upstream, sealed, 0};
 }
 
 static bool
@@ -173,7 +173,7 @@ has(sl_affinity_t *t, uint64_t key, int64_t now)
 Test(affinity, get_returns_what_was_put)
 {
     sl_affinity_t *t = sl_affinity_new(16, 1000);
-    sl_affinity_pin_t p = {99, true};
+    sl_affinity_pin_t p = {99, true, 0};
     cr_assert_not(sl_affinity_get(t, 42, 0, &p));
     cr_assert_eq(p.upstream, 99, "a miss leaves out untouched");
     sl_affinity_put(t, 42, pin(7, false), 0);
@@ -365,7 +365,7 @@ Test(affinity, behaves_like_a_plain_lru_list_under_random_operations)
             break;
         }
         case 2: {
-            sl_affinity_pin_t a = {77, false}, b = {77, false};
+            sl_affinity_pin_t a = {77, false, 0}, b = {77, false, 0};
             bool got = sl_affinity_get(t, key, now, &a), want = ref_get(&ref, key, now, &b);
             cr_assert_eq(got, want, "step %d: get %llu", step, (unsigned long long)key);
             cr_assert(a.upstream == b.upstream && a.sealed == b.sealed, "step %d", step);
@@ -454,8 +454,9 @@ applied(const sl_config_t *c, const char *upstream, bool sealed, bool sealed_his
     sl_candidate_t cand[8];
     size_t n, route;
     cr_assert(sl_route_select(c, SL_DIALECT_ANTHROPIC, "claude-opus-4", 0, cand, &n, &route));
-    sl_affinity_pin_t p = {upstream ? sl_affinity_upstream_id(&seed, upstream) : 0, sealed};
-    sl_affinity_effect_t got = sl_affinity_apply(c, &seed, upstream ? &p : NULL, sealed_history, cand, n);
+    sl_affinity_pin_t p = {upstream ? sl_affinity_upstream_id(&seed, upstream) : 0, sealed, 0};
+    sl_affinity_effect_t got =
+        sl_affinity_apply(c, &seed, upstream ? &p : NULL, sealed_history, NULL, NULL, cand, n);
     cr_assert_eq(got, want, "pin %s: effect %d, expected %d", upstream ? upstream : "none", got, want);
     return describe(c, cand, n);
 }
@@ -499,8 +500,99 @@ Test(affinity, a_pin_the_config_cannot_serve_gives_way)
     cr_assert_str_eq(applied(c, "removed", false, false, SL_AFFINITY_RELEASED), routed, "sticky alike");
 }
 
+/* The facts the shell gathers for "can take it again" (not paused, window not full, breaker not open). */
+typedef struct {
+    const sl_config_t *config;
+    const char *ready;  /* the one provider that can take it again; NULL: none can */
+    size_t asked;       /* how often ready was called */
+    size_t asked_about; /* the provider it was last called for */
+} ready_facts_t;
+
+static bool
+home_ready(void *ctx, size_t provider)
+{
+    ready_facts_t *f = ctx;
+    f->asked++;
+    f->asked_about = provider;
+    return f->ready != NULL && strcmp(f->config->providers[provider].name, f->ready) == 0;
+}
+
+static const char *
+applied_home(const char *upstream, const char *home, bool sealed, ready_facts_t *facts,
+             sl_affinity_effect_t want)
+{
+    sl_candidate_t cand[8];
+    size_t n, route;
+    cr_assert(sl_route_select(&config, SL_DIALECT_ANTHROPIC, "claude-opus-4", 0, cand, &n, &route));
+    sl_affinity_pin_t p = {sl_affinity_upstream_id(&seed, upstream), sealed,
+                           home != NULL ? sl_affinity_upstream_id(&seed, home) : 0};
+    facts->config = &config;
+    sl_affinity_effect_t got = sl_affinity_apply(&config, &seed, &p, false, home_ready, facts, cand, n);
+    cr_assert_eq(got, want, "pin %s home %s: effect %d, expected %d", upstream, home ? home : "-", got, want);
+    return describe(&config, cand, n);
+}
+
+/* behaviour.md §1.5: a sticky conversation that failed over goes back once its home can take it again. */
+Test(affinity, a_conversation_that_failed_over_goes_back_home_once_it_can_take_it)
+{
+    ready_facts_t f = {.ready = "a"};
+    cr_assert_str_eq(applied_home("c", "a", false, &f, SL_AFFINITY_RETURNED),
+                     "a,c,off:disabled,b,narrow:not_offered",
+                     "home first, the fallback that served it second");
+    cr_assert_eq(f.asked, 1);
+    cr_assert_str_eq(config.providers[f.asked_about].name, "a", "asked about home only");
+    /* Home still paused, full or cooling: the conversation stays where it is. */
+    f = (ready_facts_t){.ready = NULL};
+    cr_assert_str_eq(applied_home("c", "a", false, &f, SL_AFFINITY_STICKY),
+                     "c,a,off:disabled,b,narrow:not_offered");
+    /* A home that is not the route's first (a load_balance pick, an earlier failover) works alike. */
+    f = (ready_facts_t){.ready = "b"};
+    cr_assert_str_eq(applied_home("c", "b", false, &f, SL_AFFINITY_RETURNED),
+                     "b,c,a,off:disabled,narrow:not_offered");
+}
+
+Test(affinity, home_is_asked_about_only_when_the_conversation_is_away_from_it)
+{
+    ready_facts_t f = {.ready = "a"};
+    cr_assert_str_eq(applied_home("a", "a", false, &f, SL_AFFINITY_STICKY),
+                     "a,off:disabled,b,narrow:not_offered,c", "at home");
+    cr_assert_str_eq(applied_home("c", NULL, false, &f, SL_AFFINITY_STICKY),
+                     "c,a,off:disabled,b,narrow:not_offered", "no home recorded");
+    cr_assert_eq(f.asked, 0);
+    /* A home the config can no longer serve this from (disabled, not offered) is not gone back to. */
+    cr_assert_str_eq(applied_home("c", "off", false, &f, SL_AFFINITY_STICKY),
+                     "c,a,off:disabled,b,narrow:not_offered");
+    cr_assert_str_eq(applied_home("c", "narrow", false, &f, SL_AFFINITY_STICKY),
+                     "c,a,off:disabled,b,narrow:not_offered");
+    cr_assert_eq(f.asked, 0);
+}
+
+Test(affinity, sealed_history_never_goes_back)
+{
+    ready_facts_t f = {.ready = "a"};
+    cr_assert_str_eq(applied_home("c", "a", true, &f, SL_AFFINITY_SEALED),
+                     "c,a:pinned_elsewhere,off:disabled,b:pinned_elsewhere,narrow:not_offered");
+    cr_assert_eq(f.asked, 0);
+}
+
+Test(affinity, the_table_keeps_the_home_of_an_entry)
+{
+    sl_affinity_t *t = sl_affinity_new(4, 1000);
+    sl_affinity_put(t, 7, (sl_affinity_pin_t){.upstream = 2, .home = 1}, 0);
+    sl_affinity_pin_t got;
+    cr_assert(sl_affinity_get(t, 7, 1, &got));
+    cr_assert_eq(got.upstream, 2);
+    cr_assert_eq(got.home, 1);
+    sl_affinity_put(t, 7, (sl_affinity_pin_t){.upstream = 1, .home = 1}, 2);
+    cr_assert(sl_affinity_get(t, 7, 3, &got));
+    cr_assert_eq(got.upstream, 1);
+    cr_assert_eq(got.home, 1, "back home");
+    sl_affinity_free(t);
+}
+
 Test(affinity, effect_slugs_are_the_protocol_values)
 {
+    cr_assert_str_eq(sl_affinity_effect_slug(SL_AFFINITY_RETURNED), "returned");
     cr_assert_str_eq(sl_affinity_effect_slug(SL_AFFINITY_STICKY), "sticky");
     cr_assert_str_eq(sl_affinity_effect_slug(SL_AFFINITY_SEALED), "sealed");
     cr_assert_null(sl_affinity_effect_slug(SL_AFFINITY_NONE));

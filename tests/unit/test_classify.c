@@ -25,6 +25,7 @@
 #define AUTH  SL_FAILURE_AUTH
 #define MISS  SL_FAILURE_MISSING_MODEL
 #define REQ   SL_FAILURE_REQUEST_ERROR
+#define CTX   SL_FAILURE_CONTEXT_LENGTH
 #define TEMP  SL_FAILURE_TEMPORARY
 #define OTHER SL_FAILURE_OTHER
 
@@ -258,7 +259,7 @@ Test(classify_status, named_request_errors_are_handed_back)
         {"anthropic request_too_large", ANT, 413, ANT_ERR("request_too_large", "Request exceeds the maximum"),
          NULL, REQ},
         {"openai context_length_exceeded", CHAT, 400,
-         OAI_ERR("invalid_request_error", "\"context_length_exceeded\""), NULL, REQ},
+         OAI_ERR("invalid_request_error", "\"context_length_exceeded\""), NULL, CTX},
         {"openai invalid_prompt", RESP, 400, OAI_ERR("invalid_request_error", "\"invalid_prompt\""), NULL,
          REQ},
         {"openai invalid_encrypted_content", RESP, 400,
@@ -518,6 +519,7 @@ Test(classify_classes, what_each_class_means)
         {RATE, "rate_limited", true, false, false, SL_BREAKER_CAUSE_NONE},
         {AUTH, "auth", true, false, false, SL_BREAKER_CAUSE_AUTH},
         {MISS, "missing_model", true, false, true, SL_BREAKER_CAUSE_NONE},
+        {CTX, "context_length", false, false, true, SL_BREAKER_CAUSE_NONE},
         {REQ, "request_error", false, false, true, SL_BREAKER_CAUSE_NONE},
         {TEMP, "temporary", true, true, false, SL_BREAKER_CAUSE_UNEXPLAINED},
         {OTHER, "other", true, false, false, SL_BREAKER_CAUSE_UNEXPLAINED},
@@ -594,6 +596,55 @@ Test(classify_fixtures, anthropic_429_is_a_rate_limit)
 Test(classify_fixtures, chat_429_insufficient_quota_is_quota_not_a_rate_limit)
 {
     cr_expect_eq(classify_status_fixture("chat-429-insufficient-quota.json", CHAT), QUOTA);
+}
+
+/* behaviour.md §1.6: each dialect's context-length error, in the providers' own wording. */
+Test(classify_fixtures, context_length_errors_in_each_dialects_wording)
+{
+    cr_expect_eq(classify_status_fixture("chat-400-context-length.json", CHAT), CTX);
+    cr_expect_eq(classify_status_fixture("responses-400-context-length.json", RESP), CTX);
+    cr_expect_eq(classify_status_fixture("anthropic-400-prompt-too-long.json", ANT), CTX);
+    cr_expect_eq(classify_status_fixture("gemini-400-input-too-long.json", GEM), CTX);
+    cr_expect_eq(classify_status_fixture("bedrock-400-input-too-long.json", BED), CTX);
+}
+
+Test(classify_status, context_length_wording_and_its_limits)
+{
+    static const row_t rows[] = {
+        {"openai-compatible prose without a code", CHAT, 400,
+         "{\"object\":\"error\",\"message\":\"This model's maximum context length is 4096 tokens. However, "
+         "you requested 5000 tokens.\",\"type\":\"BadRequestError\",\"code\":400}",
+         NULL, CTX},
+        {"anthropic on bedrock", BED, 400,
+         "{\"message\":\"prompt is too long: 210000 tokens > 200000 maximum\"}", "ValidationException", CTX},
+        {"bedrock too many input tokens", BED, 400,
+         "{\"message\":\"Too many input tokens. Max input tokens: 8192\"}", "ValidationException", CTX},
+        /* Gemini's and Bedrock's prose counts in their own dialect only. */
+        {"input token count elsewhere", CHAT, 400,
+         "{\"error\":{\"message\":\"The input token count (5) exceeds "
+         "4\",\"type\":\"invalid_request_error\"}}",
+         NULL, REQ},
+        {"bedrock prose in a chat answer", CHAT, 400,
+         "{\"error\":{\"message\":\"Input is too long\",\"type\":\"invalid_request_error\"}}", NULL, REQ},
+        /* Rate limits and quota are checked first, whatever else the body says. */
+        {"429 saying context_length_exceeded", CHAT, 429,
+         OAI_ERR("rate_limit_exceeded", "\"context_length_exceeded\""), NULL, RATE},
+        {"another request error", ANT, 400, ANT_ERR("invalid_request_error", "max_tokens: too large"), NULL,
+         REQ},
+    };
+    EXPECT_STATUS(rows);
+}
+
+Test(classify_stream, a_context_length_error_inside_a_stream_fails_over_as_other)
+{
+    static const row_t r = {
+        "in-stream context_length_exceeded",
+        CHAT,
+        0,
+        "{\"error\":{\"type\":\"invalid_request_error\",\"code\":\"context_length_exceeded\"}}",
+        NULL,
+        OTHER};
+    cr_expect_eq(classify(SL_FAILURE_STREAM_ERROR, &r, false), OTHER);
 }
 
 Test(classify_fixtures, in_stream_errors_before_content)

@@ -348,6 +348,31 @@ Test(config, route_needs_exactly_one_member_list)
         cr_assert_eq(res.errors.items[i].code, SL_CODE_CONFIG_ROUTE_MEMBERS);
 }
 
+Test(config, route_context_fallback_lists_providers)
+{
+    res = parse("providers:\n  - {name: a, protocol: openai-chat}\n  - {name: b, protocol: openai-chat}\n"
+                "  - {name: big, protocol: openai-chat, model_map: {gpt-x: gpt-x-1m}}\n"
+                "routes:\n  - {match: \"gpt-*\", failover: [a, b], context_fallback: [big]}\n"
+                "  - {match: \"*\", failover: [a]}\n");
+    assert_no_errors();
+    cr_assert_eq(res.config->routes[0].n_context_fallback, 1);
+    cr_assert_eq(res.config->routes[0].context_fallback[0].provider, 2);
+    cr_assert_eq(res.config->routes[1].n_context_fallback, 0, "without it, nothing changes");
+}
+
+Test(config, route_context_fallback_names_known_providers_once)
+{
+    res = parse("providers:\n  - {name: a, protocol: openai-chat}\n  - {name: big, protocol: openai-chat}\n"
+                "routes:\n  - match: x\n    failover: [a]\n    context_fallback: [big, ghost, big]\n"
+                "  - {match: y, failover: [a], context_fallback: big}\n");
+    cr_assert_eq(res.errors.len, 3);
+    cr_assert_eq(res.errors.items[0].code, SL_CODE_CONFIG_UNKNOWN_PROVIDER);
+    cr_assert_str_eq(sl_msg_arg(&res.errors.items[0], "path"), "routes[0].context_fallback[1]");
+    cr_assert_eq(res.errors.items[1].code, SL_CODE_CONFIG_ROUTE_DUPLICATE_MEMBER);
+    cr_assert_str_eq(sl_msg_arg(&res.errors.items[1], "path"), "routes[0].context_fallback[2]");
+    cr_assert_str_eq(sl_msg_arg(&res.errors.items[2], "path"), "routes[1].context_fallback");
+}
+
 Test(config, route_mixing_protocols_is_a_warning)
 {
     res = parse("providers:\n  - {name: a, protocol: anthropic}\n  - {name: b, protocol: gemini}\n"

@@ -32,11 +32,14 @@ typedef struct {
     int64_t pause_ms;    /* RETRY_ROUND */
     bool by_hint;        /* RETRY_ROUND */
     const char *retried; /* RETRY_ROUND: 'x' for each candidate in the next round */
+    bool has_context_fallback;
 } row_t;
 
 #define UNPINNED SL_RETRY_UNPINNED
 /* The tail of a row whose step is not a retry round. */
-#define NO_ROUND 0, false, ""
+#define NO_ROUND 0, false, "", false
+/* The same for a row whose route has a context_fallback. */
+#define NO_ROUND_CONTEXT_FALLBACK 0, false, "", true
 
 static const row_t rows[] = {
     /* §3: a reused kept-alive connection that the server had closed: resent fresh, whatever else holds. */
@@ -62,6 +65,16 @@ static const row_t rows[] = {
     {"a request error is handed back at once, next candidate or not", SL_FAILURE_REQUEST_ERROR, false, true,
      true, false, true, "..", "..", UNPINNED, 1, 0, 120 * SEC, SL_STEP_HAND_OVER,
      SL_STEP_REASON_REQUEST_ERROR, NO_ROUND},
+    /* §1.6: a context-length error, handed back like any request error unless the route has a fallback. */
+    {"a context-length error is a request error without context_fallback", SL_FAILURE_CONTEXT_LENGTH, false,
+     true, true, false, true, "..", "..", UNPINNED, 1, 0, 120 * SEC, SL_STEP_HAND_OVER,
+     SL_STEP_REASON_REQUEST_ERROR, NO_ROUND},
+    {"with context_fallback it goes on there, even from the last candidate", SL_FAILURE_CONTEXT_LENGTH, false,
+     true, false, false, false, ".", ".", UNPINNED, 1, 0, 0, SL_STEP_CONTEXT_FALLBACK,
+     SL_STEP_REASON_CONTEXT_FALLBACK, NO_ROUND_CONTEXT_FALLBACK},
+    {"another request error is still handed back with context_fallback", SL_FAILURE_REQUEST_ERROR, false,
+     true, true, false, true, "..", "..", UNPINNED, 1, 0, 120 * SEC, SL_STEP_HAND_OVER,
+     SL_STEP_REASON_REQUEST_ERROR, NO_ROUND_CONTEXT_FALLBACK},
 
     /* §6: a 429 is not a failure: the upstream pauses and the request goes elsewhere or waits. */
     {"a 429 fails over while others remain", SL_FAILURE_RATE_LIMITED, false, true, true, false, true, "..",
@@ -72,28 +85,30 @@ static const row_t rows[] = {
 
     /* §5: the last candidate failed: a retry round of the temporary failures, after its pause. */
     {"round 1 waits 2 s", SL_FAILURE_TEMPORARY, false, true, false, false, true, "t", ".", UNPINNED, 1, 0,
-     120 * SEC, SL_STEP_RETRY_ROUND, SL_STEP_REASON_RETRY_ROUND, 2 * SEC, false, "x"},
+     120 * SEC, SL_STEP_RETRY_ROUND, SL_STEP_REASON_RETRY_ROUND, 2 * SEC, false, "x", false},
     {"round 2 waits 4 s", SL_FAILURE_TEMPORARY, false, true, false, false, true, "t", ".", UNPINNED, 2, 0,
-     120 * SEC, SL_STEP_RETRY_ROUND, SL_STEP_REASON_RETRY_ROUND, 4 * SEC, false, "x"},
+     120 * SEC, SL_STEP_RETRY_ROUND, SL_STEP_REASON_RETRY_ROUND, 4 * SEC, false, "x", false},
     {"round 3 waits 8 s", SL_FAILURE_TEMPORARY, false, true, false, false, true, "t", ".", UNPINNED, 3, 0,
-     120 * SEC, SL_STEP_RETRY_ROUND, SL_STEP_REASON_RETRY_ROUND, 8 * SEC, false, "x"},
+     120 * SEC, SL_STEP_RETRY_ROUND, SL_STEP_REASON_RETRY_ROUND, 8 * SEC, false, "x", false},
     {"round 9 waits 16 s", SL_FAILURE_TEMPORARY, false, true, false, false, true, "t", ".", UNPINNED, 9, 0,
-     120 * SEC, SL_STEP_RETRY_ROUND, SL_STEP_REASON_RETRY_ROUND, 16 * SEC, false, "x"},
+     120 * SEC, SL_STEP_RETRY_ROUND, SL_STEP_REASON_RETRY_ROUND, 16 * SEC, false, "x", false},
     {"an upstream's hint lengthens the pause", SL_FAILURE_TEMPORARY, false, true, false, false, true, "t",
-     ".", UNPINNED, 1, 11054, 120 * SEC, SL_STEP_RETRY_ROUND, SL_STEP_REASON_RETRY_ROUND, 11054, true, "x"},
+     ".", UNPINNED, 1, 11054, 120 * SEC, SL_STEP_RETRY_ROUND, SL_STEP_REASON_RETRY_ROUND, 11054, true, "x",
+     false},
     {"a shorter hint never shortens it", SL_FAILURE_TEMPORARY, false, true, false, false, true, "t", ".",
-     UNPINNED, 3, 1500, 120 * SEC, SL_STEP_RETRY_ROUND, SL_STEP_REASON_RETRY_ROUND, 8 * SEC, false, "x"},
+     UNPINNED, 3, 1500, 120 * SEC, SL_STEP_RETRY_ROUND, SL_STEP_REASON_RETRY_ROUND, 8 * SEC, false, "x",
+     false},
     {"the round retries only the candidates that failed temporarily", SL_FAILURE_TEMPORARY, false, true,
      false, false, true, "t.t", "...", UNPINNED, 1, 0, 120 * SEC, SL_STEP_RETRY_ROUND,
-     SL_STEP_REASON_RETRY_ROUND, 2 * SEC, false, "x.x"},
+     SL_STEP_REASON_RETRY_ROUND, 2 * SEC, false, "x.x", false},
     {"cooling candidates are left out of the round", SL_FAILURE_TEMPORARY, false, true, false, false, true,
      "tt", "c.", UNPINNED, 1, 0, 120 * SEC, SL_STEP_RETRY_ROUND, SL_STEP_REASON_RETRY_ROUND, 2 * SEC, false,
-     ".x"},
+     ".x", false},
     {"unless all of them are cooling", SL_FAILURE_TEMPORARY, false, true, false, false, true, "tt", "cc",
-     UNPINNED, 1, 0, 120 * SEC, SL_STEP_RETRY_ROUND, SL_STEP_REASON_RETRY_ROUND, 2 * SEC, false, "xx"},
+     UNPINNED, 1, 0, 120 * SEC, SL_STEP_RETRY_ROUND, SL_STEP_REASON_RETRY_ROUND, 2 * SEC, false, "xx", false},
     {"a pause that ends exactly at the deadline still fits", SL_FAILURE_TEMPORARY, false, true, false, false,
      true, "t", ".", UNPINNED, 1, 0, 2 * SEC, SL_STEP_RETRY_ROUND, SL_STEP_REASON_RETRY_ROUND, 2 * SEC, false,
-     "x"},
+     "x", false},
     {"a pause past the deadline: the failure is handed over", SL_FAILURE_TEMPORARY, false, true, false, false,
      true, "t", ".", UNPINNED, 1, 0, 2 * SEC - 1, SL_STEP_HAND_OVER, SL_STEP_REASON_DEADLINE, NO_ROUND},
     {"a hint past the deadline too", SL_FAILURE_TEMPORARY, false, true, false, false, true, "t", ".",
@@ -109,14 +124,16 @@ static const row_t rows[] = {
      NO_ROUND},
     {"a connection that cannot be made is retried like any temporary failure", SL_FAILURE_TEMPORARY, false,
      false, false, false, true, "t", ".", UNPINNED, 1, 0, 120 * SEC, SL_STEP_RETRY_ROUND,
-     SL_STEP_REASON_RETRY_ROUND, 2 * SEC, false, "x"},
+     SL_STEP_REASON_RETRY_ROUND, 2 * SEC, false, "x", false},
 
     /* §1.5: a conversation that stays on its upstream waits for it while it can serve before the deadline. */
     {"a pinned conversation retries its own upstream before any other", SL_FAILURE_TEMPORARY, false, true,
      true, true, true, "t.", "..", 0, 1, 0, 120 * SEC, SL_STEP_RETRY_ROUND, SL_STEP_REASON_PINNED_RETRY,
-     2 * SEC, false, "x."},
+     2 * SEC, false, "x.", false},
     {"and lets go when the pause does not fit", SL_FAILURE_TEMPORARY, false, true, true, true, true, "t.",
      "..", 0, 1, 0, SEC, SL_STEP_FAILOVER, SL_STEP_REASON_NEXT_CANDIDATE, NO_ROUND},
+    {"and lets go when its upstream's breaker has just opened", SL_FAILURE_TEMPORARY, false, true, true, true,
+     true, "t.", "c.", 0, 3, 0, 120 * SEC, SL_STEP_FAILOVER, SL_STEP_REASON_NEXT_CANDIDATE, NO_ROUND},
     {"a pinned conversation's failure that is not temporary fails over", SL_FAILURE_OTHER, false, true, true,
      true, true, "..", "..", 0, 1, 0, 120 * SEC, SL_STEP_FAILOVER, SL_STEP_REASON_NEXT_CANDIDATE, NO_ROUND},
 };
@@ -144,6 +161,7 @@ Test(next_step, every_decision_of_behaviour_md_sections_3_to_6)
             .has_next = w->has_next,
             .pinned_here = w->pinned_here,
             .may_wait = w->may_wait,
+            .has_context_fallback = w->has_context_fallback,
             .temporary = temporary,
             .cooling = cooling,
             .n = n,

@@ -234,7 +234,11 @@ enum { ANTHROPIC, RELAY, OFF, OPENAI_A, OPENAI_B, OPENAI_C, GEMINI };
 
 static sl_route_t routed_routes[] = {
     {.match = "claude-*", .kind = SL_ROUTE_FAILOVER, MEMBERS({ANTHROPIC, 1}, {OFF, 1}, {RELAY, 1})},
-    {.match = "sonnet", .kind = SL_ROUTE_FAILOVER, MEMBERS({RELAY, 1}, {ANTHROPIC, 1})},
+    {.match = "sonnet",
+     .kind = SL_ROUTE_FAILOVER,
+     MEMBERS({RELAY, 1}, {ANTHROPIC, 1}),
+     .context_fallback = (sl_route_member_t[]){{ANTHROPIC, 1}, {OFF, 1}, {GEMINI, 1}, {RELAY, 1}},
+     .n_context_fallback = 4},
     {.match = "gpt-lb-*",
      .kind = SL_ROUTE_LOAD_BALANCE,
      MEMBERS({OFF, 1}, {OPENAI_A, 2}, {ANTHROPIC, 1}, {OPENAI_B, 1})},
@@ -299,6 +303,28 @@ Test(route, model_map_renames_per_provider)
     cr_assert_str_eq(route_of(c, SL_DIALECT_ANTHROPIC, "sonnet", 0, &r),
                      "relay:sonnet,anthropic:claude-sonnet-4-20250514");
     cr_assert_eq(r, 1);
+}
+
+static const char *
+context_fallback_of(const sl_config_t *c, size_t route, sl_dialect_t d, const char *model)
+{
+    sl_candidate_t cand[16];
+    size_t n = sl_route_context_fallback(c, route, d, model, cand);
+    return describe(c, cand, n);
+}
+
+/* behaviour.md §1.6: the route's context_fallback, whatever the models globs say, mapped names sent. */
+Test(route, context_fallback_lists_its_providers_with_their_names_and_skips)
+{
+    const sl_config_t *c = &routed;
+    cr_assert_str_eq(context_fallback_of(c, 1, SL_DIALECT_ANTHROPIC, "sonnet"),
+                     "anthropic:claude-sonnet-4-20250514,off:sonnet:disabled,gemini:sonnet:not_offered,"
+                     "relay:sonnet");
+    cr_assert_str_eq(context_fallback_of(c, 1, SL_DIALECT_ANTHROPIC, "other-model"),
+                     "anthropic:other-model,off:other-model:disabled,gemini:other-model:not_offered,"
+                     "relay:other-model");
+    cr_assert_str_eq(context_fallback_of(c, 0, SL_DIALECT_ANTHROPIC, "claude-x"), "", "a route without one");
+    cr_assert_str_eq(context_fallback_of(c, SL_ROUTE_BY_MODELS, SL_DIALECT_ANTHROPIC, "claude-x"), "");
 }
 
 Test(route, other_dialects_and_unmatched_models_are_not_offered)

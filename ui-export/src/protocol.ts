@@ -5,8 +5,8 @@ import { ProtocolError } from "./runtime.js";
 export { ProtocolError } from "./runtime.js";
 export type { ErrorKind } from "./runtime.js";
 
-export const PROTOCOL_VERSION = 4;
-export const PROTOCOL_FINGERPRINT = "221d83cec38a6605";
+export const PROTOCOL_VERSION = 5;
+export const PROTOCOL_FINGERPRINT = "1452f0acf6d623ba";
 
 /** What a subscription streams. */
 export type Topic = "events" | "providers";
@@ -20,9 +20,9 @@ export const DIALECT_VALUES: readonly Dialect[] = ["anthropic", "openai_chat", "
 const decDialect = rt.slugOf(DIALECT_VALUES);
 const encDialect = rt.encSlugOf(DIALECT_VALUES);
 
-/** How a conversation was bound to an upstream when it was routed. */
-export type Affinity = "sticky" | "sealed";
-export const AFFINITY_VALUES: readonly Affinity[] = ["sticky", "sealed"];
+/** How a conversation was bound to an upstream when it was routed: sticky (the upstream that served it goes first), sealed (only that one), returned (it had failed over: the upstream it came from goes first again, now that it can take it; the one that served it second). */
+export type Affinity = "sticky" | "sealed" | "returned";
+export const AFFINITY_VALUES: readonly Affinity[] = ["sticky", "sealed", "returned"];
 const decAffinity = rt.slugOf(AFFINITY_VALUES);
 const encAffinity = rt.encSlugOf(AFFINITY_VALUES);
 
@@ -38,9 +38,9 @@ export const SERVE_SKIP_VALUES: readonly ServeSkip[] = ["disabled", "not_offered
 const decServeSkip = rt.slugOf(SERVE_SKIP_VALUES);
 const encServeSkip = rt.encSlugOf(SERVE_SKIP_VALUES);
 
-/** Why a request went where it went after a hop failed (behaviour.md §3, §5, §6): the failed attempt carries it. */
-export type StepReason = "stale_connection" | "rate_limited" | "next_candidate" | "pinned_retry" | "retry_round" | "request_error" | "not_retried" | "no_waiting" | "deadline";
-export const STEP_REASON_VALUES: readonly StepReason[] = ["stale_connection", "rate_limited", "next_candidate", "pinned_retry", "retry_round", "request_error", "not_retried", "no_waiting", "deadline"];
+/** Why a request went where it went after a hop failed (behaviour.md §3, §5, §6): the failed attempt carries it. `context_fallback`: a context-length error sent the request on to its route's context_fallback (§1.6). `back_to_earlier` is on the hop of a sticky conversation that went back to the candidate it had failed over from (§1.5). */
+export type StepReason = "stale_connection" | "rate_limited" | "next_candidate" | "pinned_retry" | "retry_round" | "request_error" | "not_retried" | "no_waiting" | "deadline" | "context_fallback" | "back_to_earlier";
+export const STEP_REASON_VALUES: readonly StepReason[] = ["stale_connection", "rate_limited", "next_candidate", "pinned_retry", "retry_round", "request_error", "not_retried", "no_waiting", "deadline", "context_fallback", "back_to_earlier"];
 const decStepReason = rt.slugOf(STEP_REASON_VALUES);
 const encStepReason = rt.encSlugOf(STEP_REASON_VALUES);
 

@@ -104,6 +104,8 @@ const STEP_TEXT: Record<StepReason, string> = {
   not_retried: "not retried",
   no_waiting: "this request may not wait",
   deadline: "no time left before the deadline",
+  context_fallback: "longer than this model's context: on to the route's context fallback",
+  back_to_earlier: "back to the upstream it failed over from, which can take it again",
 };
 
 /** Why the request went on as it did after a failed attempt. */

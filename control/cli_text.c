@@ -268,6 +268,8 @@ attempt_fields(sl_strbuf_t *b, const sl_proto_attempt_view_t *v)
         kv(b, "code", v->error->code);
     if (v->has_skipped)
         kv(b, "skipped", sl_proto_serve_skip_slug(v->skipped));
+    if (v->has_reason)
+        kv(b, "reason", sl_proto_step_reason_slug(v->reason));
     kv_ms(b, "took", v->ms);
     if (v->has_retry)
         kv_u(b, "retry", v->retry);

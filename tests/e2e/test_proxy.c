@@ -415,12 +415,14 @@ Test(proxy, http2_clients_are_served)
     cr_assert(strstr(out, "\n2 200") != NULL, "%s", out);
 }
 
-Test(proxy, a_conversation_sticks_to_the_upstream_that_served_it)
+Test(proxy, a_conversation_sticks_to_the_upstream_that_served_it_until_its_first_can_take_it_again)
 {
     start_gateway("anthropic", NULL);
-    const char *down = "{\"type\":\"error\",\"error\":{\"type\":\"api_error\",\"message\":\"down\"}}";
-    fake_push(up1,
-              (fake_reply_t){.status = 503, .headers = "content-type: application/json\r\n", .body = down});
+    const char *limited =
+        "{\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\",\"message\":\"slow\"}}";
+    fake_push(up1, (fake_reply_t){.status = 429,
+                                  .headers = "content-type: application/json\r\nretry-after: 1\r\n",
+                                  .body = limited});
     fake_set_default(up1, sse_reply("anthropic-ok.sse"));
     fake_set_default(up2, sse_reply("anthropic-ok.sse"));
     const char *session = ANTHROPIC_HEADERS "x-claude-code-session-id: conv-42\r\n";
@@ -428,11 +430,17 @@ Test(proxy, a_conversation_sticks_to_the_upstream_that_served_it)
     cr_assert_eq(fake_count(up2), 1, "the first turn failed over to up2");
     cr_assert(http_request_h(port, "POST", "/v1/messages", session, anthropic_body, &res));
     cr_assert_eq(res.status, 200);
-    cr_assert_eq(fake_count(up2), 2, "the conversation stays on up2");
+    cr_assert_eq(fake_count(up2), 2, "the conversation stays on up2 while up1 is paused");
     cr_assert_eq(fake_count(up1), 1);
+    /* behaviour.md §1.5: once up1 can take it again, the conversation goes back. */
+    usleep(1200 * 1000);
+    cr_assert(http_request_h(port, "POST", "/v1/messages", session, anthropic_body, &res));
+    cr_assert_eq(res.status, 200);
+    cr_assert_eq(fake_count(up1), 2, "back on up1");
+    cr_assert_eq(fake_count(up2), 2);
     cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS "x-sluice-session: other\r\n",
                              anthropic_body, &res));
-    cr_assert_eq(fake_count(up1), 2, "another conversation starts on the first candidate");
+    cr_assert_eq(fake_count(up1), 3, "another conversation starts on the first candidate");
 }
 
 Test(proxy, every_request_leaves_one_row_with_its_attempts)

@@ -400,8 +400,9 @@ Test(retry, a_conversation_on_an_upstream_retries_only_that_upstream)
 {
     start("anthropic", 2, NULL, NULL);
     const char *session = ANTHROPIC_HEADERS "x-sluice-session: conv-7\r\n";
-    /* The first turn lands on two. */
-    fake_push(up1, status(400, JSON_HEADER, "{\"type\":\"error\",\"error\":{\"type\":\"api_error\"}}"));
+    /* The first turn lands on two: one answers 429 and pauses (36 s, scaled), so the conversation stays. */
+    fake_push(up1, status(429, JSON_HEADER "retry-after: 3600\r\n",
+                          "{\"type\":\"error\",\"error\":{\"type\":\"rate_limit_error\"}}"));
     fake_set_default(up2, sse("anthropic-ok.sse"));
     cr_assert(http_request_h(port, "POST", "/v1/messages", session, stream_body, &res));
     cr_assert_eq(res.status, 200);

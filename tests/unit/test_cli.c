@@ -651,6 +651,27 @@ Test(cli, retrying_line_and_json)
     sl_proto_event_free(&ev);
 }
 
+Test(cli, attempt_line_says_why_the_request_went_on)
+{
+    sl_proto_event_t ev;
+    sl_proto_event_init(&ev, SL_PROTO_EVENT_ATTEMPT);
+    ev.attempt.at_ms = T0 + 5;
+    ev.attempt.id = 21;
+    ev.attempt.view.provider = sl_xstrdup("primary");
+    ev.attempt.view.outcome = SL_PROTO_OUTCOME_SERVED;
+    ev.attempt.view.has_status = true;
+    ev.attempt.view.status = 200;
+    ev.attempt.view.ms = 2;
+    ev.attempt.view.has_reason = true;
+    ev.attempt.view.reason = SL_PROTO_STEP_REASON_BACK_TO_EARLIER;
+    char *line = event_line(&ev);
+    cr_assert_str_eq(
+        line, "14:13:20.005 attempt id=21 provider=primary outcome=served status=200 reason=back_to_earlier "
+              "took=2ms\n");
+    free(line);
+    sl_proto_event_free(&ev);
+}
+
 Test(cli, queued_line_shows_the_gates)
 {
     sl_proto_event_t ev;

@@ -174,6 +174,8 @@ async function allRows(side, pg, want) {
     await sleep(100);
   }
   problem(`${side.key}: ${n} rows of ${want} answered requests`);
+  const said = side.proc.log().split("\n").filter((l) => / (warn|error) /.test(l));
+  for (const l of said.slice(-10)) console.log(`  sluice (${side.key}): ${l}`);
   return n;
 }
 

@@ -287,6 +287,8 @@ struct sl_recorder {
     uint64_t flush_seq, flush_done;
     bool closing;
     sl_recorder_stats_t stats;
+    uint64_t refused_untold; /* rows a full queue refused since on_dropped was last told of them */
+    int64_t refused_told_ms; /* when it was (monotonic) */
 };
 
 static int64_t
@@ -434,6 +436,26 @@ sleep_until(sl_recorder_t *rec, int64_t wake_ms)
     pthread_cond_timedwait(&rec->wake, &rec->lock, &ts);
 }
 
+/*
+ * Rows a full queue refused are counted drops (behaviour.md §10) and told through on_dropped: at once, then
+ * at most once per SL_RECORDER_DROPS_TOLD_MS while the writer stays behind. Drops the lock around the call.
+ */
+static void
+tell_refused(sl_recorder_t *rec, int64_t now)
+{
+    uint64_t n = rec->refused_untold;
+    size_t cap = rec->cap;
+    rec->refused_untold = 0;
+    rec->refused_told_ms = now;
+    if (rec->on_dropped == NULL)
+        return;
+    pthread_mutex_unlock(&rec->lock);
+    char why[160];
+    snprintf(why, sizeof why, "the writer fell behind the database: its queue of %zu rows was full", cap);
+    rec->on_dropped(rec->on_dropped_ctx, n, why);
+    pthread_mutex_lock(&rec->lock);
+}
+
 static void *
 writer_main(void *arg)
 {
@@ -442,6 +464,12 @@ writer_main(void *arg)
     pthread_mutex_lock(&rec->lock);
     for (;;) {
         int64_t now = clock_ms(CLOCK_MONOTONIC);
+        int64_t tell_at =
+            rec->refused_untold > 0 ? rec->refused_told_ms + SL_RECORDER_DROPS_TOLD_MS : INT64_MAX;
+        if (now >= tell_at || (rec->refused_untold > 0 && rec->closing)) {
+            tell_refused(rec, now);
+            continue;
+        }
         sl_recorder_state_t st = {
             .queued = rec->len,
             .oldest_ms = rec->oldest_ms,
@@ -467,7 +495,7 @@ writer_main(void *arg)
             if (rec->closing)
                 break;
         } else {
-            sleep_until(rec, plan.wake_ms);
+            sleep_until(rec, plan.wake_ms < tell_at ? plan.wake_ms : tell_at);
         }
     }
     pthread_mutex_unlock(&rec->lock);
@@ -508,6 +536,7 @@ sl_recorder_open(const sl_store_where_t *where, const sl_recorder_options_t *opt
     rec->on_state_ctx = o.on_state_ctx;
     rec->cap = o.queue_capacity;
     rec->queue = sl_xmalloc(rec->cap * sizeof *rec->queue);
+    rec->refused_told_ms = INT64_MIN / 2;
     rec->usage_flushed_ms = rec->sweep_at_ms = clock_ms(CLOCK_MONOTONIC);
     rec->tend_at_ms = store_tend_at(rec);
     pthread_condattr_t ca;
@@ -547,6 +576,9 @@ sl_recorder_submit(sl_recorder_t *rec, sl_request_row_t *row)
             pthread_cond_signal(&rec->wake);
     } else {
         rec->stats.dropped++;
+        /* A full queue means the writer fell behind (a slow DB): the writer tells of it, off this thread. */
+        if (valid && !rec->closing && rec->refused_untold++ == 0)
+            pthread_cond_signal(&rec->wake);
     }
     pthread_mutex_unlock(&rec->lock);
     if (!queued)

@@ -36,13 +36,15 @@
 #define SL_RECORDER_SCHEMA_VERSION 2
 #define SL_PG_SCHEMA_VERSION       2
 
-#define SL_RECORDER_DEFAULT_QUEUE     10000
+/* Rows waiting for the writer: at 20 000 requests/s, a database that stalls for 1.5 s (a checkpoint) */
+#define SL_RECORDER_DEFAULT_QUEUE     32768
 #define SL_RECORDER_DEFAULT_BATCH     512
 #define SL_RECORDER_DEFAULT_BUSY_MS   1000
 #define SL_RECORDER_DEFAULT_RETENTION 30
 #define SL_RECORDER_BATCH_DELAY_MS    50      /* longest a row waits for its batch */
 #define SL_RECORDER_USAGE_FLUSH_MS    1000    /* usage buckets reach the DB this often */
 #define SL_RECORDER_SWEEP_EVERY_MS    3600000 /* a retention pass at most once an hour */
+#define SL_RECORDER_DROPS_TOLD_MS     1000    /* rows a full queue refused are told of at most this often */
 #define SL_RECORDER_SWEEP_RETRY_MS    60000   /* after a failed sweep step */
 #define SL_RECORDER_SWEEP_CHUNK       500     /* rows deleted per transaction */
 #define SL_RECORDER_BUCKET_KEEP_DAYS  40      /* usage buckets outlive any calendar month */
@@ -156,8 +158,10 @@ typedef struct {
     uint64_t max_db_bytes;    /* 0 = no cap; past it writes fail like a full disk */
     /*
      * Optional: told of rows counted as dropped because their batch could not
-     * be written (a locked DB past busy_timeout_ms, a full disk), with
-     * SQLite's reason. Called on the writer thread, with no lock held.
+     * be written (a locked DB past busy_timeout_ms, a full disk, a full
+     * spool), with the store's reason, and of rows a full queue refused (the
+     * writer fell behind), at once and then at most once per
+     * SL_RECORDER_DROPS_TOLD_MS. Called on the writer thread, with no lock held.
      */
     void (*on_dropped)(void *ctx, uint64_t rows, const char *reason);
     void *on_dropped_ctx;

@@ -1136,6 +1136,44 @@ Test(recorder, locked_db_drops_rows_and_never_blocks_submit)
     cr_assert_eq(query_int("SELECT min(id) FROM requests"), 1000);
 }
 
+static uint64_t refused_told;
+
+static void
+on_refused(void *ctx, uint64_t rows, const char *reason)
+{
+    (void)ctx;
+    (void)reason;
+    refused_told += rows;
+}
+
+/* behaviour.md §10: a row the full queue refused is a counted drop, and an event says so. */
+Test(recorder, rows_a_full_queue_refuses_are_told_as_dropped)
+{
+    refused_told = 0;
+    sl_recorder_t *rec = open_with(&(sl_recorder_options_t){
+        .queue_capacity = 100, .batch_max = 16, .busy_timeout_ms = 20, .on_dropped = on_refused});
+    sl_recorder_flush(rec);
+    sqlite3 *locker;
+    cr_assert_eq(sqlite3_open(db_path, &locker), SQLITE_OK);
+    cr_assert_eq(sqlite3_exec(locker, "BEGIN EXCLUSIVE", NULL, NULL, NULL), SQLITE_OK);
+    uint64_t refused = 0;
+    for (uint64_t id = 0; id < 500; id++) {
+        if (!sl_recorder_submit(rec, make_row(id, 1000, 1)))
+            refused++;
+    }
+    cr_assert_gt(refused, 0, "the writer, held by the lock, fell behind");
+    cr_assert_eq(sqlite3_exec(locker, "ROLLBACK", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_close(locker);
+    sl_recorder_flush(rec);
+    sl_recorder_stats_t s = stats_of(rec);
+    sl_recorder_close(rec);
+    cr_assert_eq(s.written + s.dropped, 500);
+    cr_assert_eq(refused_told, s.dropped, "every drop is told: refused %llu, dropped %llu, told %llu",
+                 (unsigned long long)refused, (unsigned long long)s.dropped,
+                 (unsigned long long)refused_told);
+    cr_assert_geq(refused_told, refused);
+}
+
 Test(recorder, full_disk_drops_rows_counted_without_crash)
 {
     sl_recorder_t *rec = open_with(&(sl_recorder_options_t){.batch_max = 4, .max_db_bytes = 64 * 1024});

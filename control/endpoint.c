@@ -40,8 +40,9 @@ typedef struct conn {
 /* lws's per-connection user data: a WebSocket's session, or an HTTP GET's progress. */
 typedef struct {
     conn_t *conn;
-    const sl_asset_t *asset; /* the file being sent */
-    size_t sent;
+    const char *body; /* the HTTP answer's body being sent: a web app file, or owned */
+    size_t body_len, sent;
+    char *owned; /* the body when it was made for this answer (/metrics); freed once sent or closed */
 } pss_t;
 
 /* What ProviderChanged last showed for one upstream. */
@@ -73,7 +74,9 @@ struct sl_control {
     shown_view_t *shown;
     size_t n_shown;
     int64_t last_expire_ms;
-    char *frame; /* LWS_PRE headroom + one frame */
+    uint64_t events_dropped_gone; /* events the subscribers that disconnected did not get */
+    bool metrics_open;            /* GET /metrics without the key (listen.control.metrics: open) */
+    char *frame;                  /* LWS_PRE headroom + one frame */
     size_t frame_cap;
     msgpack_sbuffer
         event_bytes; /* reused for each event encoded: a fresh one was an 8 KiB malloc per event */
@@ -508,42 +511,91 @@ add_header(struct lws *wsi, const char *name, const char *value, unsigned char *
                                        (int)strlen(value), p, end);
 }
 
-/* A GET on the control port: the web app's files; anything else 404. */
+/* Starts an HTTP answer of status with its body (sent from the writeable callback); owned is freed after. */
 static int
-serve_asset(struct lws *wsi, pss_t *pss, const char *uri)
+start_answer(struct lws *wsi, pss_t *pss, unsigned status, const char *type, const char *body, size_t len,
+             char *owned, const char *extra_name, const char *extra_value)
 {
-    const sl_asset_t *a = find_asset(uri);
-    if (a == NULL) {
-        lws_return_http_status(wsi, HTTP_STATUS_NOT_FOUND, NULL);
-        return http_done(wsi);
-    }
     unsigned char buf[LWS_PRE + 1024], *start = buf + LWS_PRE, *p = start, *end = buf + sizeof(buf) - 1;
-    if (lws_add_http_common_headers(wsi, HTTP_STATUS_OK, a->content_type, a->len, &p, end) ||
+    if (lws_add_http_common_headers(wsi, status, type, len, &p, end) ||
         add_header(wsi, "cache-control:", "no-cache", &p, end) ||
         add_header(wsi, "x-content-type-options:", "nosniff", &p, end) ||
         add_header(
             wsi, "content-security-policy:",
             "default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data:; frame-ancestors 'none'",
             &p, end) ||
-        lws_finalize_write_http_header(wsi, start, &p, end))
+        (extra_name != NULL && add_header(wsi, extra_name, extra_value, &p, end)) ||
+        lws_finalize_write_http_header(wsi, start, &p, end)) {
+        free(owned);
         return -1;
-    pss->asset = a;
+    }
+    pss->body = body;
+    pss->body_len = len;
+    pss->owned = owned;
     pss->sent = 0;
     lws_callback_on_writable(wsi);
     return 0;
 }
 
+/*
+ * GET /metrics (observability.md): the Prometheus text, for the control key as `Authorization: Bearer`
+ * unless listen.control.metrics is open.
+ */
 static int
-write_asset(sl_control_t *ctl, struct lws *wsi, pss_t *pss)
+serve_metrics(sl_control_t *ctl, struct lws *wsi, pss_t *pss)
 {
-    const sl_asset_t *a = pss->asset;
-    if (a == NULL)
+    if (!ctl->metrics_open) {
+        char auth[512] = "";
+        int n = lws_hdr_copy(wsi, auth, sizeof(auth), WSI_TOKEN_HTTP_AUTHORIZATION);
+        bool ok = n > 7 && strncasecmp(auth, "Bearer ", 7) == 0 && sl_control_keys_equal(auth + 7, ctl->key);
+        if (!ok) {
+            static const char denied[] = "the control key is needed as Authorization: Bearer\n";
+            return start_answer(wsi, pss, HTTP_STATUS_UNAUTHORIZED, "text/plain; charset=utf-8", denied,
+                                sizeof(denied) - 1, NULL, "www-authenticate:", "Bearer realm=\"sluice\"");
+        }
+    }
+    uint32_t subscribers = 0;
+    uint64_t dropped = ctl->events_dropped_gone;
+    for (conn_t *c = ctl->conns; c != NULL; c = c->next) {
+        bool subscribed = false;
+        for (size_t t = 0; t < SL_PROTO_TOPIC_COUNT; t++)
+            subscribed |= c->topics[t];
+        subscribers += c->state == CONN_READY && subscribed;
+        dropped += sl_outq_dropped_total(c->out);
+    }
+    sl_strbuf_t text = {0};
+    sl_runtime_metrics(ctl->runtime, subscribers, dropped, &text);
+    size_t len = text.len;
+    char *body = sl_strbuf_finish(&text);
+    return start_answer(wsi, pss, HTTP_STATUS_OK, "text/plain; version=0.0.4; charset=utf-8", body, len, body,
+                        NULL, NULL);
+}
+
+/* A GET on the control port: /metrics, the web app's files; anything else 404. */
+static int
+serve_http(sl_control_t *ctl, struct lws *wsi, pss_t *pss, const char *uri)
+{
+    if (strncmp(uri, "/metrics", 8) == 0 && (uri[8] == '\0' || uri[8] == '?'))
+        return serve_metrics(ctl, wsi, pss);
+    const sl_asset_t *a = find_asset(uri);
+    if (a == NULL) {
+        lws_return_http_status(wsi, HTTP_STATUS_NOT_FOUND, NULL);
+        return http_done(wsi);
+    }
+    return start_answer(wsi, pss, HTTP_STATUS_OK, a->content_type, (const char *)a->data, a->len, NULL, NULL,
+                        NULL);
+}
+
+static int
+write_body(sl_control_t *ctl, struct lws *wsi, pss_t *pss)
+{
+    if (pss->body == NULL)
         return 0;
-    size_t n = a->len - pss->sent;
+    size_t n = pss->body_len - pss->sent;
     if (n > ctl->frame_cap)
         n = ctl->frame_cap;
-    bool last = pss->sent + n == a->len;
-    memcpy(ctl->frame + LWS_PRE, a->data + pss->sent, n);
+    bool last = pss->sent + n == pss->body_len;
+    memcpy(ctl->frame + LWS_PRE, pss->body + pss->sent, n);
     if (lws_write(wsi, (unsigned char *)ctl->frame + LWS_PRE, n,
                   last ? LWS_WRITE_HTTP_FINAL : LWS_WRITE_HTTP) < (int)n)
         return -1;
@@ -552,7 +604,9 @@ write_asset(sl_control_t *ctl, struct lws *wsi, pss_t *pss)
         lws_callback_on_writable(wsi);
         return 0;
     }
-    pss->asset = NULL;
+    pss->body = NULL;
+    free(pss->owned);
+    pss->owned = NULL;
     return http_done(wsi);
 }
 
@@ -602,6 +656,7 @@ conn_close(sl_control_t *ctl, conn_t **slot)
         c->next->prev = c->prev;
     if (c->state == CONN_READY)
         sl_log_info("control: %s disconnected", c->peer);
+    ctl->events_dropped_gone += sl_outq_dropped_total(c->out);
     sl_outq_free(c->out);
     free(c->rx);
     free(c);
@@ -625,9 +680,16 @@ callback_control(struct lws *wsi, enum lws_callback_reasons reason, void *user, 
         return 0;
     }
     case LWS_CALLBACK_HTTP:
-        return pss != NULL ? serve_asset(wsi, pss, in) : -1;
+        return pss != NULL ? serve_http(ctl, wsi, pss, in) : -1;
     case LWS_CALLBACK_HTTP_WRITEABLE:
-        return pss != NULL ? write_asset(ctl, wsi, pss) : -1;
+        return pss != NULL ? write_body(ctl, wsi, pss) : -1;
+    case LWS_CALLBACK_CLOSED_HTTP:
+        if (pss != NULL) {
+            free(pss->owned);
+            pss->owned = NULL;
+            pss->body = NULL;
+        }
+        return 0;
     case LWS_CALLBACK_ESTABLISHED:
         if (slot == NULL)
             return -1;
@@ -705,6 +767,7 @@ sl_control_start(const sl_control_options_t *o, char *err, size_t err_size)
     lws_set_log_level(LLL_ERR | LLL_WARN, log_lws);
     sl_control_t *ctl = sl_xcalloc(1, sizeof(*ctl));
     ctl->key = sl_xstrdup(o->key);
+    ctl->metrics_open = o->listen->metrics_open;
     ctl->server_name = sl_xstrdup(o->server_name != NULL ? o->server_name : "sluice");
     ctl->runtime = o->runtime;
     ctl->bus = o->bus;

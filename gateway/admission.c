@@ -154,6 +154,10 @@ start_waiting(request_t *r, int64_t now, const sl_bus_gate_t *gates, size_t n_ga
 {
     sl__set_phase(r, PHASE_QUEUED);
     r->retry.waited = true;
+    for (size_t i = 0; i < n_gates && r->m.wait_gate == SL_GATE_COUNT; i++) {
+        sl__note_trouble(r, sl_trouble_of_wait(gates[i].skip));
+        r->m.wait_gate = sl_gate_of_skip(gates[i].skip);
+    }
     if (!r->wait.counts_waiting) {
         atomic_fetch_add(&r->gw->waiting_bytes, r->in.body_len);
         r->wait.counts_waiting = true;

@@ -694,12 +694,23 @@ static const field_t gateway_listen_fields[] = {
     {"allow_from", F_CUSTOM, .custom = set_listen_allow_from},
 };
 
+static const char *const metrics_access_slugs[] = {"keyed", "open"};
+
+static void
+set_listen_metrics(walker_t *w, yaml_node_t *value, void *target)
+{
+    int i = get_enum(w, value, metrics_access_slugs, NFIELDS(metrics_access_slugs));
+    if (i >= 0)
+        ((sl_listen_t *)target)->metrics_open = i == 1;
+}
+
 static const field_t control_listen_fields[] = {
     {"bind", F_CUSTOM, .custom = set_listen_bind},
     {"port", U(sl_listen_t, port, 0, 65535)},
     {"tls", F_CUSTOM, .custom = set_listen_tls},
     {"allow_from", F_CUSTOM, .custom = set_listen_allow_from},
     {"key", .kind = F_SECRET, .offset = offsetof(sl_listen_t, key)},
+    {"metrics", F_CUSTOM, .custom = set_listen_metrics},
 };
 
 static void

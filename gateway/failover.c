@@ -110,6 +110,10 @@ start_retry_round(request_t *r, const sl_step_t *step, const bool *next)
         r->retry.failed_temporary[i] = false;
     }
     sl__set_phase(r, PHASE_BACKOFF);
+    sl_metrics_retry_round(r->io->metrics,
+                           r->route < r->config->n_routes
+                               ? sl_metrics_route_slot(r->gw->metrics, r->config->routes[r->route].match)
+                               : sl_metrics_models_route_slot(r->gw->metrics));
     sl_timer_arm(&r->io->timers, &r->retry.backoff_timer, now + step->pause_ms, on_backoff_done);
     sl_log_debug("request %llu: retry round %u in %lld ms (%s)", (unsigned long long)r->id, r->retry.round,
                  (long long)step->pause_ms, sl_step_reason_slug(step->reason));
@@ -168,6 +172,8 @@ sl__hop_failed(request_t *r, const sl_failure_t *f, const char *detail, int64_t 
     else if (!stale)
         sl__throttle_answered(r);
     sl__remember_failure(r, code, detail);
+    r->m.has_failure = true;
+    r->m.failure = cls;
     if (cls != SL_FAILURE_RATE_LIMITED && !stale) {
         r->retry.failed_temporary[r->cur] = info->retried;
         if (hint_ms > r->retry.hint_ms)
@@ -180,7 +186,11 @@ sl__hop_failed(request_t *r, const sl_failure_t *f, const char *detail, int64_t 
     sl_hop_outcome_t outcome = stale                            ? SL_HOP_STALE_CONNECTION
                                : f->source == SL_FAILURE_STATUS ? SL_HOP_STATUS
                                                                 : SL_HOP_ERROR;
-    sl__close_failed_attempt(r, outcome, code, detail, step.reason);
+    sl__close_failed_attempt(r, outcome, sl_attempt_label_of_failure(cls, f->source, stale), code, detail,
+                             step.reason);
+    /* A 429 that leaves the request waiting is noted as queued_429 when the wait starts. */
+    if (step.reason != SL_STEP_REASON_RATE_LIMITED || facts.has_next)
+        sl__note_trouble(r, sl_trouble_of_step(step.reason));
     sl_log_debug("request %llu: %s failed (%s: %s): %s", (unsigned long long)r->id,
                  sl__provider_of(r, r->cur)->name, info->name, detail != NULL ? detail : "",
                  sl_step_reason_slug(step.reason));

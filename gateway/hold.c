@@ -97,6 +97,9 @@ sl__start_response(request_t *r)
     if (r->out.state != OUT_NONE && r->out.state != OUT_KEEPALIVE)
         return;
     bool had_head = r->out.state == OUT_KEEPALIVE;
+    /* sluice's own time: arrival to the upstream send, and the upstream bytes that start the answer to it. */
+    if (r->m.sent_ns > 0 && r->m.upstream_in_ns > 0)
+        r->m.overhead_ns = (r->m.sent_ns - r->m.arrival_ns) + (sl_now_ns() - r->m.upstream_in_ns);
     sl__set_client_out(r, OUT_ANSWER);
     sl_timer_cancel(&r->io->timers, &r->out.keepalive_timer);
     if (!had_head) {

@@ -46,6 +46,14 @@ sl_now_ms(void)
 }
 
 int64_t
+sl_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+int64_t
 sl_wall_ms(void)
 {
     struct timespec ts;

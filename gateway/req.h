@@ -266,6 +266,16 @@ typedef struct {
     attempt_t *attempts; /* owned; grows with the hops, most requests make one or two */
     size_t n_attempts, cap_attempts;
     bool recorded;
+
+    /* What the metrics count at the end (telemetry.c, metrics.h). */
+    struct {
+        sl_trouble_t trouble; /* the first trouble the request met (core/rescue.h) */
+        sl_gate_t wait_gate;  /* what it first waited for; SL_GATE_COUNT: it did not wait */
+        bool has_failure;     /* the last failed hop's class: */
+        sl_failure_class_t failure;
+        int64_t arrival_ns, sent_ns, upstream_in_ns; /* arrival; the hop's send; the latest upstream read */
+        int64_t overhead_ns; /* sluice's own time, once its answer started; -1: not measured */
+    } m;
 } request_t;
 
 /* ---- request.c: phases, hops, the one exit ---- */
@@ -490,8 +500,8 @@ attempt_t *sl__new_attempt(request_t *r, size_t cand);
 /* Closes the open attempt (if any) with outcome; the error is code and detail unless it served. */
 void sl__close_attempt(request_t *r, sl_hop_outcome_t outcome, sl_code_t code, const char *detail);
 /* As sl__close_attempt, with the step the request took after the failure. */
-void sl__close_failed_attempt(request_t *r, sl_hop_outcome_t outcome, sl_code_t code, const char *detail,
-                              sl_step_reason_t reason);
+void sl__close_failed_attempt(request_t *r, sl_hop_outcome_t outcome, sl_attempt_label_t label,
+                              sl_code_t code, const char *detail, sl_step_reason_t reason);
 /* The current candidate is skipped now (a repeat of the round's same skip is not a new attempt). */
 void sl__skip_attempt(request_t *r, attempt_t *a, sl_skip_t skip);
 void sl__emit_attempt(request_t *r, const attempt_t *a);
@@ -511,5 +521,12 @@ void sl__emit_limit_throttle(request_t *r, const char *provider, sl_limit_verdic
                              const sl_limit_t *limit, const sl_throttle_t *t);
 /* The request's row (msg: the error the client got, NULL for none); once. */
 void sl__record(request_t *r, sl_row_outcome_t outcome, int status, const sl_msg_t *msg);
+/* The request's metrics at its end: its class, its rescue verdict, its duration, usage and time to first
+ * token (stream_error: a 2xx stream that ended with an error in it). */
+void sl__count_request(request_t *r, sl_row_outcome_t outcome, int status, bool stream_error);
+/* Notes the first trouble the request met (core/rescue.h). */
+void sl__note_trouble(request_t *r, sl_trouble_t t);
+/* A provider's slot in the metrics (cached in its upstream). */
+uint16_t sl__metrics_provider(const request_t *r, size_t provider);
 
 #endif

@@ -191,6 +191,7 @@ sl__end_request(request_t *r, const req_end_t *end)
     if (r->in.endpoint.op != SL_OP_LIST_MODELS)
         sl__emit_end(r, outcome, end->status, end->msg);
     sl__record(r, outcome, end->status, end->msg);
+    sl__count_request(r, outcome, end->status, end->how == END_BROKEN || delivery == DELIVER_STREAM_ERROR);
     switch (delivery) {
     case DELIVER_NOTHING:
         break;
@@ -281,6 +282,7 @@ sl__send_hop(request_t *r)
     size_t cand = r->cur;
     const sl_provider_t *p = sl__provider_of(r, cand);
     sl_upstream_t *up = r->up;
+    r->m.sent_ns = sl_now_ns();
     r->acct.hop_uncounted = false;
     sl__note_queued_time(r, &r->attempts[r->n_attempts - 1], p->name);
     sl_strbuf_t head = {0};
@@ -438,6 +440,10 @@ request_new(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapshot_t 
     r->out.last_sent_ms = r->started_ms;
     r->retry.deadline_ms =
         sl_retry_deadline_ms(r->started_ms, r->config->failover.wait_secs, &gw->retry_params);
+    r->m.trouble = SL_TROUBLE_NONE;
+    r->m.wait_gate = SL_GATE_COUNT;
+    r->m.arrival_ns = sl_now_ns();
+    r->m.overhead_ns = -1;
     h2o_buffer_init(&r->out.rx, &h2o_socket_buffer_prototype);
     h2o_buffer_init(&r->out.tx, &h2o_socket_buffer_prototype);
     return r;
@@ -530,6 +536,7 @@ sl_gateway_init(sl_gateway_t *gw, sl_recorder_t *recorder)
 {
     gw->recorder = recorder;
     gw->bus = sl_bus_new(SL_BUS_DEFAULT_CAP);
+    gw->metrics = sl_metrics_new();
     gw->retry_params = (sl_retry_params_t){.time_scale = 1};
     /* Tests: every answer of the shared state comes a loop turn later, as a remote store's would. */
     const char *shared = getenv("SLUICE_TEST_SHARED_STATE");

@@ -19,6 +19,7 @@
 #include "core/retry.h"
 #include "bus.h"
 #include "recorder.h"
+#include "metrics.h"
 #include "shared_state.h"
 #include "snapshot.h"
 #include "worker.h"
@@ -45,6 +46,7 @@ typedef struct {
     /* Pauses, probes, slots, lines and usage windows (shared_state.h): this process's, or its cluster's. */
     sl_shared_state_t *shared;
     struct sl_cluster *cluster; /* the connection to the cluster's Redis (cluster.h); NULL: one process */
+    sl_metrics_t *metrics;      /* /metrics: the workers' counters (metrics.h) */
 } sl_gateway_t;
 
 /* The wake-up of a waiting request, on its worker's loop (the inbox callback of waitq.h). */

@@ -159,6 +159,7 @@ skip_for_now(request_t *r)
     }
     for (size_t i = 0; i < r->n_cands; i++) {
         if (r->skips[i] != SL_SKIP_NONE) {
+            sl__note_trouble(r, sl_trouble_of_skip(r->skips[i]));
             attempt_t *a = sl__new_attempt(r, i);
             if (a != NULL) {
                 a->skipped = r->skips[i];

@@ -287,6 +287,7 @@ listen_copy(sl_listen_t *dst, const sl_listen_t *src)
         .tls_key = src->tls_key != NULL ? sl_xstrdup(src->tls_key) : NULL,
         .n_allow_from = src->n_allow_from,
         .key = src->key != NULL ? sl_xstrdup(src->key) : NULL,
+        .metrics_open = src->metrics_open,
     };
     if (src->n_allow_from > 0) {
         dst->allow_from = sl_xcalloc(src->n_allow_from, sizeof(*dst->allow_from));
@@ -1272,4 +1273,84 @@ sl_runtime_provider_views_free(sl_proto_provider_view_t *views, size_t n)
     for (size_t i = 0; i < n; i++)
         sl_proto_provider_view_free(&views[i]);
     free(views);
+}
+
+/* ---- /metrics ------------------------------------------------------------------------------------- */
+
+static const char *
+limit_measure_slug(const sl_proto_limit_view_t *l)
+{
+    return l->has_requests ? "requests" : l->has_tokens ? "tokens" : "cost";
+}
+
+static double
+limit_used_ratio(const sl_proto_limit_view_t *l)
+{
+    uint64_t amount = l->has_requests ? l->requests : l->has_tokens ? l->tokens : l->cost_micros;
+    return amount > 0 ? (double)l->used / (double)amount : 0;
+}
+
+void
+sl_runtime_metrics(sl_runtime_t *rt, uint32_t control_subscribers, uint64_t events_dropped, sl_strbuf_t *out)
+{
+    sl_proto_provider_view_t *views = NULL;
+    size_t n = sl_runtime_provider_views(rt, &views);
+    sl_metrics_upstream_t *ups = sl_xcalloc(n + 1, sizeof(*ups));
+    size_t n_limits = 0;
+    for (size_t i = 0; i < n; i++)
+        n_limits += views[i].limits_len;
+    sl_metrics_limit_t *limits = sl_xcalloc(n_limits + 1, sizeof(*limits));
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        const sl_proto_provider_view_t *v = &views[i];
+        sl_proto_throttle_kind_t kind =
+            v->throttle != NULL ? v->throttle->kind : SL_PROTO_THROTTLE_KIND_COUNT;
+        ups[i] = (sl_metrics_upstream_t){
+            .name = v->name,
+            .health = v->health == SL_PROTO_HEALTH_STATE_OK          ? 0
+                      : v->health == SL_PROTO_HEALTH_STATE_HALF_OPEN ? 1
+                                                                     : 2,
+            .paused = kind == SL_PROTO_THROTTLE_KIND_PAUSED,
+            .manual = kind == SL_PROTO_THROTTLE_KIND_MANUAL,
+            .queued = v->queued,
+            .queued_gate = kind == SL_PROTO_THROTTLE_KIND_PAUSED || kind == SL_PROTO_THROTTLE_KIND_PROBING ||
+                                   kind == SL_PROTO_THROTTLE_KIND_MANUAL
+                               ? SL_GATE_THROTTLED
+                           : kind == SL_PROTO_THROTTLE_KIND_WINDOW_FULL ? SL_GATE_WINDOW_FULL
+                                                                        : SL_GATE_SLOTS,
+            .in_flight = v->in_flight,
+        };
+        for (size_t j = 0; j < v->limits_len; j++) {
+            const sl_proto_limit_view_t *l = &v->limits[j];
+            limits[k++] = (sl_metrics_limit_t){
+                .target_kind = "provider",
+                .target = v->name,
+                .per = sl_proto_period_slug(l->per),
+                .measure = limit_measure_slug(l),
+                .every = l->every,
+                .used_ratio = limit_used_ratio(l),
+            };
+        }
+    }
+    sl_recorder_stats_t stats = {0};
+    if (rt->gw->recorder != NULL)
+        sl_recorder_stats(rt->gw->recorder, &stats);
+    sl_metrics_scrape_t s = {
+        .upstreams = ups,
+        .n_upstreams = n,
+        .limits = limits,
+        .n_limits = k,
+        .control_subscribers = control_subscribers,
+        .events_dropped = events_dropped,
+        .db_rows_dropped = stats.dropped + atomic_load(&rt->gw->rows_dropped),
+        .cluster = rt->gw->cluster != NULL,
+        .cluster_state = rt->gw->cluster == NULL                                    ? 0
+                         : sl_cluster_state(rt->gw->cluster) == SL_CLUSTER_JOINED   ? 1
+                         : sl_cluster_state(rt->gw->cluster) == SL_CLUSTER_DEGRADED ? 2
+                                                                                    : 0,
+    };
+    sl_metrics_render(rt->gw->metrics, &s, out);
+    free(limits);
+    free(ups);
+    sl_runtime_provider_views_free(views, n);
 }

@@ -107,6 +107,13 @@ void sl_runtime_provider_views_free(sl_proto_provider_view_t *views, size_t n);
 bool sl_runtime_cluster_view(sl_runtime_t *rt, sl_proto_cluster_view_t **cluster,
                              sl_proto_instance_view_t **instances, size_t *n_instances);
 
+/*
+ * The /metrics text (observability.md): the data plane's counters, every upstream's state and limits, and the
+ * control plane's figures given here.
+ */
+void sl_runtime_metrics(sl_runtime_t *rt, uint32_t control_subscribers, uint64_t events_dropped,
+                        sl_strbuf_t *out);
+
 /* The request DB's state for get_providers (the caller frees it), or NULL without one. */
 sl_proto_store_view_t *sl_runtime_store_view(sl_runtime_t *rt);
 

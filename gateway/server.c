@@ -327,6 +327,7 @@ init_worker(worker_t *w)
     h2o_multithread_register_receiver(w->queue, &w->wake, on_wake);
     h2o_multithread_register_receiver(w->queue, &w->cancels, on_cancels);
     init_worker_io(&w->io, w->ctx.loop, w->queue, s->upstream_ssl_ctx, s->upstream_ssl_ctx_by_address);
+    w->io.metrics = sl_metrics_add_worker(s->gateway->metrics);
     w->lingers = sl_lingers_new(w->ctx.loop, &w->io.timers);
     if (s->gateway->cluster != NULL)
         w->io.cluster_lane = sl_cluster_lane_new(w->ctx.loop, &w->io.timers, s->gateway->cluster);

@@ -136,9 +136,59 @@ open_attempt(request_t *r)
     return a != NULL && a->skipped == SL_SKIP_NONE && !a->closed ? a : NULL;
 }
 
-static void
-close_attempt(request_t *r, attempt_t *a, sl_hop_outcome_t outcome, sl_code_t code, const char *detail)
+uint16_t
+sl__metrics_provider(const request_t *r, size_t provider)
 {
+    sl_upstream_t *up = r->snapshot->upstreams[provider];
+    unsigned slot = atomic_load_explicit(&up->metrics_slot, memory_order_relaxed);
+    if (slot == 0) {
+        slot = (unsigned)sl_metrics_provider_slot(r->gw->metrics, r->config->providers[provider].name) + 1;
+        atomic_store_explicit(&up->metrics_slot, slot, memory_order_relaxed);
+    }
+    return (uint16_t)(slot - 1);
+}
+
+void
+sl__note_trouble(request_t *r, sl_trouble_t t)
+{
+    sl_trouble_note(&r->m.trouble, t);
+}
+
+/* The label of a hop that ended without a classified failure (served, cut, the client gone). */
+static sl_attempt_label_t
+label_of_end(sl_hop_outcome_t outcome, sl_code_t code)
+{
+    switch (outcome) {
+    case SL_HOP_SERVED:
+        return SL_ATTEMPT_OK;
+    case SL_HOP_CANCELLED:
+    case SL_HOP_CLIENT_LEFT:
+        return SL_ATTEMPT_CANCELLED;
+    case SL_HOP_STATUS:
+        return SL_ATTEMPT_NOT_FOUND; /* an upstream without a count-tokens endpoint */
+    default:
+        break;
+    }
+    switch (code) {
+    case SL_CODE_GW_UPSTREAM_BROKEN_AFTER_CONTENT:
+        return SL_ATTEMPT_BROKEN_AFTER_CONTENT;
+    case SL_CODE_GW_UPSTREAM_IDLE_TIMEOUT:
+        return SL_ATTEMPT_TIMEOUT;
+    case SL_CODE_GW_UPSTREAM_STREAM_ENDED_EARLY:
+    case SL_CODE_GW_UPSTREAM_BROKEN_BEFORE_CONTENT:
+        return SL_ATTEMPT_TEMPORARY;
+    default:
+        return SL_ATTEMPT_OTHER;
+    }
+}
+
+static void
+close_attempt(request_t *r, attempt_t *a, sl_hop_outcome_t outcome, sl_attempt_label_t label, sl_code_t code,
+              const char *detail)
+{
+    /* A hop that went out (an estimate answered locally is none). */
+    if (outcome != SL_HOP_ESTIMATED && r->io != NULL && r->io->metrics != NULL)
+        sl_metrics_attempt(r->io->metrics, sl__metrics_provider(r, r->cands[r->cur].provider), label);
     a->closed = true;
     a->outcome = outcome;
     a->status = r->rd.up_status;
@@ -156,19 +206,19 @@ sl__close_attempt(request_t *r, sl_hop_outcome_t outcome, sl_code_t code, const 
 {
     attempt_t *a = open_attempt(r);
     if (a != NULL)
-        close_attempt(r, a, outcome, code, detail);
+        close_attempt(r, a, outcome, label_of_end(outcome, code), code, detail);
 }
 
 void
-sl__close_failed_attempt(request_t *r, sl_hop_outcome_t outcome, sl_code_t code, const char *detail,
-                         sl_step_reason_t reason)
+sl__close_failed_attempt(request_t *r, sl_hop_outcome_t outcome, sl_attempt_label_t label, sl_code_t code,
+                         const char *detail, sl_step_reason_t reason)
 {
     attempt_t *a = open_attempt(r);
     if (a == NULL)
         return;
     a->has_reason = true;
     a->reason = reason;
-    close_attempt(r, a, outcome, code, detail);
+    close_attempt(r, a, outcome, label, code, detail);
 }
 
 /*
@@ -191,6 +241,7 @@ void
 sl__skip_attempt(request_t *r, attempt_t *a, sl_skip_t skip)
 {
     r->skips[r->cur] = skip;
+    sl__note_trouble(r, sl_trouble_of_skip(skip));
     if (repeats_a_skip(r, a, skip)) {
         r->n_attempts--;
     } else {
@@ -456,4 +507,60 @@ sl__emit_limit_throttle(request_t *r, const char *provider, sl_limit_verdict_t v
         .limits = v, .limit = limit, .limits_until_ms = until_wall, .tz = r->config->tz};
     sl_proto_event_t ev;
     sl__emit(r, sl_bus_throttle_changed(&ev, sl_wall_ms(), provider, sl_bus_throttle_view(provider, &f)));
+}
+
+/* ---- metrics ------------------------------------------------------------------------------- */
+
+void
+sl__count_request(request_t *r, sl_row_outcome_t outcome, int status, bool stream_error)
+{
+    sl_metrics_worker_t *w = r->io != NULL ? r->io->metrics : NULL;
+    if (w == NULL || r->in.endpoint.op == SL_OP_LIST_MODELS)
+        return;
+    sl_metrics_t *m = r->gw->metrics;
+    uint16_t route = r->route < r->config->n_routes
+                         ? sl_metrics_route_slot(m, r->config->routes[r->route].match)
+                         : sl_metrics_models_route_slot(m);
+    sl_rescue_facts_t facts = {
+        .trouble = r->m.trouble,
+        .outcome = outcome,
+        .status = status,
+        .stream_error = stream_error,
+        .has_failure = r->m.has_failure,
+        .failure = r->m.failure,
+    };
+    sl_metrics_request_t mr = {
+        .dialect =
+            r->in.endpoint.dialect < SL_DIALECT_COUNT ? r->in.endpoint.dialect : SL_DIALECT_OPENAI_CHAT,
+        .route = route,
+        .status = status,
+        .aborted = outcome == SL_ROW_CANCELLED,
+        .verdict = sl_rescue_verdict(&facts),
+        .trouble = r->m.trouble,
+        .duration_us = (sl_now_ns() - r->m.arrival_ns) / 1000,
+    };
+    sl_metrics_request(w, &mr);
+    if (outcome != SL_ROW_SERVED || r->n_attempts == 0)
+        return;
+    size_t provider = r->cands[r->cur].provider;
+    uint16_t slot = sl__metrics_provider(r, provider);
+    if (r->out.ttft_ms != SL_ROW_ABSENT)
+        sl_metrics_ttft(w, slot, r->out.ttft_ms * 1000);
+    if (r->m.wait_gate != SL_GATE_COUNT) {
+        int64_t waited_ms = 0;
+        for (size_t i = 0; i < r->n_attempts; i++)
+            waited_ms += r->attempts[i].pause_ms > 0 ? r->attempts[i].pause_ms : 0;
+        sl_metrics_waited(w, r->m.wait_gate, waited_ms * 1000);
+    } else if (r->m.overhead_ns >= 0 && r->n_attempts == 1) {
+        sl_metrics_overhead(w, r->m.overhead_ns);
+    }
+    const sl_usage_t *u = &r->rd.stream.usage;
+    if (u->input || u->output || u->cache_read || u->cache_write) {
+        const char *model = r->cands[r->cur].model != NULL ? r->cands[r->cur].model : r->in.model;
+        uint64_t tokens[4] = {(uint64_t)u->input, (uint64_t)u->output, (uint64_t)u->cache_read,
+                              (uint64_t)u->cache_write};
+        const sl_price_t *price = sl_price_for(r->config->pricing, r->config->n_pricing, model);
+        sl_metrics_usage(w, sl_metrics_model_slot(m, slot, model), tokens,
+                         price != NULL ? sl_cost_micros(price, u) : 0);
+    }
 }

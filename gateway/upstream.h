@@ -7,6 +7,7 @@
 #define SL_UPSTREAM_H
 
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -35,7 +36,8 @@ typedef struct {
     bool dispatching;     /* a request just released from the queue is being sent: the next waits for it */
     pthread_mutex_t lock; /* guards what follows */
     sl_breaker_t breaker;
-    uint32_t in_flight; /* slots taken (shared_local.c) */
+    uint32_t in_flight;       /* slots taken (shared_local.c) */
+    atomic_uint metrics_slot; /* its provider slot in metrics.h, plus one; 0 until first asked */
 } sl_upstream_t;
 
 typedef struct sl_upstreams sl_upstreams_t;

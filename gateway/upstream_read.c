@@ -321,6 +321,7 @@ static void
 on_hop_head(void *data, int status, const h2o_header_t *headers, size_t n)
 {
     request_t *r = data;
+    r->m.upstream_in_ns = sl_now_ns();
     r->rd.up_status = status;
     r->out.ttfb_ms = sl_now_ms() - r->started_ms;
     r->rd.up_content_length = -1;
@@ -375,6 +376,7 @@ static void
 on_hop_body(void *data, h2o_buffer_t **input, bool end_follows)
 {
     request_t *r = data;
+    r->m.upstream_in_ns = sl_now_ns();
     r->out.end_follows = end_follows;
     size_t n = (*input)->size;
     h2o_iovec_t dst = h2o_buffer_reserve(&r->out.rx, n);

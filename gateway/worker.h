@@ -31,6 +31,7 @@ typedef struct {
         *cluster_lane;            /* this worker's own connection to the cluster's Redis; NULL: none */
     h2o_socketpool_t *turns_pool; /* this worker's internal socket: Responses WebSocket turns (wsturns.h) */
     h2o_linklist_t requests;      /* this worker's live requests (an operator may cancel one by id) */
+    struct sl_metrics_worker *metrics; /* this worker's counters (metrics.h): only this thread writes them */
 } sl_worker_io_t;
 
 /* Monotonic milliseconds: the clock of every timer and deadline. */
@@ -38,5 +39,8 @@ int64_t sl_now_ms(void);
 
 /* Wall-clock milliseconds since the Unix epoch: the clock of events, rows and usage windows. */
 int64_t sl_wall_ms(void);
+
+/* Monotonic nanoseconds: the clock of sluice_overhead_seconds. */
+int64_t sl_now_ns(void);
 
 #endif

@@ -40,6 +40,8 @@ typedef struct {
     sl_cidr_t *allow_from;
     size_t n_allow_from; /* 0 = every address */
     char *key;           /* control endpoint only; NULL = generated at first start */
+    bool
+        metrics_open; /* control endpoint only: GET /metrics without the key (listen.control.metrics: open) */
 } sl_listen_t;
 
 typedef struct {

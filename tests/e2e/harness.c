@@ -33,6 +33,12 @@ proc_start(proc_t *p, const char *const *args)
         fprintf(stderr, "SLUICE_BIN is not set\n");
         abort();
     }
+    proc_start_program(p, bin, args);
+}
+
+void
+proc_start_program(proc_t *p, const char *bin, const char *const *args)
+{
     const char *argv[32] = {bin};
     size_t n = 1;
     for (; args[n - 1] != NULL && n < 31; n++)

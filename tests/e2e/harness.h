@@ -20,6 +20,8 @@ typedef struct {
 
 /* Starts $SLUICE_BIN with the arguments (NULL-terminated). */
 void proc_start(proc_t *p, const char *const *args);
+/* Starts the program at path (e.g. /usr/bin/prometheus) with the arguments (NULL-terminated). */
+void proc_start_program(proc_t *p, const char *path, const char *const *args);
 /* Reads output until needle appears; false after timeout_ms or when the process ends without it. */
 bool proc_wait_log(proc_t *p, const char *needle, int timeout_ms);
 /* The same for text logged after the first from bytes. */

@@ -58,6 +58,7 @@ typedef enum sl_cli_command {
     SL_CLI_CONFIG_GET,
     SL_CLI_CONFIG_PUT,
     SL_CLI_INSTANCES,
+    SL_CLI_METRICS,
     SL_CLI_COMMAND_COUNT
 } sl_cli_command_t;
 
@@ -200,6 +201,14 @@ void sl_cli_instances_table(const sl_proto_cluster_view_t *cluster, const sl_pro
 /* One JSON object and a newline: {"cluster": ClusterView, "instances": [InstanceView...]}, as on the wire. */
 void sl_cli_instances_json(const sl_proto_cluster_view_t *cluster, const sl_proto_instance_view_t *instances,
                            size_t n, sl_strbuf_t *out);
+/*
+ * `sluicectl metrics`, from the text of GET /metrics: requests answered; trouble absorbed (the share
+ * rescued; rescued and lost, by cause); a table per route (rescued, lost, share); a table per provider
+ * (breaker; hops ok, failed, 429, other). The JSON form: one object and a newline.
+ */
+void sl_cli_metrics_text(const char *metrics, sl_strbuf_t *out);
+void sl_cli_metrics_json(const char *metrics, sl_strbuf_t *out);
+
 /* One line per request: who, what, how old, and its last event. */
 void sl_cli_in_flight_lines(const sl_proto_in_flight_t *in_flight, sl_strbuf_t *out);
 void sl_cli_in_flight_json(const sl_proto_in_flight_request_t *request, sl_strbuf_t *out);

@@ -334,7 +334,7 @@ static const struct option {
     {"help", false, EVERYWHERE, NULL},
     {"json", false,
      CMD(SL_CLI_EVENTS) | CMD(SL_CLI_PROVIDERS) | CMD(SL_CLI_INSTANCES) | CMD(SL_CLI_IN_FLIGHT) |
-         CMD(SL_CLI_HISTORY),
+         CMD(SL_CLI_HISTORY) | CMD(SL_CLI_METRICS),
      on_json},
     {"providers", false, CMD(SL_CLI_EVENTS), on_providers},
     {"count", true, CMD(SL_CLI_EVENTS), on_count},
@@ -360,19 +360,13 @@ static const struct command_word {
     const char *word, *sub;
     sl_cli_command_t command;
 } command_words[] = {
-    {"events", NULL, SL_CLI_EVENTS},
-    {"providers", NULL, SL_CLI_PROVIDERS},
-    {"instances", NULL, SL_CLI_INSTANCES},
-    {"in-flight", NULL, SL_CLI_IN_FLIGHT},
-    {"history", NULL, SL_CLI_HISTORY},
-    {"limits", "set", SL_CLI_LIMITS_SET},
-    {"limits", "clear", SL_CLI_LIMITS_CLEAR},
-    {"pause", NULL, SL_CLI_PAUSE},
-    {"resume", NULL, SL_CLI_RESUME},
-    {"cancel", NULL, SL_CLI_CANCEL},
-    {"config", "get", SL_CLI_CONFIG_GET},
-    {"config", "put", SL_CLI_CONFIG_PUT},
-    {"help", NULL, SL_CLI_HELP},
+    {"events", NULL, SL_CLI_EVENTS},       {"providers", NULL, SL_CLI_PROVIDERS},
+    {"instances", NULL, SL_CLI_INSTANCES}, {"metrics", NULL, SL_CLI_METRICS},
+    {"in-flight", NULL, SL_CLI_IN_FLIGHT}, {"history", NULL, SL_CLI_HISTORY},
+    {"limits", "set", SL_CLI_LIMITS_SET},  {"limits", "clear", SL_CLI_LIMITS_CLEAR},
+    {"pause", NULL, SL_CLI_PAUSE},         {"resume", NULL, SL_CLI_RESUME},
+    {"cancel", NULL, SL_CLI_CANCEL},       {"config", "get", SL_CLI_CONFIG_GET},
+    {"config", "put", SL_CLI_CONFIG_PUT},  {"help", NULL, SL_CLI_HELP},
 };
 
 static const char *

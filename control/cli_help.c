@@ -39,6 +39,7 @@ static const char general_help[] =
     "  events [--json] [--providers] [--count N]   stream events live\n"
     "  providers [--json]                          upstreams: health, throttle, load, limits\n"
     "  instances [--json]                          the cluster's live instances and their load\n"
+    "  metrics [--json]                            trouble absorbed: rescued / lost / share, per provider\n"
     "  in-flight [--json]                          live requests with their last event\n"
     "  history [--since DUR] [--limit N] [--client NAME] [--provider NAME] [--model NAME]\n"
     "          [--status N] [--cursor C] [--json]   answered requests from the request DB\n"
@@ -80,6 +81,19 @@ static const char providers_help[] =
     "request DB: postgres, degraded (connection refused), 120 rows spooled.\n"
     "\n"
     "  --json   one JSON object (ProviderView) per line\n"
+    "\n" OPTIONS_HELP;
+
+static const char metrics_help[] =
+    "usage: sluicectl metrics [--json]\n"
+    "\n"
+    "Reads GET /metrics on the control endpoint (with the control key) and prints the\n"
+    "trouble sluice absorbed since it started: requests rescued (answered 2xx although an\n"
+    "upstream failed, said 429 or was full on the way) and lost to that trouble, the share\n"
+    "rescued, both by cause and by route; then per provider its hops by outcome and its\n"
+    "breaker. Prometheus reads the same endpoint (observability.md).\n"
+    "\n"
+    "  --json   one JSON object {\"rescued\", \"lost\", \"share\", \"by_cause\", \"routes\",\n"
+    "           \"providers\"}\n"
     "\n" OPTIONS_HELP;
 
 static const char instances_help[] =
@@ -176,6 +190,7 @@ static const struct help_text {
     [SL_CLI_EVENTS] = {events_help, "usage: sluicectl events [--json] [--providers] [--count N]"},
     [SL_CLI_PROVIDERS] = {providers_help, "usage: sluicectl providers [--json]"},
     [SL_CLI_INSTANCES] = {instances_help, "usage: sluicectl instances [--json]"},
+    [SL_CLI_METRICS] = {metrics_help, "usage: sluicectl metrics [--json]"},
     [SL_CLI_IN_FLIGHT] = {in_flight_help, "usage: sluicectl in-flight [--json]"},
     [SL_CLI_HISTORY] = {history_help, "usage: sluicectl history [--since DUR] [--limit N] [--client NAME] "
                                       "[--provider NAME] [--model NAME] [--status N] [--cursor C] [--json]"},

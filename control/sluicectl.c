@@ -61,6 +61,10 @@ typedef struct ctl {
     bool rx_binary, rx_overflow;
 
     sl_cli_stream_t stream;
+
+    /* `metrics`: a plain HTTP GET of /metrics instead of a WebSocket session. */
+    int http_status;
+    sl_strbuf_t http_body;
 } ctl_t;
 
 static volatile sig_atomic_t interrupted;
@@ -396,6 +400,77 @@ on_closed(ctl_t *c)
     c->state = CONN_DONE;
 }
 
+/* `metrics`: the answer to GET /metrics is in; its summary goes to stdout. */
+static void
+on_metrics(ctl_t *c)
+{
+    c->wsi = NULL;
+    size_t len = c->http_body.len;
+    char *text = sl_strbuf_finish(&c->http_body);
+    if (c->http_status == 401 || c->http_status == 403) {
+        fprintf(stderr, "sluicectl: %s refused the control key for /metrics (HTTP %d)\n", c->url,
+                c->http_status);
+        c->exit_code = SL_CLI_EXIT_ERROR;
+    } else if (c->http_status != 200 || len == 0) {
+        fprintf(stderr, "sluicectl: GET /metrics on %s answered HTTP %d\n", c->url, c->http_status);
+        c->exit_code = SL_CLI_EXIT_ERROR;
+    } else {
+        sl_strbuf_t out = {0};
+        if (c->args.json)
+            sl_cli_metrics_json(text, &out);
+        else
+            sl_cli_metrics_text(text, &out);
+        char *s = sl_strbuf_finish(&out);
+        fputs(s, stdout);
+        free(s);
+        c->exit_code = SL_CLI_EXIT_OK;
+    }
+    free(text);
+    c->state = CONN_DONE;
+}
+
+/* The lws callbacks of the HTTP GET (`metrics`); 0 for the reasons that are not its own. */
+static int
+on_http(ctl_t *c, struct lws *wsi, enum lws_callback_reasons reason, void *in, size_t len, bool *handled)
+{
+    *handled = true;
+    switch (reason) {
+    case LWS_CALLBACK_CLIENT_APPEND_HANDSHAKE_HEADER: {
+        unsigned char **p = (unsigned char **)in, *end = *p + len;
+        char value[600];
+        snprintf(value, sizeof value, "Bearer %s", c->key);
+        return lws_add_http_header_by_token(wsi, WSI_TOKEN_HTTP_AUTHORIZATION, (unsigned char *)value,
+                                            (int)strlen(value), p, end)
+                   ? -1
+                   : 0;
+    }
+    case LWS_CALLBACK_ESTABLISHED_CLIENT_HTTP:
+        c->http_status = (int)lws_http_client_http_response(wsi);
+        c->state = CONN_WAITING;
+        return 0;
+    case LWS_CALLBACK_RECEIVE_CLIENT_HTTP: {
+        char buf[LWS_PRE + 8192], *p = buf + LWS_PRE;
+        int n = (int)sizeof(buf) - LWS_PRE;
+        return lws_http_client_read(wsi, &p, &n) < 0 ? -1 : 0;
+    }
+    case LWS_CALLBACK_RECEIVE_CLIENT_HTTP_READ:
+        if (c->http_body.len + len > (64u << 20))
+            return -1;
+        sl_strbuf_append(&c->http_body, in, len);
+        return 0;
+    case LWS_CALLBACK_COMPLETED_CLIENT_HTTP:
+        on_metrics(c);
+        return -1; /* done: close */
+    case LWS_CALLBACK_CLOSED_CLIENT_HTTP:
+        if (c->state != CONN_DONE)
+            on_metrics(c);
+        return 0;
+    default:
+        *handled = false;
+        return 0;
+    }
+}
+
 static int
 on_lws(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, size_t len)
 {
@@ -403,6 +478,12 @@ on_lws(struct lws *wsi, enum lws_callback_reasons reason, void *user, void *in, 
     ctl_t *c = lws_context_user(lws_get_context(wsi));
     if (c == NULL)
         return 0;
+    if (c->args.command == SL_CLI_METRICS && reason != LWS_CALLBACK_CLIENT_CONNECTION_ERROR) {
+        bool handled;
+        int rc = on_http(c, wsi, reason, in, len, &handled);
+        if (handled)
+            return rc;
+    }
     switch (reason) {
     case LWS_CALLBACK_CLIENT_CONNECTION_ERROR:
         c->wsi = NULL;
@@ -566,6 +647,12 @@ run(ctl_t *c)
     cc.host = e->authority;
     cc.origin = e->authority;
     cc.protocol = SL_CLI_SUBPROTOCOL;
+    if (c->args.command == SL_CLI_METRICS) {
+        cc.method = "GET";
+        cc.path = "/metrics";
+        cc.protocol = NULL;
+        cc.local_protocol_name = SL_CLI_SUBPROTOCOL;
+    }
     cc.pwsi = &c->wsi;
     if (e->tls) {
         cc.ssl_connection = LCCSCF_USE_SSL;

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -257,6 +258,24 @@ run_shell(const char *cmd, char *out, size_t size)
     size_t n = fread(out, 1, size - 1, p);
     out[n] = '\0';
     return pclose(p);
+}
+
+Test(metrics, sluicectl_metrics_prints_the_trouble_absorbed)
+{
+    start(NULL);
+    rescue_two();
+    char cmd[512], out[8192];
+    snprintf(cmd, sizeof cmd, "%s --url ws://127.0.0.1:%u/control --key %s metrics 2>&1", getenv("SLUICECTL"),
+             control_port, CONTROL_KEY);
+    cr_assert_eq(run_shell(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert_not_null(
+        strstr(out, "trouble absorbed:  100.0% rescued\n  rescued: 2 (failed_over 1, queued_429 1)\n"), "%s",
+        out);
+    snprintf(cmd, sizeof cmd, "%s --url ws://127.0.0.1:%u/control --key wrong metrics 2>&1",
+             getenv("SLUICECTL"), control_port);
+    int rc = run_shell(cmd, out, sizeof out);
+    cr_assert_eq(WEXITSTATUS(rc), 1, "%s", out);
+    cr_assert_not_null(strstr(out, "refused the control key"), "%s", out);
 }
 
 Test(metrics, promtool_finds_no_problem)

@@ -1428,3 +1428,53 @@ Test(cli, stream_stops_after_count_and_prints_json)
     sl_proto_snapshot_msg_free(&s);
     sl_cli_stream_free(&st);
 }
+
+static const char sample_metrics[] =
+    "# HELP sluice_requests_total x\n# TYPE sluice_requests_total counter\n"
+    "sluice_requests_total{dialect=\"openai-chat\",route=\"gpt-*\",status_class=\"2xx\"} 9\n"
+    "sluice_requests_total{dialect=\"openai-chat\",route=\"gpt-*\",status_class=\"429\"} 1\n"
+    "sluice_requests_rescued_total{route=\"gpt-*\",cause=\"failed_over\"} 3\n"
+    "sluice_requests_rescued_total{route=\"gpt-*\",cause=\"queued_429\"} 1\n"
+    "sluice_requests_lost_to_trouble_total{route=\"gpt-*\",cause=\"queued_429\"} 1\n"
+    "sluice_upstream_attempts_total{provider=\"primary\",outcome=\"ok\"} 6\n"
+    "sluice_upstream_attempts_total{provider=\"primary\",outcome=\"temporary\"} 3\n"
+    "sluice_upstream_attempts_total{provider=\"primary\",outcome=\"rate_limited\"} 2\n"
+    "sluice_upstream_health{provider=\"primary\"} 2\n"
+    "sluice_upstream_health{provider=\"fallback\"} 0\n";
+
+Test(cli, metrics_summary_text)
+{
+    sl_strbuf_t b = {0};
+    sl_cli_metrics_text(sample_metrics, &b);
+    char *t = sl_strbuf_finish(&b);
+    cr_assert_str_eq(t, "requests answered: 10\n"
+                        "trouble absorbed:  80.0% rescued\n"
+                        "  rescued: 4 (failed_over 3, queued_429 1)\n"
+                        "  lost:    1 (queued_429 1)\n"
+                        "\n"
+                        "ROUTE                      RESCUED      LOST  SHARE\n"
+                        "gpt-*                            4         1  80.0% rescued\n"
+                        "\n"
+                        "PROVIDER                 BREAKER          OK    FAILED       429     OTHER\n"
+                        "primary                  open              6         3         2         0\n"
+                        "fallback                 ok                0         0         0         0\n");
+    free(t);
+}
+
+Test(cli, metrics_summary_json_and_no_trouble)
+{
+    sl_strbuf_t b = {0};
+    sl_cli_metrics_json(sample_metrics, &b);
+    char *t = sl_strbuf_finish(&b);
+    cr_assert_not_null(strstr(t, "{\"requests\":10,\"rescued\":4,\"lost\":1,\"share\":0.8"), "%s", t);
+    cr_assert_not_null(strstr(t, "\"primary\":{\"breaker\":\"open\",\"attempts\":{\"ok\":6,\"temporary\":3,"
+                                 "\"rate_limited\":2}}"),
+                       "%s", t);
+    free(t);
+    sl_strbuf_t e = {0};
+    sl_cli_metrics_text("# nothing yet\n", &e);
+    t = sl_strbuf_finish(&e);
+    cr_assert_str_eq(
+        t, "requests answered: 0\ntrouble absorbed:  no trouble met yet\n  rescued: 0\n  lost:    0\n");
+    free(t);
+}

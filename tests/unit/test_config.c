@@ -373,6 +373,21 @@ Test(config, route_context_fallback_names_known_providers_once)
     cr_assert_str_eq(sl_msg_arg(&res.errors.items[2], "path"), "routes[1].context_fallback");
 }
 
+Test(config, control_metrics_is_keyed_or_open)
+{
+    res = parse("listen: {control: {metrics: open}}\n");
+    assert_no_errors();
+    cr_assert(res.config->control.metrics_open);
+    sl_config_result_free(&res);
+    res = parse("listen: {control: {port: 9000}}\n");
+    assert_no_errors();
+    cr_assert_not(res.config->control.metrics_open, "keyed by default");
+    sl_config_result_free(&res);
+    res = parse("listen: {control: {metrics: public}}\n");
+    const sl_msg_t *m = assert_single_error(SL_CODE_CONFIG_UNKNOWN_VALUE, "listen.control.metrics", "1");
+    cr_assert_str_eq(sl_msg_arg(m, "allowed"), "keyed, open");
+}
+
 Test(config, route_mixing_protocols_is_a_warning)
 {
     res = parse("providers:\n  - {name: a, protocol: anthropic}\n  - {name: b, protocol: gemini}\n"

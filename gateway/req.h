@@ -164,6 +164,7 @@ typedef struct {
     sl_affinity_effect_t affinity_effect;
     uint64_t home;         /* the upstream the conversation goes back to (sl_affinity_pin_t.home); 0 = none */
     size_t route;          /* the route that matched (an index into config->routes, or SL_ROUTE_BY_MODELS) */
+    bool routed;           /* route is set: the request got as far as its candidates */
     bool context_switched; /* the route's context_fallback replaced the candidates (§1.6) */
     char response_id[128]; /* Responses: the id of the answer being served, "" until seen */
 

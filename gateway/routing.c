@@ -191,6 +191,7 @@ sl__choose_candidates(request_t *r)
     if (!sl_route_select(c, r->in.endpoint.dialect, r->in.model, counter, r->cands, &r->n_cands, &route))
         return false;
     r->route = route;
+    r->routed = true;
     r->affinity_effect = apply_affinity(r);
     sl__emit_routed(r, route, r->affinity_effect);
     return skip_for_now(r);

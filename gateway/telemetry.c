@@ -518,7 +518,9 @@ sl__count_request(request_t *r, sl_row_outcome_t outcome, int status, bool strea
     if (w == NULL || r->in.endpoint.op == SL_OP_LIST_MODELS)
         return;
     sl_metrics_t *m = r->gw->metrics;
-    uint16_t route = r->route < r->config->n_routes
+    /* A request refused before routing (its key, its body, no route for its model) has route "none". */
+    uint16_t route = !r->routed ? sl_metrics_route_slot(m, "none")
+                     : r->route < r->config->n_routes
                          ? sl_metrics_route_slot(m, r->config->routes[r->route].match)
                          : sl_metrics_models_route_slot(m);
     sl_rescue_facts_t facts = {

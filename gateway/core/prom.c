@@ -89,7 +89,8 @@ sl_prom_histogram(sl_strbuf_t *out, const char *name, const sl_prom_label_t *lab
 {
     assert(n <= 8);
     sl_prom_label_t with_le[9];
-    memcpy(with_le, labels, n * sizeof(*labels));
+    if (n > 0)
+        memcpy(with_le, labels, n * sizeof(*labels));
     char bucket_name[128], le[32];
     snprintf(bucket_name, sizeof bucket_name, "%s_bucket", name);
     uint64_t cumulative = 0;

@@ -207,6 +207,12 @@ Test(metrics, rescued_requests_are_counted_by_cause)
     cr_assert_eq(sample("sluice_upstream_health{provider=\"primary\"}"), 0);
     cr_assert_eq(sample("sluice_db_rows_dropped_total"), 0);
     cr_assert_geq(sample("sluice_overhead_seconds_count"), 1);
+    cr_assert(http_request_h(port, "POST", "/v1/chat/completions", "authorization: Bearer nope\r\n",
+                             "{\"model\":\"gpt-a1\",\"messages\":[]}", &res));
+    cr_assert_eq(res.status, 401);
+    scrape(CONTROL_KEY);
+    cr_assert_eq(sample("sluice_requests_total{dialect=\"openai-chat\",route=\"none\",status_class=\"4xx\"}"),
+                 1, "refused before routing: route none");
 }
 
 /* The counters are the data plane's own: a request DB whose writer cannot write changes nothing. */

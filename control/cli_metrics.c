@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "metrics.h"
 
 #define MAX_NAMES 64
 
@@ -23,15 +24,22 @@ typedef struct {
     size_t n;
 } table_t;
 
-static const char *const causes[] = {"retried", "failed_over", "queued_429", "queued_window", "queued_slot"};
-#define N_CAUSES 5
-static const char *const outcomes[] = {
-    "ok",        "temporary",     "rate_limited",     "quota",
-    "auth",      "request_error", "not_found",        "broken_after_content",
-    "timeout",   "connect",       "stale_connection", "hedge_lost",
-    "cancelled", "other"};
-#define N_OUTCOMES 14
+/* The label values are the gateway's own (core/rescue.h, metrics.h). */
+#define N_CAUSES   SL_TROUBLE_COUNT
+#define N_OUTCOMES SL_ATTEMPT_LABEL_COUNT
+_Static_assert(N_OUTCOMES <= 16, "row_t has a column per attempt outcome");
 
+/* The row named name, or NULL. */
+static const row_t *
+find_row(const table_t *t, const char *name)
+{
+    for (size_t i = 0; i < t->n; i++)
+        if (strcmp(t->rows[i].name, name) == 0)
+            return &t->rows[i];
+    return NULL;
+}
+
+/* The row named name, added when missing; NULL past MAX_NAMES. */
 static row_t *
 row_of(table_t *t, const char *name)
 {
@@ -47,11 +55,20 @@ row_of(table_t *t, const char *name)
 }
 
 static int
-index_of(const char *const *list, size_t n, const char *s)
+cause_of(const char *s)
 {
-    for (size_t i = 0; i < n; i++)
-        if (strcmp(list[i], s) == 0)
-            return (int)i;
+    for (int i = 0; i < N_CAUSES; i++)
+        if (strcmp(sl_trouble_slug((sl_trouble_t)i), s) == 0)
+            return i;
+    return -1;
+}
+
+static int
+outcome_of(const char *s)
+{
+    for (int i = 0; i < N_OUTCOMES; i++)
+        if (strcmp(sl_attempt_label_slug((sl_attempt_label_t)i), s) == 0)
+            return i;
     return -1;
 }
 
@@ -96,15 +113,15 @@ take_sample(figures_t *f, const char *name, size_t name_len, const char *labels,
         int c;
         row_t *r;
         if (label(labels, labels_len, "route", a, sizeof a) &&
-            label(labels, labels_len, "cause", b, sizeof b) && (c = index_of(causes, N_CAUSES, b)) >= 0 &&
+            label(labels, labels_len, "cause", b, sizeof b) && (c = cause_of(b)) >= 0 &&
             (r = row_of(t, a)) != NULL)
             r->values[c] += v;
     } else if (IS("sluice_upstream_attempts_total")) {
         int o;
         row_t *r;
         if (label(labels, labels_len, "provider", a, sizeof a) &&
-            label(labels, labels_len, "outcome", b, sizeof b) &&
-            (o = index_of(outcomes, N_OUTCOMES, b)) >= 0 && (r = row_of(&f->attempts, a)) != NULL)
+            label(labels, labels_len, "outcome", b, sizeof b) && (o = outcome_of(b)) >= 0 &&
+            (r = row_of(&f->attempts, a)) != NULL)
             r->values[o] += v;
     } else if (IS("sluice_upstream_health")) {
         row_t *r;
@@ -179,7 +196,7 @@ by_cause_text(const table_t *t, const row_t *only, sl_strbuf_t *out)
         double v = only != NULL ? only->values[c] : column_sum(t, c);
         if (v <= 0)
             continue;
-        sl_strbuf_appendf(out, "%s%s %.0f", any ? ", " : " (", causes[c], v);
+        sl_strbuf_appendf(out, "%s%s %.0f", any ? ", " : " (", sl_trouble_slug((sl_trouble_t)c), v);
         any = true;
     }
     if (any)
@@ -212,11 +229,7 @@ sl_cli_metrics_text(const char *metrics, sl_strbuf_t *out)
     if (f.rescued.n > 0)
         sl_strbuf_appendf(out, "\n%-24s %9s %9s  %s\n", "ROUTE", "RESCUED", "LOST", "SHARE");
     for (size_t i = 0; i < f.rescued.n; i++) {
-        const row_t *r = &f.rescued.rows[i];
-        const row_t *l = NULL;
-        for (size_t j = 0; j < f.lost.n; j++)
-            if (strcmp(f.lost.rows[j].name, r->name) == 0)
-                l = &f.lost.rows[j];
+        const row_t *r = &f.rescued.rows[i], *l = find_row(&f.lost, r->name);
         double rs = row_sum(r, N_CAUSES), ls = l != NULL ? row_sum(l, N_CAUSES) : 0;
         sl_strbuf_appendf(out, "%-24s %9.0f %9.0f  ", r->name, rs, ls);
         share_text(rs, ls, out);
@@ -226,14 +239,13 @@ sl_cli_metrics_text(const char *metrics, sl_strbuf_t *out)
         sl_strbuf_appendf(out, "\n%-24s %-9s %9s %9s %9s %9s\n", "PROVIDER", "BREAKER", "OK", "FAILED", "429",
                           "OTHER");
     for (size_t i = 0; i < f.health.n; i++) {
-        const row_t *h = &f.health.rows[i];
-        const row_t *a = NULL;
-        for (size_t j = 0; j < f.attempts.n; j++)
-            if (strcmp(f.attempts.rows[j].name, h->name) == 0)
-                a = &f.attempts.rows[j];
-        double ok = a != NULL ? a->values[0] : 0, limited = a != NULL ? a->values[2] : 0;
-        double failed = a != NULL ? a->values[1] + a->values[7] + a->values[8] + a->values[9] : 0;
-        double other = a != NULL ? row_sum(a, N_OUTCOMES) - ok - limited - failed : 0;
+        static const row_t no_hops;
+        const row_t *h = &f.health.rows[i], *a = find_row(&f.attempts, h->name);
+        const double *v = a != NULL ? a->values : no_hops.values;
+        double ok = v[SL_ATTEMPT_OK], limited = v[SL_ATTEMPT_RATE_LIMITED];
+        double failed = v[SL_ATTEMPT_TEMPORARY] + v[SL_ATTEMPT_BROKEN_AFTER_CONTENT] + v[SL_ATTEMPT_TIMEOUT] +
+                        v[SL_ATTEMPT_CONNECT];
+        double other = row_sum(a != NULL ? a : &no_hops, N_OUTCOMES) - ok - limited - failed;
         sl_strbuf_appendf(out, "%-24s %-9s %9.0f %9.0f %9.0f %9.0f\n", h->name, health_text(h->values[0]), ok,
                           failed, limited, other);
     }
@@ -244,7 +256,7 @@ causes_json(const table_t *t, const row_t *only)
 {
     json_t *o = json_object();
     for (size_t c = 0; c < N_CAUSES; c++)
-        json_object_set_new(o, causes[c],
+        json_object_set_new(o, sl_trouble_slug((sl_trouble_t)c),
                             json_integer((json_int_t)(only != NULL ? only->values[c] : column_sum(t, c))));
     return o;
 }
@@ -268,9 +280,9 @@ sl_cli_metrics_json(const char *metrics, sl_strbuf_t *out)
     for (size_t i = 0; i < f.rescued.n; i++) {
         json_t *r = json_object();
         json_object_set_new(r, "rescued", causes_json(NULL, &f.rescued.rows[i]));
-        for (size_t k = 0; k < f.lost.n; k++)
-            if (strcmp(f.lost.rows[k].name, f.rescued.rows[i].name) == 0)
-                json_object_set_new(r, "lost", causes_json(NULL, &f.lost.rows[k]));
+        const row_t *l = find_row(&f.lost, f.rescued.rows[i].name);
+        if (l != NULL)
+            json_object_set_new(r, "lost", causes_json(NULL, l));
         json_object_set_new(routes, f.rescued.rows[i].name, r);
     }
     json_object_set_new(j, "routes", routes);
@@ -279,14 +291,11 @@ sl_cli_metrics_json(const char *metrics, sl_strbuf_t *out)
         json_t *p = json_object();
         json_object_set_new(p, "breaker", json_string(health_text(f.health.rows[i].values[0])));
         json_t *a = json_object();
-        for (size_t k = 0; k < f.attempts.n; k++) {
-            if (strcmp(f.attempts.rows[k].name, f.health.rows[i].name) != 0)
-                continue;
-            for (size_t o = 0; o < N_OUTCOMES; o++)
-                if (f.attempts.rows[k].values[o] > 0)
-                    json_object_set_new(a, outcomes[o],
-                                        json_integer((json_int_t)f.attempts.rows[k].values[o]));
-        }
+        const row_t *hops = find_row(&f.attempts, f.health.rows[i].name);
+        for (int o = 0; hops != NULL && o < N_OUTCOMES; o++)
+            if (hops->values[o] > 0)
+                json_object_set_new(a, sl_attempt_label_slug((sl_attempt_label_t)o),
+                                    json_integer((json_int_t)hops->values[o]));
         json_object_set_new(p, "attempts", a);
         json_object_set_new(providers, f.health.rows[i].name, p);
     }

@@ -110,10 +110,7 @@ start_retry_round(request_t *r, const sl_step_t *step, const bool *next)
         r->retry.failed_temporary[i] = false;
     }
     sl__set_phase(r, PHASE_BACKOFF);
-    sl_metrics_retry_round(r->io->metrics,
-                           r->route < r->config->n_routes
-                               ? sl_metrics_route_slot(r->gw->metrics, r->config->routes[r->route].match)
-                               : sl_metrics_models_route_slot(r->gw->metrics));
+    sl_metrics_retry_round(r->io->metrics, sl__metrics_route(r));
     sl_timer_arm(&r->io->timers, &r->retry.backoff_timer, now + step->pause_ms, on_backoff_done);
     sl_log_debug("request %llu: retry round %u in %lld ms (%s)", (unsigned long long)r->id, r->retry.round,
                  (long long)step->pause_ms, sl_step_reason_slug(step->reason));

@@ -191,9 +191,13 @@ find_name(const names_t *n, size_t count, const char *name)
 static uint16_t
 name_slot(sl_metrics_t *m, names_t *n, const char *name)
 {
-    size_t i = find_name(n, atomic_load_explicit(&n->count, memory_order_acquire), name);
+    size_t seen = atomic_load_explicit(&n->count, memory_order_acquire);
+    size_t i = find_name(n, seen, name);
     if (i != SIZE_MAX)
         return (uint16_t)i;
+    /* Full: every later name is "other", without the lock (a request path may ask for each of its own). */
+    if (seen == SL_METRICS_NAMES || strlen(name) >= sizeof(n->names[0]))
+        return SL_METRICS_NAMES;
     pthread_mutex_lock(&m->lock);
     size_t count = atomic_load_explicit(&n->count, memory_order_relaxed);
     i = find_name(n, count, name);
@@ -240,9 +244,12 @@ sl_metrics_model_slot(sl_metrics_t *m, uint16_t provider, const char *model)
     if (name_slot(m, &m->models, model) == SL_METRICS_NAMES)
         model = "other";
     pairs_t *p = &m->pairs;
-    size_t i = find_pair(p, atomic_load_explicit(&p->count, memory_order_acquire), provider, model);
+    size_t seen = atomic_load_explicit(&p->count, memory_order_acquire);
+    size_t i = find_pair(p, seen, provider, model);
     if (i != SIZE_MAX)
         return (uint16_t)i;
+    if (seen == SL_METRICS_MODELS)
+        return SL_METRICS_MODELS;
     pthread_mutex_lock(&m->lock);
     size_t count = atomic_load_explicit(&p->count, memory_order_relaxed);
     i = find_pair(p, count, provider, model);

@@ -527,6 +527,8 @@ void sl__record(request_t *r, sl_row_outcome_t outcome, int status, const sl_msg
 void sl__count_request(request_t *r, sl_row_outcome_t outcome, int status, bool stream_error);
 /* Notes the first trouble the request met (core/rescue.h). */
 void sl__note_trouble(request_t *r, sl_trouble_t t);
+/* The request's route slot in the metrics ("none" before it was routed). */
+uint16_t sl__metrics_route(const request_t *r);
 /* A provider's slot in the metrics (cached in its upstream). */
 uint16_t sl__metrics_provider(const request_t *r, size_t provider);
 

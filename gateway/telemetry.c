@@ -511,6 +511,17 @@ sl__emit_limit_throttle(request_t *r, const char *provider, sl_limit_verdict_t v
 
 /* ---- metrics ------------------------------------------------------------------------------- */
 
+uint16_t
+sl__metrics_route(const request_t *r)
+{
+    sl_metrics_t *m = r->gw->metrics;
+    /* A request refused before routing (its key, its body, no route for its model) has route "none". */
+    if (!r->routed)
+        return sl_metrics_route_slot(m, "none");
+    return r->route < r->config->n_routes ? sl_metrics_route_slot(m, r->config->routes[r->route].match)
+                                          : sl_metrics_models_route_slot(m);
+}
+
 void
 sl__count_request(request_t *r, sl_row_outcome_t outcome, int status, bool stream_error)
 {
@@ -518,11 +529,7 @@ sl__count_request(request_t *r, sl_row_outcome_t outcome, int status, bool strea
     if (w == NULL || r->in.endpoint.op == SL_OP_LIST_MODELS)
         return;
     sl_metrics_t *m = r->gw->metrics;
-    /* A request refused before routing (its key, its body, no route for its model) has route "none". */
-    uint16_t route = !r->routed ? sl_metrics_route_slot(m, "none")
-                     : r->route < r->config->n_routes
-                         ? sl_metrics_route_slot(m, r->config->routes[r->route].match)
-                         : sl_metrics_models_route_slot(m);
+    uint16_t route = sl__metrics_route(r);
     sl_rescue_facts_t facts = {
         .trouble = r->m.trouble,
         .outcome = outcome,

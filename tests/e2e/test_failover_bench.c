@@ -190,12 +190,19 @@ db(const char *sql)
 
 /* ---- S01-S05: errors before the head -------------------------------------------------------- */
 
-Test(failover_bench, s01_a_429_with_retry_after_fails_over_at_once_and_pauses_the_primary)
+#define RATE_LIMITED                                                                                         \
+    "{\"error\":{\"message\":\"Rate limit "                                                                  \
+    "reached\",\"type\":\"requests\",\"code\":\"rate_limit_exceeded\"}}"
+
+/*
+ * One fault on the primary, healthy after: the request fails over at once (no pause between the two
+ * attempts) and the client gets the fallback's stream whole, within 1.5 s.
+ */
+static void
+fault_fails_over_at_once(fake_reply_t fault)
 {
     start(NULL, false, NULL);
-    fake_push(primary, status(429, JSON_HEADER "retry-after: 2\r\n",
-                              "{\"error\":{\"message\":\"Rate limit reached\",\"type\":\"requests\","
-                              "\"code\":\"rate_limit_exceeded\"}}"));
+    fake_push(primary, fault);
     fake_set_default(primary, chat_ok());
     fake_set_default(fallback, chat_ok());
     int64_t ms = post_chat(NULL);
@@ -204,6 +211,11 @@ Test(failover_bench, s01_a_429_with_retry_after_fails_over_at_once_and_pauses_th
     cr_assert_eq(fake_count(fallback), 1);
     cr_assert_lt(arrival(fallback, 0) - arrival(primary, 0), 500, "no wait before the failover");
     cr_assert_lt(ms, 1500);
+}
+
+Test(failover_bench, s01_a_429_with_retry_after_fails_over_at_once_and_pauses_the_primary)
+{
+    fault_fails_over_at_once(status(429, JSON_HEADER "retry-after: 2\r\n", RATE_LIMITED));
     /* While the 2 s pause runs, the next request goes straight to the fallback. */
     post_chat(NULL);
     assert_complete_chat();
@@ -214,9 +226,7 @@ Test(failover_bench, s01_a_429_with_retry_after_fails_over_at_once_and_pauses_th
 Test(failover_bench, s02_a_persistent_429_without_retry_after_keeps_the_fallback_serving)
 {
     start(NULL, false, NULL);
-    fake_set_default(primary, status(429, JSON_HEADER,
-                                     "{\"error\":{\"message\":\"Rate limit reached\",\"type\":\"requests\","
-                                     "\"code\":\"rate_limit_exceeded\"}}"));
+    fake_set_default(primary, status(429, JSON_HEADER, RATE_LIMITED));
     fake_set_default(fallback, chat_ok());
     for (int i = 0; i < 3; i++) {
         int64_t ms = post_chat(NULL);
@@ -229,15 +239,7 @@ Test(failover_bench, s02_a_persistent_429_without_retry_after_keeps_the_fallback
 
 Test(failover_bench, s03_a_500_once_fails_over_without_a_pause)
 {
-    start(NULL, false, NULL);
-    fake_push(primary, status(500, JSON_HEADER, SERVER_ERROR));
-    fake_set_default(primary, chat_ok());
-    fake_set_default(fallback, chat_ok());
-    post_chat(NULL);
-    assert_complete_chat();
-    cr_assert_eq(fake_count(primary), 1);
-    cr_assert_eq(fake_count(fallback), 1);
-    cr_assert_lt(arrival(fallback, 0) - arrival(primary, 0), 500);
+    fault_fails_over_at_once(status(500, JSON_HEADER, SERVER_ERROR));
 }
 
 Test(failover_bench, s04_a_persistent_503_opens_the_primarys_breaker)
@@ -256,15 +258,7 @@ Test(failover_bench, s04_a_persistent_503_opens_the_primarys_breaker)
 
 Test(failover_bench, s05_a_reset_before_the_head_fails_over)
 {
-    start(NULL, false, NULL);
-    fake_push(primary, (fake_reply_t){.action = FAKE_RESET_BEFORE_HEAD});
-    fake_set_default(primary, chat_ok());
-    fake_set_default(fallback, chat_ok());
-    int64_t ms = post_chat(NULL);
-    assert_complete_chat();
-    cr_assert_eq(fake_count(primary), 1);
-    cr_assert_eq(fake_count(fallback), 1);
-    cr_assert_lt(ms, 1500);
+    fault_fails_over_at_once((fake_reply_t){.action = FAKE_RESET_BEFORE_HEAD});
 }
 
 /* ---- S06-S11: slow, cut and odd streams ----------------------------------------------------- */

@@ -410,7 +410,7 @@ accept_main(void *arg)
 }
 
 static fake_upstream_t *
-start_fake(const char *cert_file, const char *key_file, bool tls13_only, uint16_t port)
+start_fake(const char *cert_file, const char *key_file, bool tls13_only, uint16_t port, const fake_reply_t *first)
 {
     fake_upstream_t *f = calloc(1, sizeof(*f));
     pthread_mutex_init(&f->lock, NULL);
@@ -447,6 +447,8 @@ start_fake(const char *cert_file, const char *key_file, bool tls13_only, uint16_
         fail("listen");
     }
     f->port = ntohs(sin.sin_port);
+    if (first != NULL)
+        fake_push(f, *first); /* before the first accept: a client already waiting gets it, not the default */
     pthread_create(&f->accept_tid, NULL, accept_main, f);
     return f;
 }
@@ -454,13 +456,13 @@ start_fake(const char *cert_file, const char *key_file, bool tls13_only, uint16_
 fake_upstream_t *
 fake_start(const char *cert_file, const char *key_file, bool tls13_only)
 {
-    return start_fake(cert_file, key_file, tls13_only, 0);
+    return start_fake(cert_file, key_file, tls13_only, 0, NULL);
 }
 
 fake_upstream_t *
-fake_start_on_port(uint16_t port)
+fake_start_on_port(uint16_t port, fake_reply_t first)
 {
-    return start_fake(NULL, NULL, false, port);
+    return start_fake(NULL, NULL, false, port, &first);
 }
 
 uint16_t

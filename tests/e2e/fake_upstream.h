@@ -52,8 +52,9 @@ typedef struct fake_upstream fake_upstream_t;
 /* Starts a fake on 127.0.0.1 with an ephemeral port. With cert/key (PEM files) it speaks TLS only;
  * tls13_only forces TLS 1.3. Aborts the test process on failure. */
 fake_upstream_t *fake_start(const char *cert_file, const char *key_file, bool tls13_only);
-/* A plaintext fake on a given port (e.g. one a test closed earlier); NULL when it cannot bind. */
-fake_upstream_t *fake_start_on_port(uint16_t port);
+/* A plaintext fake on a given port (e.g. one a test closed earlier) whose first reply is queued before it
+ * accepts, so a client retrying against the port meanwhile cannot get the default; NULL when it cannot bind. */
+fake_upstream_t *fake_start_on_port(uint16_t port, fake_reply_t first);
 uint16_t fake_port(const fake_upstream_t *f);
 /* Queues a reply for the next request without one. The strings must outlive the fake. */
 void fake_push(fake_upstream_t *f, fake_reply_t reply);

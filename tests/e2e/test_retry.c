@@ -176,9 +176,8 @@ Test(retry, a_refused_connection_is_retried_until_the_upstream_comes_up)
     }
     cr_assert(proc_wait_log(&proc, "event request_retrying id=1 attempt=2", 3000), "%s", proc.log);
     close(held);
-    up1 = fake_start_on_port(p);
+    up1 = fake_start_on_port(p, sse("anthropic-ok.sse"));
     cr_assert_not_null(up1);
-    fake_push(up1, sse("anthropic-ok.sse"));
     int st;
     waitpid(child, &st, 0);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the client got the answer once the upstream was up");

@@ -1723,6 +1723,44 @@ set_store(walker_t *w, yaml_node_t *value, void *target)
     }
 }
 
+static void
+set_otlp_endpoint(walker_t *w, yaml_node_t *value, void *target)
+{
+    char *s = get_string(w, value);
+    if (s == NULL)
+        return;
+    if (!valid_base_url(s)) {
+        ERROR(w, value, SL_CODE_CONFIG_BAD_URL, "value", s);
+        return;
+    }
+    ((sl_config_t *)target)->otlp_endpoint = s;
+}
+
+/* sample: a share from 0 to 1, at most 6 decimals (0.25, 1.0). */
+static void
+set_trace_sample(walker_t *w, yaml_node_t *value, void *target)
+{
+    int64_t micros;
+    if (!expect_type(w, value, YAML_SCALAR_NODE, "a number"))
+        return;
+    int rc = parse_micros(value, &micros);
+    if (rc == -1) {
+        ERROR(w, value, SL_CODE_CONFIG_WRONG_TYPE, "expected", "a number with at most 6 decimals");
+        return;
+    }
+    if (rc == -2 || micros > 1000000) {
+        ERROR(w, value, SL_CODE_CONFIG_OUT_OF_RANGE, "value", scalar(value), "min", "0", "max", "1");
+        return;
+    }
+    ((sl_config_t *)target)->trace_sample_ppm = (uint32_t)micros;
+}
+
+static const field_t telemetry_fields[] = {
+    {"otlp_endpoint", F_CUSTOM, .required = true, .custom = set_otlp_endpoint},
+    {"service_name", .kind = F_STRING, .offset = offsetof(sl_config_t, service_name)},
+    {"sample", F_CUSTOM, .custom = set_trace_sample},
+};
+
 static const field_t security_fields[] = {
     {"redact", .kind = F_BOOL, .offset = offsetof(sl_config_t, redact)},
 };
@@ -1739,6 +1777,7 @@ static const field_t size_limit_fields[] = {
     }
 SECTION_SETTER(set_security, security_fields)
 SECTION_SETTER(set_size_limits, size_limit_fields)
+SECTION_SETTER(set_telemetry, telemetry_fields)
 
 static const field_t root_fields[] = {
     {"version", F_CUSTOM, .custom = set_version},
@@ -1753,6 +1792,7 @@ static const field_t root_fields[] = {
     {"security", F_CUSTOM, .custom = set_security},
     {"limits", F_CUSTOM, .custom = set_size_limits},
     {"cluster", F_CUSTOM, .custom = set_cluster},
+    {"telemetry", F_CUSTOM, .custom = set_telemetry},
     {"shutdown_grace_secs", U(sl_config_t, shutdown_grace_secs, 0, 3600)},
 };
 
@@ -1800,6 +1840,8 @@ config_with_defaults(const char *source_path, const sl_config_env_t *env)
     c->max_body_bytes = 32u * 1024 * 1024;
     c->max_waiting_bytes = 1024u * 1024 * 1024;
     c->shutdown_grace_secs = 30;
+    c->service_name = "sluice";
+    c->trace_sample_ppm = 1000000;
     c->cluster = (sl_cluster_config_t){
         .redis_port = 6379,
         .name = "sluice",

@@ -27,9 +27,8 @@
 #include "runtime.h"
 #include "server.h"
 #include "snapshot.h"
+#include "version.h"
 #include "worker.h"
-
-#define SLUICE_VERSION "0.1.0"
 
 typedef struct {
     const char *config_path;
@@ -270,6 +269,9 @@ shut_down(sl_server_t *server, const sigset_t *signals, uint32_t grace_secs)
         sl_log_warn("grace period over: dropping %u request(s); their rows are counted as dropped", dropped);
     }
     sl_server_end_workers(server);
+    /* The spans of the last requests go out (the exporter waits for its collector a bounded time). */
+    sl_tracer_free(gateway.tracer);
+    gateway.tracer = NULL;
     if (gateway.recorder != NULL)
         sl_recorder_close(gateway.recorder);
     gateway.recorder = NULL;

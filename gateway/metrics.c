@@ -70,6 +70,12 @@ static const char *const attempt_slugs[SL_ATTEMPT_LABEL_COUNT] = {
 };
 static const char *const status_class_slugs[SL_STATUS_CLASS_COUNT] = {"2xx", "4xx", "5xx", "429", "aborted"};
 static const char *const gate_slugs[SL_GATE_COUNT] = {"throttled", "window_full", "slots", "key_window"};
+
+const char *
+sl_gate_slug(sl_gate_t gate)
+{
+    return gate < SL_GATE_COUNT ? gate_slugs[gate] : "other";
+}
 static const char *const token_types[4] = {"input", "output", "cache_read", "cache_write"};
 
 const char *
@@ -631,6 +637,13 @@ sl_metrics_render(sl_metrics_t *m, const sl_metrics_scrape_t *s, sl_strbuf_t *ou
     sl_prom_family(out, "sluice_db_rows_dropped_total", SL_PROM_COUNTER,
                    "Request rows the request DB did not store (counted drops).");
     sl_prom_sample_u64(out, "sluice_db_rows_dropped_total", NULL, 0, s->db_rows_dropped);
+    sl_prom_family(out, "sluice_trace_spans_exported_total", SL_PROM_COUNTER,
+                   "Trace spans the OTLP collector accepted (telemetry.otlp_endpoint).");
+    sl_prom_sample_u64(out, "sluice_trace_spans_exported_total", NULL, 0, s->spans_exported);
+    sl_prom_family(
+        out, "sluice_trace_spans_dropped_total", SL_PROM_COUNTER,
+        "Trace spans not exported: the exporter's queue was full or the collector did not take them.");
+    sl_prom_sample_u64(out, "sluice_trace_spans_dropped_total", NULL, 0, s->spans_dropped);
     if (s->cluster) {
         sl_prom_family(out, "sluice_cluster_state", SL_PROM_GAUGE,
                        "This instance's part in its cluster: 0 alone, 1 joined, 2 degraded.");

@@ -81,6 +81,9 @@ typedef enum {
     SL_GATE_COUNT
 } sl_gate_t;
 
+/* The gate's label value ("throttled", "window_full", "slots", "key_window"). */
+const char *sl_gate_slug(sl_gate_t gate);
+
 /* The gate of a skip a request waits at (throttled, window_full, busy, key_window); SL_GATE_COUNT for others.
  */
 sl_gate_t sl_gate_of_skip(sl_skip_t skip);
@@ -159,8 +162,9 @@ typedef struct {
     uint32_t key_queued; /* requests waiting in client keys' lines */
     uint32_t control_subscribers;
     uint64_t events_dropped, db_rows_dropped;
-    bool cluster;      /* cluster mode: sluice_cluster_state is shown */
-    int cluster_state; /* 0 alone, 1 joined, 2 degraded */
+    uint64_t spans_exported, spans_dropped; /* OpenTelemetry traces (tracer.h) */
+    bool cluster;                           /* cluster mode: sluice_cluster_state is shown */
+    int cluster_state;                      /* 0 alone, 1 joined, 2 degraded */
 } sl_metrics_scrape_t;
 
 /* The whole /metrics text (every family of observability.md, # HELP and # TYPE first): the workers summed,

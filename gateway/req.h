@@ -40,6 +40,8 @@
 #include "core/stream_bedrock.h"
 #include "core/stream_class.h"
 #include "core/text.h"
+#include "core/otlp.h"
+#include "core/trace_context.h"
 #include "core/xalloc.h"
 #include "hop.h"
 #include "shared_state.h"
@@ -121,6 +123,8 @@ typedef struct {
     sl_code_t error_code;
     char error_detail[128];
     int64_t started_ms, ms;
+    int64_t started_ns, ended_ns; /* monotonic, for its trace span */
+    sl_attempt_label_t label;     /* its outcome in the metrics and its span, once closed */
     sl_skip_t skipped;
     bool closed;             /* its outcome is set: reported once */
     bool has_reason;         /* a failed hop: the step the request took after it */
@@ -277,6 +281,17 @@ typedef struct {
         int64_t arrival_ns, sent_ns, upstream_in_ns; /* arrival; the hop's send; the latest upstream read */
         int64_t overhead_ns; /* sluice's own time, once its answer started; -1: not measured */
     } m;
+
+    /* Its trace (observability.md; telemetry.c): set at arrival when telemetry is configured. */
+    struct {
+        bool on;      /* hops send a traceparent */
+        bool sampled; /* its spans are exported at its end */
+        bool has_parent;
+        uint8_t trace_id[16], span_id[8], parent_span_id[8];
+        int64_t arrival_unix_ns; /* the wall clock at m.arrival_ns */
+        sl_span_event_t events[SL_SPAN_EVENTS_MAX];
+        size_t n_events;
+    } trace;
 } request_t;
 
 /* ---- request.c: phases, hops, the one exit ---- */
@@ -525,6 +540,14 @@ void sl__record(request_t *r, sl_row_outcome_t outcome, int status, const sl_msg
 /* The request's metrics at its end: its class, its rescue verdict, its duration, usage and time to first
  * token (stream_error: a 2xx stream that ended with an error in it). */
 void sl__count_request(request_t *r, sl_row_outcome_t outcome, int status, bool stream_error);
+/* Its trace context at arrival: the client's traceparent continued, or a new trace (sampled or not). */
+void sl__trace_begin(request_t *r);
+/* A span event of the request's (queued, backoff with its pause, first_token), when it is sampled. */
+void sl__trace_event(request_t *r, sl_span_event_kind_t kind, int64_t value_ms);
+/* The traceparent line ("traceparent: …\r\n") the current hop sends, in out; false when not traced. */
+bool sl__trace_hop_header(const request_t *r, char *out, size_t size);
+/* Its spans, handed to the exporter at its end (sampled requests only). */
+void sl__trace_end(request_t *r, sl_row_outcome_t outcome, int status, const sl_msg_t *msg);
 /* Notes the first trouble the request met (core/rescue.h). */
 void sl__note_trouble(request_t *r, sl_trouble_t t);
 /* The request's route slot in the metrics ("none" before it was routed). */

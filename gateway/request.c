@@ -192,6 +192,7 @@ sl__end_request(request_t *r, const req_end_t *end)
         sl__emit_end(r, outcome, end->status, end->msg);
     sl__record(r, outcome, end->status, end->msg);
     sl__count_request(r, outcome, end->status, end->how == END_BROKEN || delivery == DELIVER_STREAM_ERROR);
+    sl__trace_end(r, outcome, end->status, end->msg);
     switch (delivery) {
     case DELIVER_NOTHING:
         break;
@@ -444,6 +445,7 @@ request_new(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapshot_t 
     r->m.wait_gate = SL_GATE_COUNT;
     r->m.arrival_ns = sl_now_ns();
     r->m.overhead_ns = -1;
+    sl__trace_begin(r);
     h2o_buffer_init(&r->out.rx, &h2o_socket_buffer_prototype);
     h2o_buffer_init(&r->out.tx, &h2o_socket_buffer_prototype);
     return r;
@@ -537,6 +539,7 @@ sl_gateway_init(sl_gateway_t *gw, sl_recorder_t *recorder)
     gw->recorder = recorder;
     gw->bus = sl_bus_new(SL_BUS_DEFAULT_CAP);
     gw->metrics = sl_metrics_new();
+    gw->tracer = sl_tracer_new();
     gw->retry_params = (sl_retry_params_t){.time_scale = 1};
     /* Tests: every answer of the shared state comes a loop turn later, as a remote store's would. */
     const char *shared = getenv("SLUICE_TEST_SHARED_STATE");

@@ -21,6 +21,7 @@
 #include "recorder.h"
 #include "metrics.h"
 #include "shared_state.h"
+#include "tracer.h"
 #include "snapshot.h"
 #include "worker.h"
 
@@ -47,6 +48,7 @@ typedef struct {
     sl_shared_state_t *shared;
     struct sl_cluster *cluster; /* the connection to the cluster's Redis (cluster.h); NULL: one process */
     sl_metrics_t *metrics;      /* /metrics: the workers' counters (metrics.h) */
+    sl_tracer_t *tracer;        /* the span exporter (tracer.h): idle without telemetry.otlp_endpoint */
 } sl_gateway_t;
 
 /* The wake-up of a waiting request, on its worker's loop (the inbox callback of waitq.h). */

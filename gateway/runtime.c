@@ -159,6 +159,8 @@ write_text(const char *path, const char *text, size_t len, char *err, size_t err
 static void
 publish(sl_runtime_t *rt, sl_config_t *config, bool safe_mode, bool first)
 {
+    /* The exporter first: a request under the new config may end with spans at once. */
+    sl_tracer_configure(rt->gw->tracer, config->otlp_endpoint, config->service_name);
     sl_upstream_t **ups = sl_upstreams_bind(rt->upstreams, config);
     sl_limit_sets_t sets = sl_limiter_bind(rt->limiter, config, sl_wall_ms());
     if (first)
@@ -1335,6 +1337,8 @@ sl_runtime_metrics(sl_runtime_t *rt, uint32_t control_subscribers, uint64_t even
     sl_recorder_stats_t stats = {0};
     if (rt->gw->recorder != NULL)
         sl_recorder_stats(rt->gw->recorder, &stats);
+    sl_tracer_stats_t spans;
+    sl_tracer_stats(rt->gw->tracer, &spans);
     sl_metrics_scrape_t s = {
         .upstreams = ups,
         .n_upstreams = n,
@@ -1343,6 +1347,8 @@ sl_runtime_metrics(sl_runtime_t *rt, uint32_t control_subscribers, uint64_t even
         .control_subscribers = control_subscribers,
         .events_dropped = events_dropped,
         .db_rows_dropped = stats.dropped + atomic_load(&rt->gw->rows_dropped),
+        .spans_exported = spans.exported,
+        .spans_dropped = spans.dropped,
         .cluster = rt->gw->cluster != NULL,
         .cluster_state = rt->gw->cluster == NULL                                    ? 0
                          : sl_cluster_state(rt->gw->cluster) == SL_CLUSTER_JOINED   ? 1

@@ -118,9 +118,11 @@ sl__new_attempt(request_t *r, size_t cand)
         r->attempts = sl_xrealloc(r->attempts, r->cap_attempts * sizeof(*r->attempts));
     }
     attempt_t *a = &r->attempts[r->n_attempts++];
+    int64_t now_ns = sl_now_ns();
     *a = (attempt_t){.provider = r->cands[cand].provider,
                      .model = r->cands[cand].model,
-                     .started_ms = sl_now_ms(),
+                     .started_ms = now_ns / 1000000,
+                     .started_ns = now_ns,
                      .skipped = SL_SKIP_NONE,
                      .retry = r->retry.round,
                      .backoff_ms = -1,
@@ -190,6 +192,8 @@ close_attempt(request_t *r, attempt_t *a, sl_hop_outcome_t outcome, sl_attempt_l
     if (outcome != SL_HOP_ESTIMATED && r->io != NULL && r->io->metrics != NULL)
         sl_metrics_attempt(r->io->metrics, sl__metrics_provider(r, r->cands[r->cur].provider), label);
     a->closed = true;
+    a->label = label;
+    a->ended_ns = sl_now_ns();
     a->outcome = outcome;
     a->status = r->rd.up_status;
     a->ms = sl_now_ms() - a->started_ms;
@@ -291,6 +295,7 @@ sl__emit_attempt(request_t *r, const attempt_t *a)
 void
 sl__emit_queued(request_t *r, const sl_bus_gate_t *gates, size_t n_gates)
 {
+    sl__trace_event(r, SL_SPAN_EVENT_QUEUED, -1);
     if (!sl__events_on(r))
         return;
     int64_t wall = sl_wall_ms();
@@ -313,6 +318,7 @@ sl__emit_dequeued(request_t *r, const char *provider)
 void
 sl__emit_retrying(request_t *r, const bool *next, int64_t pause_ms, bool by_hint)
 {
+    sl__trace_event(r, SL_SPAN_EVENT_BACKOFF, pause_ms);
     if (!sl__events_on(r))
         return;
     const char *names[r->n_cands + 1];
@@ -347,6 +353,7 @@ sl__first_token(request_t *r)
         return;
     r->out.first_token_seen = true;
     r->out.ttft_ms = sl_now_ms() - r->started_ms;
+    sl__trace_event(r, SL_SPAN_EVENT_FIRST_TOKEN, -1);
     if (sl__events_on(r)) {
         sl_proto_event_t ev;
         sl__emit(r, sl_bus_request_first_token(&ev, sl_wall_ms(), r->id, r->out.ttft_ms));
@@ -572,4 +579,208 @@ sl__count_request(request_t *r, sl_row_outcome_t outcome, int status, bool strea
         sl_metrics_usage(w, sl_metrics_model_slot(m, slot, model), tokens,
                          price != NULL ? sl_cost_micros(price, u) : 0);
     }
+}
+
+/* ---- traces (observability.md) ------------------------------------------------------------- */
+
+/* A thread's random ids: splitmix64 over a state drawn from the kernel once per thread. */
+static _Thread_local uint64_t id_state;
+
+static uint64_t
+next_random(void)
+{
+    if (id_state == 0 && getrandom(&id_state, sizeof(id_state), 0) != (ssize_t)sizeof(id_state))
+        id_state = (uint64_t)sl_now_ns() ^ (uint64_t)(uintptr_t)&id_state;
+    uint64_t z = (id_state += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* n random bytes (8 or 16), never all zero (W3C: an invalid id). */
+static void
+random_id(uint8_t *out, size_t n)
+{
+    for (size_t i = 0; i < n; i += 8) {
+        uint64_t v = next_random();
+        memcpy(out + i, &v, 8);
+    }
+    out[n - 1] |= 1;
+}
+
+static int64_t
+wall_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* A monotonic time of the request's as Unix time. */
+static int64_t
+unix_of(const request_t *r, int64_t mono_ns)
+{
+    return r->trace.arrival_unix_ns + (mono_ns - r->m.arrival_ns);
+}
+
+void
+sl__trace_begin(request_t *r)
+{
+    if (r->config->otlp_endpoint == NULL || r->req == NULL)
+        return;
+    r->trace.on = true;
+    sl_trace_parent_t parent;
+    ssize_t at = h2o_find_header_by_str(&r->req->headers, H2O_STRLIT("traceparent"), -1);
+    if (at >= 0 && sl_traceparent_parse(r->req->headers.entries[at].value.base,
+                                        r->req->headers.entries[at].value.len, &parent)) {
+        /* The client's sampling decision stands (a parent-based sampler, as OpenTelemetry SDKs default to).
+         */
+        memcpy(r->trace.trace_id, parent.trace_id, 16);
+        memcpy(r->trace.parent_span_id, parent.span_id, 8);
+        r->trace.has_parent = true;
+        r->trace.sampled = parent.sampled;
+    } else {
+        random_id(r->trace.trace_id, 16);
+        r->trace.sampled = sl_trace_ratio_sampled(r->trace.trace_id, r->config->trace_sample_ppm);
+    }
+    random_id(r->trace.span_id, 8);
+    if (r->trace.sampled)
+        r->trace.arrival_unix_ns = wall_ns() - (sl_now_ns() - r->m.arrival_ns);
+}
+
+void
+sl__trace_event(request_t *r, sl_span_event_kind_t kind, int64_t value_ms)
+{
+    if (r->trace.sampled)
+        sl_span_add_event(r->trace.events, &r->trace.n_events, kind, unix_of(r, sl_now_ns()), value_ms);
+}
+
+bool
+sl__trace_hop_header(const request_t *r, char *out, size_t size)
+{
+    if (!r->trace.on || r->n_attempts == 0)
+        return false;
+    uint8_t span[8];
+    sl_trace_attempt_span_id(r->trace.span_id, r->n_attempts - 1, span);
+    char value[SL_TRACEPARENT_LEN + 1];
+    sl_traceparent_format(r->trace.trace_id, span, r->trace.sampled, value);
+    snprintf(out, size, "traceparent: %s\r\n", value);
+    return true;
+}
+
+/* src into dst[0..size), cut when longer (the JSON encoder mends a cut UTF-8 sequence). */
+static void
+copy_cut(char *dst, size_t size, const char *src)
+{
+    size_t n = strnlen(src, size - 1);
+    memcpy(dst, src, n);
+    dst[n] = '\0';
+}
+
+/* gen_ai.operation.name of what the client asked. */
+static const char *
+operation_name(const sl_endpoint_t *e)
+{
+    if (e->op == SL_OP_COUNT_TOKENS)
+        return "count_tokens";
+    return e->dialect == SL_DIALECT_GEMINI ? "generate_content" : "chat";
+}
+
+/* gen_ai.provider.name of an upstream's protocol. */
+static const char *
+genai_provider_name(sl_dialect_t protocol)
+{
+    switch (protocol) {
+    case SL_DIALECT_ANTHROPIC:
+        return "anthropic";
+    case SL_DIALECT_GEMINI:
+        return "gcp.gemini";
+    case SL_DIALECT_BEDROCK:
+        return "aws.bedrock";
+    default:
+        return "openai";
+    }
+}
+
+static void
+fill_attempt_span(const request_t *r, size_t index, sl_attempt_span_t *s)
+{
+    const attempt_t *a = &r->attempts[index];
+    const sl_provider_t *p = &r->config->providers[a->provider];
+    sl_trace_attempt_span_id(r->trace.span_id, index, s->span_id);
+    s->start_ns = unix_of(r, a->started_ns);
+    s->end_ns = unix_of(r, a->ended_ns != 0 ? a->ended_ns : sl_now_ns());
+    s->genai_provider = genai_provider_name(p->protocol);
+    copy_cut(s->provider, sizeof(s->provider), p->name);
+    copy_cut(s->model, sizeof(s->model), a->model != NULL ? a->model : "");
+    sl_base_url_t url;
+    if (sl_base_url_parse(p->base_url, &url) == 0) {
+        snprintf(
+            s->server_address, sizeof(s->server_address), "%.*s",
+            (int)(url.host_len < sizeof(s->server_address) ? url.host_len : sizeof(s->server_address) - 1),
+            url.host);
+        s->server_port = url.port;
+    }
+    s->status = a->status;
+    s->retry = a->retry;
+    s->pause_ms = a->pause_ms;
+    s->outcome = sl_attempt_label_slug(a->label);
+    s->reason = a->has_reason ? sl_step_reason_slug(a->reason) : NULL;
+    if (a->has_error)
+        snprintf(s->error_type, sizeof(s->error_type), "%s", sl_code_slug(a->error_code));
+}
+
+/* Hops that went upstream (or were meant to): not a skipped candidate, not a locally estimated answer. */
+static bool
+is_hop(const attempt_t *a)
+{
+    return a->skipped == SL_SKIP_NONE && a->outcome != SL_HOP_ESTIMATED;
+}
+
+void
+sl__trace_end(request_t *r, sl_row_outcome_t outcome, int status, const sl_msg_t *msg)
+{
+    if (!r->trace.sampled || r->in.endpoint.op == SL_OP_LIST_MODELS)
+        return;
+    size_t hops = 0;
+    for (size_t i = 0; i < r->n_attempts; i++)
+        hops += is_hop(&r->attempts[i]);
+    sl_request_span_t *s = sl_request_span_new(hops);
+    memcpy(s->trace_id, r->trace.trace_id, 16);
+    memcpy(s->span_id, r->trace.span_id, 8);
+    memcpy(s->parent_span_id, r->trace.parent_span_id, 8);
+    s->has_parent = r->trace.has_parent;
+    s->start_ns = r->trace.arrival_unix_ns;
+    s->end_ns = unix_of(r, sl_now_ns());
+    s->request_id = r->id;
+    s->operation = operation_name(&r->in.endpoint);
+    copy_cut(s->request_model, sizeof(s->request_model), r->in.model);
+    if (outcome == SL_ROW_SERVED && r->n_attempts > 0) {
+        const sl_candidate_t *c = &r->cands[r->cur];
+        copy_cut(s->response_model, sizeof(s->response_model), c->model != NULL ? c->model : r->in.model);
+        s->genai_provider = genai_provider_name(r->config->providers[c->provider].protocol);
+    }
+    copy_cut(s->client, sizeof(s->client), sl__client_name(r));
+    s->stream = r->in.stream;
+    s->status = status;
+    const sl_usage_t *u = &r->rd.stream.usage;
+    if (u->input || u->output || u->cache_read || u->cache_write) {
+        s->has_usage = true;
+        s->input_tokens = u->input + u->cache_read + u->cache_write; /* GenAI counts cached input as input */
+        s->output_tokens = u->output;
+    }
+    if (msg != NULL)
+        snprintf(s->error_type, sizeof(s->error_type), "%s", sl_code_slug(msg->code));
+    else if (outcome == SL_ROW_CANCELLED)
+        snprintf(s->error_type, sizeof(s->error_type), "cancelled");
+    else if (status >= 400)
+        snprintf(s->error_type, sizeof(s->error_type), "%d", status);
+    s->wait_gate = r->m.wait_gate != SL_GATE_COUNT ? sl_gate_slug(r->m.wait_gate) : NULL;
+    memcpy(s->events, r->trace.events, r->trace.n_events * sizeof(s->events[0]));
+    s->n_events = r->trace.n_events;
+    for (size_t i = 0, k = 0; i < r->n_attempts; i++) {
+        if (is_hop(&r->attempts[i]))
+            fill_attempt_span(r, i, &s->attempts[k++]);
+    }
+    sl_tracer_submit(r->gw->tracer, s);
 }

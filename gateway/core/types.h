@@ -159,7 +159,11 @@ typedef struct sl_config {
     uint64_t max_body_bytes, max_waiting_bytes;
     uint32_t shutdown_grace_secs;
     sl_cluster_config_t cluster;
-    struct sl_arena *arena; /* owns every string and array above but tz */
+    /* OpenTelemetry traces (observability.md): NULL otlp_endpoint = off. */
+    char *otlp_endpoint;
+    char *service_name;        /* resource attribute service.name */
+    uint32_t trace_sample_ppm; /* share of new traces recorded, in millionths (sample: 1.0 = 1000000) */
+    struct sl_arena *arena;    /* owns every string and array above but tz */
 } sl_config_t;
 
 #endif

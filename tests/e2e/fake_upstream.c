@@ -410,7 +410,8 @@ accept_main(void *arg)
 }
 
 static fake_upstream_t *
-start_fake(const char *cert_file, const char *key_file, bool tls13_only, uint16_t port, const fake_reply_t *first)
+start_fake(const char *cert_file, const char *key_file, bool tls13_only, uint16_t port,
+           const fake_reply_t *first)
 {
     fake_upstream_t *f = calloc(1, sizeof(*f));
     pthread_mutex_init(&f->lock, NULL);

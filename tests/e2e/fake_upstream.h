@@ -53,7 +53,8 @@ typedef struct fake_upstream fake_upstream_t;
  * tls13_only forces TLS 1.3. Aborts the test process on failure. */
 fake_upstream_t *fake_start(const char *cert_file, const char *key_file, bool tls13_only);
 /* A plaintext fake on a given port (e.g. one a test closed earlier) whose first reply is queued before it
- * accepts, so a client retrying against the port meanwhile cannot get the default; NULL when it cannot bind. */
+ * accepts, so a client retrying against the port meanwhile cannot get the default; NULL when it cannot bind.
+ */
 fake_upstream_t *fake_start_on_port(uint16_t port, fake_reply_t first);
 uint16_t fake_port(const fake_upstream_t *f);
 /* Queues a reply for the next request without one. The strings must outlive the fake. */

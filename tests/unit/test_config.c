@@ -388,6 +388,43 @@ Test(config, control_metrics_is_keyed_or_open)
     cr_assert_str_eq(sl_msg_arg(m, "allowed"), "keyed, open");
 }
 
+Test(config, telemetry_names_a_collector_a_service_and_a_sample)
+{
+    res = parse("version: 1\n");
+    assert_no_errors();
+    cr_assert_null(res.config->otlp_endpoint, "no traces unless asked");
+    sl_config_result_free(&res);
+    res = parse("telemetry: {otlp_endpoint: \"http://127.0.0.1:4318\"}\n");
+    assert_no_errors();
+    cr_assert_str_eq(res.config->otlp_endpoint, "http://127.0.0.1:4318");
+    cr_assert_str_eq(res.config->service_name, "sluice");
+    cr_assert_eq(res.config->trace_sample_ppm, 1000000, "every trace by default");
+    sl_config_result_free(&res);
+    res = parse(
+        "telemetry: {otlp_endpoint: \"https://otel.example.com/v1/traces\", service_name: edge, sample: "
+        "0.25}\n");
+    assert_no_errors();
+    cr_assert_str_eq(res.config->service_name, "edge");
+    cr_assert_eq(res.config->trace_sample_ppm, 250000);
+}
+
+Test(config, telemetry_refuses_a_bad_endpoint_or_sample)
+{
+    res = parse("telemetry: {otlp_endpoint: \"grpc://collector:4317\"}\n");
+    assert_single_error(SL_CODE_CONFIG_BAD_URL, "telemetry.otlp_endpoint", "1");
+    sl_config_result_free(&res);
+    res = parse("telemetry: {otlp_endpoint: \"http://c:4318\",\n  sample: 1.5}\n");
+    const sl_msg_t *m = assert_single_error(SL_CODE_CONFIG_OUT_OF_RANGE, "telemetry.sample", "2");
+    cr_assert_str_eq(sl_msg_arg(m, "max"), "1");
+    sl_config_result_free(&res);
+    res = parse("telemetry: {otlp_endpoint: \"http://c:4318\", sample: half}\n");
+    assert_single_error(SL_CODE_CONFIG_WRONG_TYPE, "telemetry.sample", "1");
+    sl_config_result_free(&res);
+    res = parse("telemetry: {sample: 0.5}\n");
+    m = assert_single_error(SL_CODE_CONFIG_MISSING_FIELD, "telemetry", "1");
+    cr_assert_str_eq(sl_msg_arg(m, "field"), "otlp_endpoint");
+}
+
 Test(config, route_mixing_protocols_is_a_warning)
 {
     res = parse("providers:\n  - {name: a, protocol: anthropic}\n  - {name: b, protocol: gemini}\n"

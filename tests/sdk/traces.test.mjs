@@ -1,0 +1,251 @@
+// OpenTelemetry traces (observability.md) as a collector receives them: a test
+// OTLP/HTTP receiver takes what sluice POSTs to /v1/traces and decodes it with the
+// OTLP protobuf definitions the official @opentelemetry/otlp-transformer package
+// ships (its generated protobufjs root): the JSON goes through fromObject, the
+// binary encoding and back, and must come out as it went in (a misnamed field
+// would not survive). The request under test is retried once and failed over
+// once, by the official Anthropic SDK, with a traceparent of its own.
+import assert from "node:assert/strict";
+import http from "node:http";
+import { after, before, describe, test } from "node:test";
+
+import Anthropic from "@anthropic-ai/sdk";
+import otlp from "otlp-transformer-0.200/build/src/generated/root.js";
+
+import { jsonReply, sseReply, startFake } from "./fake_upstream.mjs";
+import { CONTROL_KEY, GATEWAY_KEY, SDK_TIMEOUT_MS, startGateway, TEST_TIMEOUT_MS } from "./harness.mjs";
+
+const T = { timeout: TEST_TIMEOUT_MS };
+const ExportRequest = otlp.opentelemetry.proto.collector.trace.v1.ExportTraceServiceRequest;
+const CLIENT_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736";
+const CLIENT_SPAN = "00f067aa0ba902b7";
+const PROMPT = "a prompt that must never leave sluice in a span";
+const OVERLOADED = { type: "error", error: { type: "overloaded_error", message: "Overloaded" } };
+
+// A collector: every POST body, parsed, with its path and content type.
+async function startCollector() {
+  const posts = [];
+  const server = http.createServer((req, res) => {
+    const chunks = [];
+    req.on("data", (c) => chunks.push(c));
+    req.on("end", () => {
+      const text = Buffer.concat(chunks).toString("utf8");
+      posts.push({ path: req.url, type: req.headers["content-type"], text, body: JSON.parse(text) });
+      res.writeHead(200, { "content-type": "application/json" });
+      res.end("{}");
+    });
+  });
+  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
+  return { port: server.address().port, posts, close: () => new Promise((r) => server.close(() => r())) };
+}
+
+const hexToB64 = (h) => Buffer.from(h, "hex").toString("base64");
+const b64ToHex = (b) => Buffer.from(b, "base64").toString("hex");
+const ID_FIELDS = ["traceId", "spanId", "parentSpanId"];
+
+// OTLP JSON writes ids in hex where protobuf's JSON mapping has base64.
+function mapIds(request, f) {
+  const copy = structuredClone(request);
+  for (const rs of copy.resourceSpans ?? [])
+    for (const ss of rs.scopeSpans ?? [])
+      for (const span of ss.spans ?? [])
+        for (const k of ID_FIELDS) if (span[k] !== undefined) span[k] = f(span[k]);
+  return copy;
+}
+
+// Proto3 leaves defaults out of the binary form: compare without them.
+function withoutDefaults(v) {
+  if (Array.isArray(v)) return v.length === 0 ? undefined : v.map(withoutDefaults);
+  if (v !== null && typeof v === "object") {
+    const out = {};
+    for (const [k, x] of Object.entries(v)) {
+      const y = withoutDefaults(x);
+      if (y !== undefined) out[k] = y;
+    }
+    return Object.keys(out).length === 0 ? undefined : out;
+  }
+  return v === 0 || v === "" || v === false ? undefined : v;
+}
+
+// The request as the official definitions decode it; fails when a field is not theirs or has the wrong type
+// (fromObject takes OTLP JSON's string int64s; verify() would not, so the round trip is the check).
+function decode(body) {
+  const asProto = mapIds(body, hexToB64);
+  const bytes = ExportRequest.encode(ExportRequest.fromObject(asProto)).finish();
+  const back = ExportRequest.toObject(ExportRequest.decode(bytes), { longs: String, enums: Number, bytes: String });
+  const decoded = mapIds(back, b64ToHex);
+  assert.deepEqual(withoutDefaults(decoded), withoutDefaults(body), "every field survives the OTLP definitions");
+  return decoded;
+}
+
+function attrs(span) {
+  const out = {};
+  for (const a of span.attributes ?? []) {
+    const v = a.value;
+    out[a.key] = v.stringValue ?? v.intValue ?? v.boolValue ?? v.doubleValue;
+  }
+  return out;
+}
+
+async function waitFor(what, check, ms = 5000) {
+  const end = Date.now() + ms;
+  for (;;) {
+    const v = check();
+    if (v) return v;
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+function spansIn(collector) {
+  return collector.posts.flatMap((p) =>
+    decode(p.body).resourceSpans.flatMap((rs) => rs.scopeSpans.flatMap((ss) => ss.spans)));
+}
+
+function client(port) {
+  return new Anthropic({ apiKey: GATEWAY_KEY, baseURL: `http://127.0.0.1:${port}`, maxRetries: 0,
+                         timeout: SDK_TIMEOUT_MS });
+}
+
+const params = { model: "claude-x", max_tokens: 64, messages: [{ role: "user", content: PROMPT }] };
+
+describe("traces: spans over OTLP/HTTP, the client's trace continued", () => {
+  let collector, one, two, gw;
+
+  before(async () => {
+    collector = await startCollector();
+    one = await startFake();
+    two = await startFake();
+    process.env.SLUICE_TEST_TIME_SCALE = "0.01";
+    try {
+      // sample 0: only a client's sampled trace is recorded (parent-based sampling).
+      gw = await startGateway(
+        [{ name: "one", protocol: "anthropic", port: one.port }, { name: "two", protocol: "anthropic", port: two.port }],
+        { waitSecs: 120,
+          extraYaml: `telemetry: {otlp_endpoint: "http://127.0.0.1:${collector.port}", service_name: sluice-test, sample: 0}\n` });
+    } finally {
+      delete process.env.SLUICE_TEST_TIME_SCALE;
+    }
+  });
+
+  after(async () => {
+    await gw?.stop();
+    await Promise.all([one?.close(), two?.close(), collector?.close()]);
+  });
+
+  test("a request retried once and failed over once is one trace: its span, three hop spans, events", T, async () => {
+    one.push(jsonReply(529, OVERLOADED)); // one fails: over to two
+    two.push(jsonReply(503, OVERLOADED)); // two fails too: a backoff, then a retry round
+    one.push(sseReply("anthropic-ok.sse"));
+    const message = await client(gw.port).messages.stream(params, {
+      headers: { traceparent: `00-${CLIENT_TRACE}-${CLIENT_SPAN}-01` } }).finalMessage();
+    assert.equal(message.content[0].text, "Hello from the fake upstream");
+
+    const spans = await waitFor("the spans", () => { const s = spansIn(collector); return s.length >= 4 && s; });
+    const post = collector.posts[0];
+    assert.equal(post.path, "/v1/traces");
+    assert.match(post.type, /^application\/json/);
+    assert.equal(attrs(post.body.resourceSpans[0].resource)["service.name"], "sluice-test");
+    assert.equal(spans.length, 4);
+
+    const [request, ...hops] = spans;
+    assert.equal(request.traceId, CLIENT_TRACE, "the client's trace goes on");
+    assert.equal(request.parentSpanId, CLIENT_SPAN);
+    assert.equal(request.kind, 2, "SERVER");
+    assert.equal(request.name, "chat claude-x");
+    const ra = attrs(request);
+    assert.equal(ra["gen_ai.operation.name"], "chat");
+    assert.equal(ra["gen_ai.provider.name"], "anthropic");
+    assert.equal(ra["gen_ai.request.model"], "claude-x");
+    assert.equal(ra["gen_ai.response.model"], "claude-x");
+    assert.equal(ra["gen_ai.request.stream"], true);
+    assert.equal(ra["gen_ai.usage.input_tokens"], "10");
+    assert.equal(ra["gen_ai.usage.output_tokens"], "5");
+    assert.equal(ra["http.response.status_code"], "200");
+    assert.equal(ra["error.type"], undefined);
+    const events = request.events.map((e) => e.name);
+    assert.deepEqual(events, ["backoff", "first_token"]);
+    assert.ok(Number(attrs(request.events[0])["sluice.backoff_ms"]) > 0);
+    assert.ok(BigInt(request.endTimeUnixNano) > BigInt(request.startTimeUnixNano));
+
+    assert.deepEqual(hops.map((h) => attrs(h)["sluice.provider"]), ["one", "two", "one"]);
+    assert.deepEqual(hops.map((h) => attrs(h)["http.response.status_code"]), ["529", "503", "200"]);
+    assert.deepEqual(hops.map((h) => attrs(h)["sluice.attempt.retry"] ?? "0"), ["0", "0", "1"]);
+    assert.deepEqual(hops.map((h) => attrs(h)["sluice.attempt.outcome"]), ["temporary", "temporary", "ok"]);
+    assert.deepEqual(hops.map((h) => attrs(h)["server.port"]), [one.port, two.port, one.port].map(String));
+    assert.equal(attrs(hops[0])["error.type"], "gw.upstream.status");
+    assert.equal(hops[0].status.code, 2, "ERROR");
+    for (const h of hops) {
+      assert.equal(h.traceId, CLIENT_TRACE);
+      assert.equal(h.parentSpanId, request.spanId, "each hop is a child of the request");
+      assert.equal(h.kind, 3, "CLIENT");
+      assert.equal(attrs(h)["gen_ai.provider.name"], "anthropic");
+      assert.equal(attrs(h)["server.address"], "127.0.0.1");
+      assert.ok(BigInt(h.startTimeUnixNano) >= BigInt(request.startTimeUnixNano));
+      assert.ok(BigInt(h.endTimeUnixNano) <= BigInt(request.endTimeUnixNano));
+    }
+
+    // Each hop told its upstream its own span: the same trace, the hop's span id, sampled.
+    const sent = [one.requests[0], two.requests[0], one.requests[1]].map((r) => r.headers.traceparent);
+    assert.deepEqual(sent, hops.map((h) => `00-${CLIENT_TRACE}-${h.spanId}-01`));
+
+    // No prompt, no answer, no credential.
+    const text = collector.posts.map((p) => p.text).join("\n");
+    for (const secret of [PROMPT, "Hello from the fake upstream", GATEWAY_KEY, "upstream-key-one", "upstream-key-two"])
+      assert.ok(!text.includes(secret), `the spans hold ${secret}`);
+  });
+
+  test("a request without a sampled parent at sample 0: no spans, its hop still propagates the trace", T, async () => {
+    const before = collector.posts.length;
+    one.push(sseReply("anthropic-ok.sse"));
+    await client(gw.port).messages.stream(params).finalMessage();
+    const tp = one.requests.at(-1).headers.traceparent;
+    assert.match(tp, /^00-[0-9a-f]{32}-[0-9a-f]{16}-00$/, "flags 00: not recorded");
+    assert.notEqual(tp.slice(3, 35), CLIENT_TRACE);
+    await new Promise((r) => setTimeout(r, 1500)); // past the exporter's batch delay
+    assert.equal(collector.posts.length, before);
+  });
+
+  test("an invalid traceparent starts a trace of sluice's own", T, async () => {
+    one.push(sseReply("anthropic-ok.sse"));
+    await client(gw.port).messages.stream(params, { headers: { traceparent: "00-zz-nothing-01" } }).finalMessage();
+    assert.match(one.requests.at(-1).headers.traceparent, /^00-[0-9a-f]{32}-[0-9a-f]{16}-00$/);
+  });
+});
+
+describe("traces: a collector that is down costs the requests nothing", () => {
+  let up, gw;
+
+  before(async () => {
+    const closed = await startCollector();
+    const port = closed.port;
+    await closed.close();
+    up = await startFake();
+    gw = await startGateway([{ name: "one", protocol: "anthropic", port: up.port }],
+                            { extraYaml: `telemetry: {otlp_endpoint: "http://127.0.0.1:${port}"}\n` });
+  });
+
+  after(async () => {
+    await gw?.stop();
+    await up?.close();
+  });
+
+  test("the request is answered; its spans are dropped and counted in /metrics", T, async () => {
+    up.push(sseReply("anthropic-ok.sse"));
+    const message = await client(gw.port).messages.stream(params).finalMessage();
+    assert.equal(message.content[0].text, "Hello from the fake upstream");
+    const dropped = await (async () => {
+      const end = Date.now() + 5000;
+      for (;;) {
+        const res = await fetch(`http://127.0.0.1:${gw.controlPort}/metrics`,
+                                { headers: { authorization: `Bearer ${CONTROL_KEY}` } });
+        const m = /^sluice_trace_spans_dropped_total (\d+)$/m.exec(await res.text());
+        if (m && Number(m[1]) >= 2) return Number(m[1]);
+        if (Date.now() > end) throw new Error("no dropped spans counted");
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    })();
+    assert.equal(dropped, 2, "the request's span and its hop's");
+    assert.match(gw.log(), /telemetry: 2 span\(s\) not exported/);
+  });
+});

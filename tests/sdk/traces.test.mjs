@@ -195,6 +195,26 @@ describe("traces: spans over OTLP/HTTP, the client's trace continued", () => {
       assert.ok(!text.includes(secret), `the spans hold ${secret}`);
   });
 
+  test("a request that waited behind 429 pauses has a queued event and its gate", T, async () => {
+    const before = collector.posts.length;
+    const limited = { type: "error", error: { type: "rate_limit_error", message: "Rate limited" } };
+    one.push(jsonReply(429, limited, { "retry-after": "2" }));
+    two.push(jsonReply(429, limited, { "retry-after": "2" }));
+    one.push(sseReply("anthropic-ok.sse"));
+    two.push(sseReply("anthropic-ok.sse"));
+    const trace = "5bf92f3577b34da6a3ce929d0e0e4737";
+    await client(gw.port).messages.stream(params, {
+      headers: { traceparent: `00-${trace}-${CLIENT_SPAN}-01` } }).finalMessage();
+    const request = await waitFor("the span", () =>
+      collector.posts.length > before &&
+      spansIn({ posts: collector.posts.slice(before) }).find((s) => s.traceId === trace && s.kind === 2));
+    assert.ok(request.events.some((e) => e.name === "queued"), JSON.stringify(request.events));
+    assert.equal(attrs(request)["sluice.wait.gate"], "throttled");
+    assert.equal(attrs(request)["http.response.status_code"], "200");
+    one.reset(); // the reply the other upstream did not need
+    two.reset();
+  });
+
   test("a request without a sampled parent at sample 0: no spans, its hop still propagates the trace", T, async () => {
     const before = collector.posts.length;
     one.push(sseReply("anthropic-ok.sse"));

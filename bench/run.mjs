@@ -45,7 +45,7 @@ const heldN = Number(opt("--held", 10000));
 const queueN = Number(opt("--queue", 10000));
 const callgrindN = Number(opt("--callgrind", 2000));
 const wrkThreads = Number(opt("--wrk-threads", 1));
-const allSections = ["table", "control", "held", "queue", "store", "callgrind"];
+const allSections = ["table", "control", "tracing", "held", "queue", "store", "callgrind"];
 const sections = opt("--only", quick ? "table" : allSections.join(",")).split(",");
 const targetKeys = opt("--targets", "direct,nginx,sluice,portkey").split(",");
 if (argv.length) {
@@ -117,7 +117,7 @@ const targets = {};
 try {
   upstream = targets.direct = await startUpstream(dir);
   if (targetKeys.includes("nginx")) targets.nginx = await startNginxProxy(dir, upstream);
-  if (targetKeys.includes("sluice") || sections.includes("control"))
+  if (targetKeys.includes("sluice") || sections.includes("control") || sections.includes("tracing"))
     targets.sluice = await startSluice(dir, upstream);
   if (targetKeys.includes("portkey")) targets.portkey = await startPortkey(dir, upstream);
 } catch (e) {
@@ -363,6 +363,65 @@ async function controlSection() {
   writeReport();
 }
 
+// ---- OpenTelemetry traces ------------------------------------------------------------------------
+
+// The traced sluice's span counters, from its /metrics.
+async function spanCounts(t) {
+  const res = await fetch(`http://127.0.0.1:${t.controlPort}/metrics`, { headers: { authorization: `Bearer ${CONTROL_KEY}` } });
+  const text = await res.text();
+  const get = (name) => Number(new RegExp(`^${name} (\\d+)$`, "m").exec(text)?.[1] ?? NaN);
+  return { exported: get("sluice_trace_spans_exported_total"), dropped: get("sluice_trace_spans_dropped_total") };
+}
+
+// Issue 23's bar: tracing every request (sample 1.0) costs at most 3 µs of CPU per request. Two sluice
+// processes, one exporting to a collector stand-in (the mock upstream's nginx answers POST /v1/traces with
+// 200, so the collector costs next to nothing), measured in turn: wrk at 64 connections, h2load at the
+// control section's fixed rate, and callgrind's instruction counts (every thread, the exporter's included).
+async function tracingSection() {
+  const plain = targets.sluice;
+  const telemetry = `telemetry: {otlp_endpoint: "${upstream.base}", sample: 1.0}\n`;
+  const traced = await startSluice(fs.mkdtempSync(path.join(dir, "traced-")), upstream, { extraYaml: telemetry });
+  const barRate = 3400;
+  const fixed = { plain: [], traced: [] }, loaded = { plain: [], traced: [] };
+  const perRequest = async (t) => {
+    const before = t.ticks();
+    const h = await fixedRate(t, seconds, barRate);
+    return h.count ? ((t.ticks() - before) * (1e6 / CLK_TCK)) / h.count : null;
+  };
+  for (let r = 0; r < rounds; r++) {
+    for (const [key, t] of [["plain", plain], ["traced", traced]]) {
+      loaded[key].push(await wrk(t, 64, seconds));
+      fixed[key].push(await perRequest(t));
+    }
+  }
+  await sleep(1500); // the exporter's last batch
+  const spans = await spanCounts(traced);
+  if (!(spans.exported > 0)) problem(`tracing: no span exported (${JSON.stringify(spans)})`);
+  const base = 200, N = Math.min(callgrindN, 1000);
+  const ir = {};
+  for (const [key, extraYaml] of [["plain", ""], ["traced", telemetry]]) {
+    const small = await callgrindOnce(base, { extraYaml, tag: `-${key}` });
+    const big = await callgrindOnce(base + N, { extraYaml, tag: `-${key}` });
+    ir[key] = small?.total && big?.total ? (big.total - small.total) / N : null;
+  }
+  const diff = (a, b) => a.map((x, r) => (x !== null && b[r] !== null ? x - b[r] : null)).filter((x) => x !== null);
+  const cpuLoaded = { plain: loaded.plain.map((w) => w.cpuUs), traced: loaded.traced.map((w) => w.cpuUs) };
+  say();
+  say(`Tracing: sluice exporting every request's spans (sample 1.0, OTLP/HTTP protobuf) vs. without, in turn, ${rounds} round(s)`);
+  say(table(["", "without", "with tracing", "added (per round)"], [
+    ["wrk -c64 req/s", cell(summary(loaded.plain.map((w) => w.rps)), 0), cell(summary(loaded.traced.map((w) => w.rps)), 0), ""],
+    ["wrk -c64 CPU µs/req", cell(summary(cpuLoaded.plain), 1), cell(summary(cpuLoaded.traced), 1),
+     `+${cell(summary(diff(cpuLoaded.traced, cpuLoaded.plain)), 2)}`],
+    [`${barRate} req/s CPU µs/req`, cell(summary(fixed.plain), 1), cell(summary(fixed.traced), 1),
+     `+${cell(summary(diff(fixed.traced, fixed.plain)), 2)}`],
+    ["instructions/req", num(ir.plain, 0), num(ir.traced, 0), `+${num(ir.traced - ir.plain, 0)}`],
+  ]));
+  say(`  [bar: at most +3 µs per request]; spans exported ${spans.exported}, dropped ${spans.dropped} ` +
+      "(a full queue drops: under wrk's load the exporter may not keep up, and what it drops costs less)");
+  await traced.proc.stop("SIGTERM", 20_000);
+  writeReport();
+}
+
 // ---- 10 000 held streams --------------------------------------------------------------------------
 
 async function heldSection(N) {
@@ -482,12 +541,14 @@ async function storeSection() {
 
 // sluice under callgrind (--threads 1) for `n` sequential keep-alive requests; total instructions and
 // per-function self counts (callgrind_annotate).
-async function callgrindOnce(n) {
+// extraYaml: more config (the tracing section's telemetry); tag names the kept file apart.
+async function callgrindOnce(n, { extraYaml = "", tag = "" } = {}) {
   const sub = fs.mkdtempSync(path.join(dir, "cg-"));
   const out = path.join(sub, "callgrind.out");
   const sl = await startSluice(sub, upstream, {
     args: ["--threads", "1"],
     wrapper: ["valgrind", "--tool=callgrind", `--callgrind-out-file=${out}`],
+    extraYaml,
   });
   const agent = new http.Agent({ keepAlive: true, maxSockets: 1 });
   let bad = 0;
@@ -511,7 +572,7 @@ async function callgrindOnce(n) {
   }
   // Kept beside the report for a closer look (callgrind_annotate, kcachegrind).
   fs.mkdirSync(path.dirname(outFile), { recursive: true });
-  fs.copyFileSync(out, outFile.replace(/\.txt$/, "") + `.callgrind-${n}.out`);
+  fs.copyFileSync(out, outFile.replace(/\.txt$/, "") + `.callgrind${tag}-${n}.out`);
   const text = fs.readFileSync(out, "utf8");
   const m = /^(?:summary|totals):\s+(\d+)/m.exec(text);
   const fns = new Map();
@@ -555,6 +616,7 @@ async function callgrindSection(N) {
 
 try {
   if (sections.includes("control") && targets.sluice) await controlSection();
+  if (sections.includes("tracing") && targets.sluice) await tracingSection();
   if (sections.includes("held") && targets.sluice) await heldSection(heldN);
   if (sections.includes("queue")) await queueSection(queueN);
   if (sections.includes("store")) await storeSection();

@@ -69,6 +69,8 @@ export async function startUpstream(dir, { workers = 2 } = {}) {
     `    location = /json/v1/chat/completions { default_type application/json; return 200 '${JSON_ANSWER}'; }\n` +
     `    location = /sse/v1/chat/completions { default_type text/event-stream; ${file("sse.txt")} }\n` +
     `    location = /small/v1/chat/completions { default_type text/event-stream; ${file("small.txt")} }\n` +
+    // An OTLP/HTTP collector stand-in for the tracing section: takes a batch, answers 200.
+    `    location = /v1/traces { client_max_body_size 64m; default_type application/json; return 200 '{}'; }\n` +
     "  }\n}\n";
   const p = await startNginx(dir, "upstream", conf, port);
   return {
@@ -137,7 +139,7 @@ export async function startPortkey(dir, upstream) {
 
 // sluice's config for the benchmark: what a user would write (a gateway key, one provider per
 // answer kind, the models that pick them), nothing tuned; the request DB and event bus are on.
-export function sluiceConfig(dir, upstream, extraProviders = []) {
+export function sluiceConfig(dir, upstream, extraProviders = [], extraYaml = "") {
   const lines = [
     "listen:",
     "  gateway: {bind: 127.0.0.1, port: 0}",
@@ -152,7 +154,7 @@ export function sluiceConfig(dir, upstream, extraProviders = []) {
     `store: {path: "${dir}/sluice.db"}`,
   ];
   const file = path.join(dir, "sluice.yaml");
-  fs.writeFileSync(file, lines.join("\n") + "\n");
+  fs.writeFileSync(file, lines.join("\n") + "\n" + extraYaml);
   return file;
 }
 
@@ -160,10 +162,11 @@ export function sluiceBin() {
   return process.env.SLUICE_BIN || path.join(repo, "build/sluice");
 }
 
-export async function startSluice(dir, upstream, { args = [], wrapper = null } = {}) {
+// extraYaml: top-level sections added to the config (e.g. telemetry).
+export async function startSluice(dir, upstream, { args = [], wrapper = null, extraYaml = "" } = {}) {
   const bin = sluiceBin();
   if (!fs.existsSync(bin)) throw new Error(`${bin} is missing: build it (scripts/build) or set SLUICE_BIN`);
-  const config = sluiceConfig(dir, upstream);
+  const config = sluiceConfig(dir, upstream, [], extraYaml);
   const port = await freePort();
   const controlPort = await freePort();
   const argv = ["--config", config, "--port", String(port), "--control-port", String(controlPort), ...args];

@@ -660,15 +660,19 @@ sl__trace_hop_header(const request_t *r, char *out, size_t size)
 {
     if (!r->trace.on || r->n_attempts == 0)
         return false;
+    static const char name[] = "traceparent: ";
+    size_t n = sizeof(name) - 1;
+    if (size < n + SL_TRACEPARENT_LEN + 3)
+        return false;
     uint8_t span[8];
     sl_trace_attempt_span_id(r->trace.span_id, r->n_attempts - 1, span);
-    char value[SL_TRACEPARENT_LEN + 1];
-    sl_traceparent_format(r->trace.trace_id, span, r->trace.sampled, value);
-    snprintf(out, size, "traceparent: %s\r\n", value);
+    memcpy(out, name, n);
+    sl_traceparent_format(r->trace.trace_id, span, r->trace.sampled, out + n);
+    memcpy(out + n + SL_TRACEPARENT_LEN, "\r\n", 3);
     return true;
 }
 
-/* src into dst[0..size), cut when longer (the JSON encoder mends a cut UTF-8 sequence). */
+/* src into dst[0..size), cut when longer (the encoder mends a UTF-8 sequence the cut splits). */
 static void
 copy_cut(char *dst, size_t size, const char *src)
 {
@@ -715,10 +719,9 @@ fill_attempt_span(const request_t *r, size_t index, sl_attempt_span_t *s)
     copy_cut(s->model, sizeof(s->model), a->model != NULL ? a->model : "");
     sl_base_url_t url;
     if (sl_base_url_parse(p->base_url, &url) == 0) {
-        snprintf(
-            s->server_address, sizeof(s->server_address), "%.*s",
-            (int)(url.host_len < sizeof(s->server_address) ? url.host_len : sizeof(s->server_address) - 1),
-            url.host);
+        size_t n = url.host_len < sizeof(s->server_address) ? url.host_len : sizeof(s->server_address) - 1;
+        memcpy(s->server_address, url.host, n);
+        s->server_address[n] = '\0';
         s->server_port = url.port;
     }
     s->status = a->status;

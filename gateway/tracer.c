@@ -181,7 +181,7 @@ post_traces(sl_tracer_t *t, const char *endpoint, const sl_strbuf_t *body, char 
     sl_strbuf_t head = {0};
     sl_strbuf_appendf(
         &head,
-        "POST %.*s%s HTTP/1.1\r\nhost: %s\r\ncontent-type: application/json\r\n"
+        "POST %.*s%s HTTP/1.1\r\nhost: %s\r\ncontent-type: application/x-protobuf\r\n"
         "content-length: %zu\r\nuser-agent: sluice/" SLUICE_VERSION "\r\nconnection: close\r\n\r\n",
         (int)url.path_prefix_len, url.path_prefix, names_it ? "" : traces, authority, body->len);
     if (!send_all(&c, head.data, head.len) || !send_all(&c, body->data, body->len)) {
@@ -312,7 +312,7 @@ sl_tracer_configure(sl_tracer_t *t, const char *otlp_endpoint, const char *servi
     bool changed = (t->endpoint == NULL) != (otlp_endpoint == NULL) ||
                    (otlp_endpoint != NULL && strcmp(t->endpoint, otlp_endpoint) != 0);
     if (changed && otlp_endpoint != NULL)
-        sl_log_info("telemetry: spans go to %s (OTLP/HTTP JSON)", otlp_endpoint);
+        sl_log_info("telemetry: spans go to %s (OTLP/HTTP, protobuf)", otlp_endpoint);
     else if (changed)
         sl_log_info("telemetry: spans are no longer exported");
     free(t->endpoint);

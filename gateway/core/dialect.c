@@ -689,6 +689,53 @@ kind_of_status(int status)
     return status >= 400 && status < 500 ? SL_ERROR_KIND_BAD_REQUEST : SL_ERROR_KIND_INTERNAL;
 }
 
+/* Appends s as the inside of a JSON string; invalid UTF-8 bytes become U+FFFD. */
+static void
+append_json_escaped(sl_strbuf_t *out, const char *s)
+{
+    static const char hex[] = "0123456789abcdef";
+    static const char short_escapes[0x20] = {
+        ['\b'] = 'b', ['\t'] = 't', ['\n'] = 'n', ['\f'] = 'f', ['\r'] = 'r'};
+    const unsigned char *u = (const unsigned char *)s;
+    size_t n = strlen(s), run = 0, i = 0;
+    while (i < n) {
+        unsigned char c = u[i];
+        size_t len = 1;
+        char esc[6];
+        size_t esc_len = 0;
+        if (c >= 0x80) {
+            len = sl_utf8_len(u + i, n - i);
+            if (len == 0 || len == SL_UTF8_CUT) {
+                memcpy(esc, "\\ufffd", 6);
+                esc_len = 6;
+                len = 1;
+            }
+        } else if (c == '"' || c == '\\') {
+            esc[0] = '\\';
+            esc[1] = (char)c;
+            esc_len = 2;
+        } else if (c < 0x20 && short_escapes[c] != 0) {
+            esc[0] = '\\';
+            esc[1] = short_escapes[c];
+            esc_len = 2;
+        } else if (c < 0x20) {
+            memcpy(esc, "\\u00", 4);
+            esc[4] = hex[c >> 4];
+            esc[5] = hex[c & 15];
+            esc_len = 6;
+        }
+        if (esc_len > 0) {
+            sl_strbuf_append(out, s + i - run, run);
+            sl_strbuf_append(out, esc, esc_len);
+            run = 0;
+        } else {
+            run += len;
+        }
+        i += len;
+    }
+    sl_strbuf_append(out, s + i - run, run);
+}
+
 /* The escaped parts of an error; free with parts_free. */
 typedef struct {
     sl_error_parts_t parts;
@@ -701,10 +748,10 @@ parts_make(sl_dialect_t d, int status, const char *code, const char *message, er
     assert(code != NULL && message != NULL);
     const sl_dialect_def_t *def = sl_dialect_def(d);
     sl_strbuf_t c = {0}, m = {0};
-    sl_text_append_json(&c, code);
+    append_json_escaped(&c, code);
     if (strncmp(message, SL_MESSAGE_PREFIX, strlen(SL_MESSAGE_PREFIX)) != 0)
         sl_strbuf_append(&m, SL_MESSAGE_PREFIX, strlen(SL_MESSAGE_PREFIX));
-    sl_text_append_json(&m, message);
+    append_json_escaped(&m, message);
     b->code = sl_strbuf_finish(&c);
     b->message = sl_strbuf_finish(&m);
     sl_error_kind_t kind = kind_of_status(status);

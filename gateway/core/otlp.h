@@ -2,10 +2,10 @@
  * A finished request as OpenTelemetry spans (observability.md): one SERVER
  * span for the request, one CLIENT child span per hop that went upstream,
  * span events for queued, backoff and first_token, the GenAI semantic
- * convention attributes; and a batch of them encoded as an OTLP/HTTP JSON
- * ExportTraceServiceRequest. Plain data: every string is copied in or is
- * a static literal, so a record outlives the request and its config.
- * Nothing here holds prompt or answer text or a credential.
+ * convention attributes; and a batch of them encoded as an OTLP
+ * ExportTraceServiceRequest in protobuf (opentelemetry-proto trace/v1). Plain data: every string is copied in
+ * or is a static literal, so a record outlives the request and its config. Nothing here holds prompt or
+ * answer text or a credential.
  */
 #ifndef SL_OTLP_H
 #define SL_OTLP_H
@@ -74,13 +74,12 @@ sl_request_span_t *sl_request_span_new(size_t n_attempts);
 void sl_span_add_event(sl_span_event_t *events, size_t *n_events, sl_span_event_kind_t kind, int64_t unix_ns,
                        int64_t value_ms);
 
-/* The span name: "{gen_ai.operation.name} {gen_ai.request.model}" (just the operation without a model). */
-void sl_request_span_name(const sl_request_span_t *s, char *out, size_t size);
-
 /*
- * Appends one ExportTraceServiceRequest (OTLP JSON: hex ids, int64 as
- * strings, enums as numbers) holding spans[0..n) and their attempts under
- * one resource (service.name, service.version) and scope "sluice".
+ * Appends one ExportTraceServiceRequest (protobuf bytes, which may hold
+ * NULs: out->len counts them) holding spans[0..n) and their attempts under
+ * one resource (service.name, service.version) and scope "sluice". A
+ * request's span is named "{gen_ai.operation.name} {gen_ai.request.model}"
+ * (the operation alone without a model); a hop's, by its upstream model.
  */
 void sl_otlp_encode(const sl_request_span_t *const *spans, size_t n, const char *service_name,
                     const char *service_version, sl_strbuf_t *out);

@@ -3,7 +3,6 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
-#include <string.h>
 
 int
 sl_hex_digit(int c)
@@ -99,50 +98,4 @@ sl_decimal_millionths(const char *s, int64_t max, int64_t *out)
         return -2;
     *out = whole * 1000000 + frac;
     return 0;
-}
-
-void
-sl_text_append_json(sl_strbuf_t *out, const char *s)
-{
-    static const char hex[] = "0123456789abcdef";
-    static const char short_escapes[0x20] = {
-        ['\b'] = 'b', ['\t'] = 't', ['\n'] = 'n', ['\f'] = 'f', ['\r'] = 'r'};
-    const unsigned char *u = (const unsigned char *)s;
-    size_t n = strlen(s), run = 0, i = 0;
-    while (i < n) {
-        unsigned char c = u[i];
-        size_t len = 1;
-        char esc[6];
-        size_t esc_len = 0;
-        if (c >= 0x80) {
-            len = sl_utf8_len(u + i, n - i);
-            if (len == 0 || len == SL_UTF8_CUT) {
-                memcpy(esc, "\\ufffd", 6);
-                esc_len = 6;
-                len = 1;
-            }
-        } else if (c == '"' || c == '\\') {
-            esc[0] = '\\';
-            esc[1] = (char)c;
-            esc_len = 2;
-        } else if (c < 0x20 && short_escapes[c] != 0) {
-            esc[0] = '\\';
-            esc[1] = short_escapes[c];
-            esc_len = 2;
-        } else if (c < 0x20) {
-            memcpy(esc, "\\u00", 4);
-            esc[4] = hex[c >> 4];
-            esc[5] = hex[c & 15];
-            esc_len = 6;
-        }
-        if (esc_len > 0) {
-            sl_strbuf_append(out, s + i - run, run);
-            sl_strbuf_append(out, esc, esc_len);
-            run = 0;
-        } else {
-            run += len;
-        }
-        i += len;
-    }
-    sl_strbuf_append(out, s + i - run, run);
 }

@@ -6,7 +6,6 @@
 #include <stdint.h>
 
 #include "core/tz.h"
-#include "core/xalloc.h"
 
 /* The value of a hex digit (0-9, a-f, A-F), or -1. */
 int sl_hex_digit(int c);
@@ -43,9 +42,5 @@ void sl_text_reason(char *err, size_t err_size, const char *fmt, ...) __attribut
  * NUL-terminated, cut to size.
  */
 void sl_text_local_time(const sl_tz_t *tz, int64_t wall_ms, char *out, size_t size);
-
-/* Appends s as the inside of a JSON string (quotes, backslashes and controls escaped); invalid UTF-8 bytes
- * become U+FFFD, so any client-given text makes valid JSON. */
-void sl_text_append_json(sl_strbuf_t *out, const char *s);
 
 #endif

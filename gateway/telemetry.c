@@ -762,6 +762,7 @@ sl__trace_end(request_t *r, sl_row_outcome_t outcome, int status, const sl_msg_t
         const sl_candidate_t *c = &r->cands[r->cur];
         copy_cut(s->response_model, sizeof(s->response_model), c->model != NULL ? c->model : r->in.model);
         s->genai_provider = genai_provider_name(r->config->providers[c->provider].protocol);
+        copy_cut(s->finish_reason, sizeof(s->finish_reason), r->rd.stream.finish_reason);
     }
     copy_cut(s->client, sizeof(s->client), sl__client_name(r));
     s->stream = r->in.stream;

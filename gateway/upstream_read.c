@@ -266,7 +266,8 @@ pass_whole_answer_bytes(request_t *r)
     r->rd.answer_tail_len = keep + n;
 }
 
-/* A whole answer has ended: its usage, when its tail tells it, is what the hop used. */
+/* A whole answer has ended: its usage, when its tail tells it, is what the hop used; its finish reason is the
+ * trace's. */
 static void
 read_answer_usage(request_t *r)
 {
@@ -275,6 +276,9 @@ read_answer_usage(request_t *r)
     sl_usage_t u;
     if (sl_answer_usage(r->in.endpoint.dialect, r->rd.answer_tail, r->rd.answer_tail_len, &u))
         r->rd.stream.usage = u;
+    if (r->trace.sampled)
+        sl_answer_finish_reason(r->in.endpoint.dialect, r->rd.answer_tail, r->rd.answer_tail_len,
+                                r->rd.stream.finish_reason);
 }
 
 static void

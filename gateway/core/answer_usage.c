@@ -321,3 +321,38 @@ sl_answer_usage(sl_dialect_t dialect, const char *tail, size_t len, sl_usage_t *
     };
     return true;
 }
+
+/* The key of a whole answer's finish reason, per dialect: the one member near its end that says it. */
+static const char *const finish_keys[SL_DIALECT_COUNT] = {
+    [SL_DIALECT_ANTHROPIC] = "stop_reason",
+    [SL_DIALECT_OPENAI_CHAT] = "finish_reason",
+    [SL_DIALECT_GEMINI] = "finishReason",
+    [SL_DIALECT_BEDROCK] = "stopReason",
+};
+
+bool
+sl_answer_finish_reason(sl_dialect_t dialect, const char *tail, size_t len, char out[SL_FINISH_REASON_MAX])
+{
+    const char *key = (unsigned)dialect < SL_DIALECT_COUNT ? finish_keys[dialect] : NULL;
+    if (key == NULL || tail == NULL)
+        return false;
+    size_t n = strlen(key);
+    for (const char *k = tail + len; k-- > tail;) {
+        /* `"key"` whose quotes are plain (an escaped one is text inside a string), then `: "value"`. */
+        if (*k != '"' || (size_t)(tail + len - k) < n + 2 || k[n + 1] != '"' || memcmp(k + 1, key, n) != 0 ||
+            quote_at(tail, k) != QUOTE_PLAIN)
+            continue;
+        const char *end = tail + len, *v = k + n + 2;
+        while (v < end && is_space(*v))
+            v++;
+        if (v == end || *v++ != ':')
+            continue;
+        while (v < end && is_space(*v))
+            v++;
+        if (v == end || *v != '"')
+            return false; /* null: no reason */
+        const char *close = memchr(v + 1, '"', (size_t)(end - v - 1));
+        return close != NULL && sl__finish_reason_copy(out, v + 1, (size_t)(close - v - 1));
+    }
+    return false;
+}

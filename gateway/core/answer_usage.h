@@ -5,8 +5,9 @@
  * events: stream_anthropic.c, stream_openai_chat.c,
  * stream_openai_responses.c, stream_bedrock.c) or from the object's bytes by
  * a walk (jwalk.h; stream_gemini.c, which parses no chunk), and the reading
- * of usage from the tail of a whole (non-streamed) JSON answer, whose body
- * the gateway forwards without keeping it.
+ * of usage (and of the finish reason) from the tail of a whole
+ * (non-streamed) JSON answer, whose body the gateway forwards without keeping
+ * it.
  */
 #ifndef SL_ANSWER_USAGE_H
 #define SL_ANSWER_USAGE_H
@@ -92,5 +93,16 @@ bool sl_usage_from_span(sl_dialect_t dialect, const char *obj, size_t len, sl_us
  * Pure.
  */
 bool sl_answer_usage(sl_dialect_t dialect, const char *tail, size_t len, sl_usage_t *out);
+
+/*
+ * The finish reason of a whole answer from its tail, into out (as
+ * sl__finish_reason_copy takes it): the last `"key": "value"` in
+ * tail[0..len) whose key is the dialect's (Anthropic stop_reason, Chat
+ * finish_reason, Gemini finishReason, Bedrock stopReason) and whose quotes
+ * are not escaped text. Responses names its status at the start of the
+ * answer, outside any tail: none. Returns whether a reason was set. Pure.
+ */
+bool sl_answer_finish_reason(sl_dialect_t dialect, const char *tail, size_t len,
+                             char out[SL_FINISH_REASON_MAX]);
 
 #endif

@@ -261,6 +261,24 @@ attr_bool(sl_strbuf_t *b, unsigned field, const char *key, size_t key_len, bool 
     put_kv(b, field, key, key_len, head, 2, NULL, 0);
 }
 
+/* A string array of one value: KeyValue {key, value: AnyValue {array_value = 5: ArrayValue {values = 1}}}. */
+static void
+attr_one_string_array(sl_strbuf_t *b, unsigned field, const char *key, size_t key_len, const char *value)
+{
+    if (value[0] == '\0')
+        return;
+    size_t kv = open_len(b, field);
+    put_bytes(b, 1, key, key_len);
+    size_t any = open_len(b, 2);
+    size_t array = open_len(b, 5);
+    size_t element = open_len(b, 1);
+    put_string(b, 1, value);
+    close_len(b, element);
+    close_len(b, array);
+    close_len(b, any);
+    close_len(b, kv);
+}
+
 /* Span fields. */
 enum {
     SPAN_TRACE_ID = 1,
@@ -333,6 +351,7 @@ encode_request(const sl_request_span_t *s, sl_strbuf_t *b)
     attr_str(b, SPAN_ATTRIBUTES, KEY("gen_ai.provider.name"), s->genai_provider);
     attr_str(b, SPAN_ATTRIBUTES, KEY("gen_ai.request.model"), s->request_model);
     attr_str(b, SPAN_ATTRIBUTES, KEY("gen_ai.response.model"), s->response_model);
+    attr_one_string_array(b, SPAN_ATTRIBUTES, KEY("gen_ai.response.finish_reasons"), s->finish_reason);
     attr_bool(b, SPAN_ATTRIBUTES, KEY("gen_ai.request.stream"), s->stream);
     if (s->has_usage) {
         attr_int(b, SPAN_ATTRIBUTES, KEY("gen_ai.usage.input_tokens"), s->input_tokens);

@@ -54,6 +54,7 @@ typedef struct {
     char request_model[SL_SPAN_TEXT_MAX];  /* gen_ai.request.model: as the client asked */
     char response_model[SL_SPAN_TEXT_MAX]; /* gen_ai.response.model: the serving upstream's; "" = none */
     const char *genai_provider;            /* the serving upstream's gen_ai.provider.name, or NULL */
+    char finish_reason[32];                /* gen_ai.response.finish_reasons' one value; "" = none */
     char client[SL_SPAN_TEXT_MAX];         /* sluice.client: the key's name */
     bool stream;                           /* gen_ai.request.stream */
     int status;                            /* http.response.status_code */

@@ -1,9 +1,10 @@
 /*
  * Anthropic Messages streams (formats.md): every event is named, so the name
- * decides in both phases. Only message_start, message_delta (usage) and error
+ * decides in both phases. Only message_start, message_delta (usage, stop reason) and error
  * are parsed, once or twice per stream.
  */
 #include <jansson.h>
+#include <string.h>
 
 #include "core/answer_usage.h"
 #include "core/stream_class.h"
@@ -38,6 +39,8 @@ read_event(reading_t read, const sl_sse_event_t *ev, sl_stream_verdict_t *out, s
                            usage);
     } else {
         sl_usage_from_json(SL_DIALECT_ANTHROPIC, json_object_get(root, "usage"), usage);
+        const char *stop = json_string_value(json_object_get(json_object_get(root, "delta"), "stop_reason"));
+        sl__stream_finish_reason(out, stop, stop != NULL ? strlen(stop) : 0);
     }
     json_decref(root);
 }

@@ -12,7 +12,7 @@
 
 #include "core/eventstream.h"
 
-typedef enum { READ_NOTHING, READ_USAGE } reading_t;
+typedef enum { READ_NOTHING, READ_USAGE, READ_STOP } reading_t;
 
 static const struct {
     const char *name;
@@ -23,7 +23,7 @@ static const struct {
     {"contentBlockStart", SL_STREAM_CONTENT, READ_NOTHING},
     {"contentBlockDelta", SL_STREAM_CONTENT, READ_NOTHING},
     {"contentBlockStop", SL_STREAM_CONTENT, READ_NOTHING},
-    {"messageStop", SL_STREAM_END, READ_NOTHING},
+    {"messageStop", SL_STREAM_END, READ_STOP},
     {"metadata", SL_STREAM_OPENING, READ_USAGE},
 };
 
@@ -60,6 +60,17 @@ take_usage(const sl_bedrock_message_t *m, sl_usage_t *usage)
 {
     json_t *root = json_loadb(m->payload, m->payload_len, 0, NULL);
     sl_usage_from_json(SL_DIALECT_BEDROCK, json_object_get(root, "usage"), usage);
+    json_decref(root);
+}
+
+/* messageStop's {"stopReason":"end_turn"}: once per stream. */
+static void
+take_stop_reason(const sl_bedrock_message_t *m, sl_stream_verdict_t *out)
+{
+    json_t *root = json_loadb(m->payload, m->payload_len, 0, NULL);
+    const json_t *stop = json_object_get(root, "stopReason");
+    if (json_is_string(stop))
+        sl__stream_finish_reason(out, json_string_value(stop), json_string_length(stop));
     json_decref(root);
 }
 
@@ -102,6 +113,8 @@ read_event(const sl_bedrock_message_t *m, sl_stream_verdict_t *out, sl_usage_t *
         out->finished = events[i].kind == SL_STREAM_END;
         if (events[i].read == READ_USAGE)
             take_usage(m, usage);
+        else if (events[i].read == READ_STOP)
+            take_stop_reason(m, out);
         return;
     }
 }
@@ -141,6 +154,8 @@ void
 sl_bedrock_stream_feed(sl_stream_t *st, const sl_bedrock_message_t *m, sl_stream_verdict_t *out)
 {
     sl_bedrock_classify(st->phase, m, out, &st->usage);
+    if (out->finish_reason[0] != '\0')
+        memcpy(st->finish_reason, out->finish_reason, sizeof(st->finish_reason));
     if (out->kind == SL_STREAM_CONTENT || out->kind == SL_STREAM_END)
         st->phase = SL_STREAM_FLOWING;
     st->finished = st->finished || out->finished;

@@ -51,6 +51,7 @@ typedef struct {
 
 #define SL_STREAM_CODE_MAX    64
 #define SL_STREAM_MESSAGE_MAX 256
+#define SL_FINISH_REASON_MAX  32
 
 typedef struct {
     sl_stream_kind_t kind;
@@ -64,6 +65,9 @@ typedef struct {
     char code[SL_STREAM_CODE_MAX];
     /* For errors: the provider's message, credentials masked (mask.h), cut when longer. */
     char message[SL_STREAM_MESSAGE_MAX];
+    /* Why the answer ended, as the event says it (Anthropic's and Bedrock's stop reason, Chat's
+     * finish_reason, Gemini's finishReason, Responses' status or incomplete reason); "" when it says none. */
+    char finish_reason[SL_FINISH_REASON_MAX];
 } sl_stream_verdict_t;
 
 typedef struct sl_stream_class_vtable {
@@ -92,6 +96,7 @@ typedef struct {
     sl_stream_phase_t phase; /* SL_STREAM_FLOWING from the first content event on */
     bool finished;           /* an event said the answer is whole */
     sl_usage_t usage;
+    char finish_reason[SL_FINISH_REASON_MAX]; /* the last one an event gave; "" = none yet */
 } sl_stream_t;
 
 /* Starts tracking a stream of the dialect vt classifies (vt must not be NULL). */
@@ -116,6 +121,8 @@ sl_stream_feed(sl_stream_t *st, const sl_sse_event_t *ev, sl_stream_verdict_t *o
         return;
     }
     st->vt->classify(st->phase, ev, out, &st->usage);
+    if (out->finish_reason[0] != '\0')
+        memcpy(st->finish_reason, out->finish_reason, sizeof(st->finish_reason));
     if (out->kind == SL_STREAM_CONTENT || (out->kind == SL_STREAM_END && st->vt->end_is_content))
         st->phase = SL_STREAM_FLOWING;
     st->finished = st->finished || out->finished;
@@ -151,6 +158,33 @@ sl__stream_copy(char *dst, size_t cap, const char *s, size_t n)
     }
     memcpy(dst, s, n);
     dst[n] = '\0';
+}
+
+/*
+ * Copies the finish reason s[0..n) into dst when it is a plain token (letters, digits, '_', '-', '.': every
+ * provider's reasons are), cut to size, and returns true; anything else is no reason (it goes into traces
+ * as it is) and leaves dst.
+ */
+static inline bool
+sl__finish_reason_copy(char dst[SL_FINISH_REASON_MAX], const char *s, size_t n)
+{
+    if (s == NULL || n == 0)
+        return false;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+              c == '-' || c == '.'))
+            return false;
+    }
+    sl__stream_copy(dst, SL_FINISH_REASON_MAX, s, n);
+    return true;
+}
+
+/* The event's finish reason (sl__finish_reason_copy's rule). */
+static inline void
+sl__stream_finish_reason(sl_stream_verdict_t *out, const char *s, size_t n)
+{
+    sl__finish_reason_copy(out->finish_reason, s, n);
 }
 
 /* Makes *out an error verdict; code and message may be NULL. status outside 400-599 is dropped. */

@@ -44,11 +44,12 @@ is_empty_value(sl_jval_t v)
 
 /* What the walk found in one chunk. */
 typedef struct {
-    sl_jval_t error; /* the top-level error value when not null; p NULL otherwise */
-    bool has_part;   /* a candidate part with something in it */
-    bool finished;   /* a finishReason or a blockReason */
-    bool unknown;    /* a top-level member that may carry an answer the gateway cannot judge */
-    bool bad;        /* not a JSON object, or it stops being one */
+    sl_jval_t error;  /* the top-level error value when not null; p NULL otherwise */
+    bool has_part;    /* a candidate part with something in it */
+    bool finished;    /* a finishReason or a blockReason */
+    sl_jval_t reason; /* the first finishReason or blockReason string (quotes included); p NULL: none */
+    bool unknown;     /* a top-level member that may carry an answer the gateway cannot judge */
+    bool bad;         /* not a JSON object, or it stops being one */
 } chunk_t;
 
 static bool
@@ -80,6 +81,8 @@ read_candidate(sl_jval_t cand, bool look_at_parts, chunk_t *c)
     while (sl_jwalk_next(&w, &key, &value)) {
         if (sl_jval_is(key, "finishReason")) {
             c->finished = c->finished || !sl_jval_is(value, "null");
+            if (c->reason.p == NULL && *value.p == '"')
+                c->reason = value;
         } else if (look_at_parts && !c->has_part && sl_jval_is(key, "content") &&
                    sl_jwalk_open(value, '{', &cw)) {
             while (sl_jwalk_next(&cw, &ckey, &cvalue)) {
@@ -98,8 +101,11 @@ read_feedback(sl_jval_t v, chunk_t *c)
     if (!sl_jwalk_open(v, '{', &w))
         return;
     while (sl_jwalk_next(&w, &key, &value)) {
-        if (sl_jval_is(key, "blockReason") && !sl_jval_is(value, "null"))
+        if (sl_jval_is(key, "blockReason") && !sl_jval_is(value, "null")) {
             c->finished = true;
+            if (c->reason.p == NULL && *value.p == '"')
+                c->reason = value;
+        }
     }
 }
 
@@ -198,6 +204,8 @@ do_classify(sl_stream_phase_t phase, const sl_sse_event_t *ev, sl_stream_verdict
         return;
     *usage = seen;
     out->finished = c.finished;
+    if (c.reason.p != NULL && c.reason.end - c.reason.p >= 2)
+        sl__stream_finish_reason(out, c.reason.p + 1, (size_t)(c.reason.end - c.reason.p - 2));
     if (held && !c.unknown && !c.has_part && !c.finished)
         out->kind = SL_STREAM_OPENING;
 }

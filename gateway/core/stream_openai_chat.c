@@ -159,11 +159,26 @@ classify_held(const sl_sse_event_t *ev, sl_stream_verdict_t *out, sl_usage_t *us
         const json_t *finish = json_object_get(choice, "finish_reason");
         if (finish && !json_is_null(finish))
             out->finished = content = true;
+        if (json_is_string(finish))
+            sl__stream_finish_reason(out, json_string_value(finish), json_string_length(finish));
         if (delta_has_content(json_object_get(choice, "delta")))
             content = true;
     }
     out->kind = content ? SL_STREAM_CONTENT : SL_STREAM_OPENING;
     json_decref(root);
+}
+
+/* The reason of a chunk that has a finish_reason, by a scan: "stop", "length", "tool_calls". */
+static void
+finish_reason_of(const sl_sse_event_t *ev, sl_stream_verdict_t *out)
+{
+    const char *end = ev->data + ev->data_len;
+    const char *v = sl__json_value_of(ev->data, end, "\"finish_reason\"");
+    if (v == NULL || *v != '"')
+        return;
+    const char *close = memchr(v + 1, '"', (size_t)(end - v - 1));
+    if (close != NULL)
+        sl__stream_finish_reason(out, v + 1, (size_t)(close - v - 1));
 }
 
 /* The flowing phase: everything is content unless a scan finds an error. */
@@ -175,6 +190,8 @@ classify_flowing(const sl_sse_event_t *ev, sl_stream_verdict_t *out, sl_usage_t 
     sl__json_keys_non_null(ev->data, ev->data_len, keys, 3, found);
     bool has_error = found[0], has_usage = found[1];
     out->finished = found[2];
+    if (found[2])
+        finish_reason_of(ev, out);
     if (!has_error && !has_usage)
         return;
     json_t *root = json_loadb(ev->data, ev->data_len, 0, NULL);

@@ -53,9 +53,16 @@ read_event(reading_t read, const sl_sse_event_t *ev, sl_stream_verdict_t *out, s
     const json_t *response = json_object_get(root, "response");
     const json_t *error = json_object_get(root, "error");
     switch (read) {
-    case READ_USAGE:
+    case READ_USAGE: {
         sl_usage_from_json(SL_DIALECT_OPENAI_RESPONSES, json_object_get(response, "usage"), usage);
+        /* "completed", or why it is incomplete ("max_output_tokens", "content_filter"). */
+        const char *why =
+            json_string_value(json_object_get(json_object_get(response, "incomplete_details"), "reason"));
+        if (why == NULL)
+            why = json_string_value(json_object_get(response, "status"));
+        sl__stream_finish_reason(out, why, why != NULL ? strlen(why) : 0);
         break;
+    }
     case READ_FAILED:
         sl__openai_error(json_object_get(response, "error"), out);
         break;

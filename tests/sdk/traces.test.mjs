@@ -58,7 +58,7 @@ function attrs(span) {
   const out = {};
   for (const a of span.attributes ?? []) {
     const v = a.value;
-    out[a.key] = v.stringValue ?? v.intValue ?? v.boolValue ?? v.doubleValue;
+    out[a.key] = v.stringValue ?? v.intValue ?? v.boolValue ?? v.doubleValue ?? v.arrayValue?.values.map((x) => x.stringValue);
   }
   return out;
 }
@@ -133,6 +133,7 @@ describe("traces: spans over OTLP/HTTP, the client's trace continued", () => {
     assert.equal(ra["gen_ai.provider.name"], "anthropic");
     assert.equal(ra["gen_ai.request.model"], "claude-x");
     assert.equal(ra["gen_ai.response.model"], "claude-x");
+    assert.deepEqual(ra["gen_ai.response.finish_reasons"], ["end_turn"]);
     assert.equal(ra["gen_ai.request.stream"], true);
     assert.equal(ra["gen_ai.usage.input_tokens"], "10");
     assert.equal(ra["gen_ai.usage.output_tokens"], "5");
@@ -188,6 +189,26 @@ describe("traces: spans over OTLP/HTTP, the client's trace continued", () => {
     assert.equal(attrs(request)["http.response.status_code"], "200");
     one.reset(); // the reply the other upstream did not need
     two.reset();
+  });
+
+  test("a whole answer's span has its finish reason and usage from the answer's tail", T, async () => {
+    const before = collector.posts.length;
+    one.push(jsonReply(200, {
+      id: "msg_whole_1", type: "message", role: "assistant", model: "claude-x",
+      content: [{ type: "text", text: "Hello from the fake upstream" }],
+      stop_reason: "max_tokens", stop_sequence: null, usage: { input_tokens: 7, output_tokens: 64 } }));
+    const trace = "6bf92f3577b34da6a3ce929d0e0e4738";
+    const message = await client(gw.port).messages.create(params, {
+      headers: { traceparent: `00-${trace}-${CLIENT_SPAN}-01` } });
+    assert.equal(message.stop_reason, "max_tokens");
+    const request = await waitFor("the span", () =>
+      collector.posts.length > before &&
+      spansIn({ posts: collector.posts.slice(before) }).find((s) => s.traceId === trace && s.kind === 2));
+    const ra = attrs(request);
+    assert.equal(ra["gen_ai.request.stream"], false);
+    assert.deepEqual(ra["gen_ai.response.finish_reasons"], ["max_tokens"]);
+    assert.equal(ra["gen_ai.usage.output_tokens"], "64");
+    assert.deepEqual(request.events.map((e) => e.name), ["first_token"]);
   });
 
   test("a request without a sampled parent at sample 0: no spans, its hop still propagates the trace", T, async () => {

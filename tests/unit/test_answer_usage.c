@@ -653,3 +653,32 @@ Test(answer_usage, a_broken_object_gives_nothing)
     cr_assert_not(sl_usage_from_span((sl_dialect_t)-1, "{\"input_tokens\":1}", 18, &u), "not a dialect");
     assert_usage(&u, &untouched, "nothing to take");
 }
+
+/* The trace's gen_ai.response.finish_reasons of a whole answer: the dialect's key, read from the tail. */
+Test(answer_usage, each_dialect_reads_its_finish_reason_from_the_tail)
+{
+    static const char *const want[] = {"tool_use", "stop", "", "STOP", "end_turn"};
+    cr_assert_eq(N(answers), 5);
+    for (size_t i = 0; i < N(answers); i++) {
+        char reason[SL_FINISH_REASON_MAX] = "";
+        bool got =
+            sl_answer_finish_reason(answers[i].dialect, answers[i].body, strlen(answers[i].body), reason);
+        cr_assert_eq(got, want[i][0] != '\0', "%s", answers[i].name);
+        cr_assert_str_eq(reason, want[i], "%s", answers[i].name);
+    }
+}
+
+Test(answer_usage, a_finish_reason_in_text_or_null_is_none)
+{
+    char reason[SL_FINISH_REASON_MAX] = "";
+    const char *in_text =
+        "{\"content\":[{\"text\":\"say \\\"stop_reason\\\": \\\"end_turn\\\"\"}],\"stop_reason\":null}";
+    cr_assert_not(sl_answer_finish_reason(SL_DIALECT_ANTHROPIC, in_text, strlen(in_text), reason));
+    const char *odd = "{\"stop_reason\":\"a b\"}";
+    cr_assert_not(sl_answer_finish_reason(SL_DIALECT_ANTHROPIC, odd, strlen(odd), reason), "not a token");
+    const char *last = "{\"content\":[{\"type\":\"tool_use\",\"input\":{\"stop_reason\":\"x\"}}],"
+                       "\"stop_reason\" : \"tool_use\"}";
+    cr_assert(sl_answer_finish_reason(SL_DIALECT_ANTHROPIC, last, strlen(last), reason));
+    cr_assert_str_eq(reason, "tool_use", "the last one, the top-level one, wins");
+    cr_assert_not(sl_answer_finish_reason(SL_DIALECT_OPENAI_RESPONSES, last, strlen(last), reason));
+}

@@ -155,6 +155,7 @@ retried_request(void)
     strcpy(s->request_model, "claude-x");
     strcpy(s->response_model, "claude-sonnet");
     s->genai_provider = "anthropic";
+    strcpy(s->finish_reason, "end_turn");
     strcpy(s->client, "tester");
     s->stream = true;
     s->status = 200;
@@ -241,6 +242,10 @@ Test(otlp, a_request_is_a_server_span_with_a_client_span_per_hop)
     cr_assert_eq(int_attr(req, "gen_ai.usage.output_tokens"), 5);
     cr_assert_eq(int_attr(req, "sluice.request.id"), 7);
     cr_assert(str_attr(req, "sluice.wait.gate", "throttled"));
+    /* A string array: AnyValue.array_value (5) holding one AnyValue (values = 1). */
+    bytes_t reasons = sub(attr(req, 9, "gen_ai.response.finish_reasons"), 5, 0);
+    cr_assert_eq(count(reasons, 1), 1);
+    cr_assert(eq(sub(sub(reasons, 1, 0), 1, 0), "end_turn"));
     cr_assert(scalar(attr(req, 9, "gen_ai.request.stream"), 2, &v) && v == 1, "bool_value true");
     cr_assert_null(sub(req, 15, 0).p, "no status: UNSET");
 
@@ -281,6 +286,7 @@ Test(otlp, a_request_without_a_parent_has_no_parent_span_id)
     strcpy(s->error_type, "gw.route.no_match");
     bytes_t req = sub(spans_of(s), 2, 0);
     cr_assert_null(sub(req, 4, 0).p);
+    cr_assert_null(attr(req, 9, "gen_ai.response.finish_reasons").p, "no reason, no attribute");
     cr_assert(eq(sub(req, 5, 0), "generate_content"), "just the operation without a model");
     cr_assert(eq(sub(sub(req, 15, 0), 2, 0), "gw.route.no_match"));
     free(s);

@@ -95,8 +95,9 @@ static const struct {
     sl_usage_t usage;
     bool complete;
     sl_stream_phase_t phase;
+    const char *finish_reason;
 } fixtures[] = {
-    {"bedrock-ok.eventstream", "OCCCCCEO", "", 0, "", {10, 4, 0, 0}, true, SL_STREAM_FLOWING},
+    {"bedrock-ok.eventstream", "OCCCCCEO", "", 0, "", {10, 4, 0, 0}, true, SL_STREAM_FLOWING, "end_turn"},
     {"bedrock-service-unavailable.eventstream",
      "X",
      "serviceUnavailableException",
@@ -104,7 +105,8 @@ static const struct {
      "fake serviceUnavailableException",
      {0, 0, 0, 0},
      false,
-     SL_STREAM_HELD},
+     SL_STREAM_HELD,
+     ""},
 };
 
 Test(bedrock_fixtures, each_message_is_classified_as_formats_md_says)
@@ -136,6 +138,7 @@ Test(bedrock_fixtures, each_message_is_classified_as_formats_md_says)
         assert_usage(&st.usage, &fixtures[f].usage, fixtures[f].file);
         cr_assert_eq(sl_stream_complete(&st), fixtures[f].complete, "%s", fixtures[f].file);
         cr_assert_eq(st.phase, fixtures[f].phase, "%s", fixtures[f].file);
+        cr_assert_str_eq(st.finish_reason, fixtures[f].finish_reason, "%s", fixtures[f].file);
         free(bytes);
     }
 }

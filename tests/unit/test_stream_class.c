@@ -82,9 +82,18 @@ static const struct {
     const char *message;
     sl_usage_t usage;
     bool complete;
-    sl_stream_phase_t phase; /* at the end: still held = nothing was released */
+    sl_stream_phase_t phase;   /* at the end: still held = nothing was released */
+    const char *finish_reason; /* the stream's, "" for none */
 } fixtures[] = {
-    {"anthropic-ok.sse", SL_DIALECT_ANTHROPIC, "OOCCCCCCCCE", "", "", {10, 5, 0, 0}, true, SL_STREAM_FLOWING},
+    {"anthropic-ok.sse",
+     SL_DIALECT_ANTHROPIC,
+     "OOCCCCCCCCE",
+     "",
+     "",
+     {10, 5, 0, 0},
+     true,
+     SL_STREAM_FLOWING,
+     "end_turn"},
     {"anthropic-overloaded-before-content.sse",
      SL_DIALECT_ANTHROPIC,
      "OOX",
@@ -92,7 +101,8 @@ static const struct {
      "Overloaded",
      {10, 1, 0, 0},
      false,
-     SL_STREAM_HELD},
+     SL_STREAM_HELD,
+     ""},
     {"anthropic-error-after-content.sse",
      SL_DIALECT_ANTHROPIC,
      "OOCCCX",
@@ -100,9 +110,26 @@ static const struct {
      "Overloaded",
      {10, 1, 0, 0},
      false,
-     SL_STREAM_FLOWING},
-    {"anthropic-opening-only.sse", SL_DIALECT_ANTHROPIC, "OO", "", "", {10, 1, 0, 0}, false, SL_STREAM_HELD},
-    {"chat-ok.sse", SL_DIALECT_OPENAI_CHAT, "OCCCCCCCE", "", "", {10, 5, 0, 0}, true, SL_STREAM_FLOWING},
+     SL_STREAM_FLOWING,
+     ""},
+    {"anthropic-opening-only.sse",
+     SL_DIALECT_ANTHROPIC,
+     "OO",
+     "",
+     "",
+     {10, 1, 0, 0},
+     false,
+     SL_STREAM_HELD,
+     ""},
+    {"chat-ok.sse",
+     SL_DIALECT_OPENAI_CHAT,
+     "OCCCCCCCE",
+     "",
+     "",
+     {10, 5, 0, 0},
+     true,
+     SL_STREAM_FLOWING,
+     "stop"},
     {"chat-server-error-before-content.sse",
      SL_DIALECT_OPENAI_CHAT,
      "OX",
@@ -110,7 +137,8 @@ static const struct {
      "The server had an error while processing your request.",
      {0, 0, 0, 0},
      false,
-     SL_STREAM_HELD},
+     SL_STREAM_HELD,
+     ""},
     {"responses-ok.sse",
      SL_DIALECT_OPENAI_RESPONSES,
      "OOCCCCCCCCCCE",
@@ -118,7 +146,8 @@ static const struct {
      "",
      {10, 5, 0, 0},
      true,
-     SL_STREAM_FLOWING},
+     SL_STREAM_FLOWING,
+     "completed"},
     {"responses-failed-overloaded.sse",
      SL_DIALECT_OPENAI_RESPONSES,
      "OOX",
@@ -126,7 +155,8 @@ static const struct {
      "fake server_is_overloaded",
      {0, 0, 0, 0},
      false,
-     SL_STREAM_HELD},
+     SL_STREAM_HELD,
+     ""},
     {"responses-error-event-slow-down.sse",
      SL_DIALECT_OPENAI_RESPONSES,
      "X",
@@ -134,7 +164,8 @@ static const struct {
      "fake slow_down",
      {0, 0, 0, 0},
      false,
-     SL_STREAM_HELD},
+     SL_STREAM_HELD,
+     ""},
     {"responses-failed-invalid-encrypted-content.sse",
      SL_DIALECT_OPENAI_RESPONSES,
      "OOX",
@@ -142,7 +173,8 @@ static const struct {
      "fake invalid_encrypted_content",
      {0, 0, 0, 0},
      false,
-     SL_STREAM_HELD},
+     SL_STREAM_HELD,
+     ""},
 };
 #define NFIXTURES (sizeof fixtures / sizeof fixtures[0])
 
@@ -165,6 +197,7 @@ assert_fixture(size_t f, const outcome_t *o, const char *what)
     assert_usage(&o->st.usage, &fixtures[f].usage, fixtures[f].file);
     cr_assert_eq(sl_stream_complete(&o->st), fixtures[f].complete, "%s %s", fixtures[f].file, what);
     cr_assert_eq(o->st.phase, fixtures[f].phase, "%s %s", fixtures[f].file, what);
+    cr_assert_str_eq(o->st.finish_reason, fixtures[f].finish_reason, "%s %s", fixtures[f].file, what);
 }
 
 Test(stream_fixtures, each_event_is_classified_as_formats_md_says)
@@ -730,4 +763,43 @@ Test(json_scan, value_of_finds_the_first_member_of_that_name_and_not_words_in_st
     cr_assert_null(sl__json_value_of(json, end, "\"usage\""));
     static const char cut[] = "{\"choices\": ";
     cr_assert_null(sl__json_value_of(cut, cut + sizeof(cut) - 1, "\"choices\""), "no value after the colon");
+}
+
+/* gen_ai.response.finish_reasons comes from here: the reason as each dialect's last events give it. */
+Test(stream_rules, the_finish_reason_is_the_providers_own_word)
+{
+    static const struct {
+        sl_dialect_t dialect;
+        sl_stream_phase_t phase;
+        const char *sse, *reason;
+    } rows[] = {
+        {SL_DIALECT_ANTHROPIC, SL_STREAM_FLOWING,
+         "event: message_delta\ndata: "
+         "{\"delta\":{\"stop_reason\":\"tool_use\"},\"usage\":{\"output_tokens\":3}}\n\n",
+         "tool_use"},
+        {SL_DIALECT_ANTHROPIC, SL_STREAM_FLOWING,
+         "event: message_delta\ndata: {\"delta\":{\"stop_reason\":null},\"usage\":{\"output_tokens\":3}}\n\n",
+         ""},
+        {SL_DIALECT_OPENAI_CHAT, SL_STREAM_HELD,
+         "data: {\"choices\":[{\"delta\":{\"content\":\"x\"},\"finish_reason\":\"length\"}]}\n\n", "length"},
+        /* After content Chat chunks are only scanned: the reason is read by the scan. */
+        {SL_DIALECT_OPENAI_CHAT, SL_STREAM_FLOWING,
+         "data: {\"choices\":[{\"delta\":{},\"finish_reason\": \"tool_calls\"}]}\n\n", "tool_calls"},
+        {SL_DIALECT_OPENAI_CHAT, SL_STREAM_FLOWING,
+         "data: {\"choices\":[{\"delta\":{\"content\":\"x\"},\"finish_reason\":null}]}\n\n", ""},
+        {SL_DIALECT_OPENAI_RESPONSES, SL_STREAM_FLOWING,
+         "event: response.incomplete\ndata: {\"response\":{\"status\":\"incomplete\",\"incomplete_details\":{"
+         "\"reason\":\"max_output_tokens\"}}}\n\n",
+         "max_output_tokens"},
+        /* Not a provider's token (quotes, spaces): no reason rather than text in a trace. */
+        {SL_DIALECT_ANTHROPIC, SL_STREAM_FLOWING,
+         "event: message_delta\ndata: {\"delta\":{\"stop_reason\":\"a b\\\"c\"}}\n\n", ""},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        sl_usage_t usage = {0};
+        sl_stream_t st;
+        sl_stream_verdict_t v = classify_one(rows[i].dialect, rows[i].phase, rows[i].sse, &usage, &st);
+        cr_assert_str_eq(v.finish_reason, rows[i].reason, "row %zu", i);
+        cr_assert_str_eq(st.finish_reason, rows[i].reason, "row %zu", i);
+    }
 }

@@ -115,6 +115,7 @@ typedef struct {
     bool complete;
     sl_stream_phase_t phase;
     size_t left;
+    const char *finish_reason; /* NULL: none */
 } stream_case_t;
 
 static const stream_case_t streams[] = {
@@ -123,7 +124,8 @@ static const stream_case_t streams[] = {
      .code = "",
      .usage = {10, 5, 0, 0},
      .complete = true,
-     .phase = SL_STREAM_FLOWING},
+     .phase = SL_STREAM_FLOWING,
+     .finish_reason = "STOP"},
     {.name = "gemini-unavailable.sse",
      .kinds = "X",
      .code = "UNAVAILABLE",
@@ -194,6 +196,8 @@ assert_case(size_t i, const outcome_t *o, size_t cut)
     cr_assert_eq(sl_stream_complete(&o->st), c->complete, "stream %zu cut %zu", i, cut);
     cr_assert_eq(o->st.phase, c->phase, "stream %zu cut %zu", i, cut);
     cr_assert_eq(o->left, c->left, "stream %zu cut %zu: %zu bytes left", i, cut, o->left);
+    cr_assert_str_eq(o->st.finish_reason, c->finish_reason ? c->finish_reason : "", "stream %zu cut %zu", i,
+                     cut);
 }
 
 Test(gemini_streams, each_event_is_classified_as_formats_md_says)

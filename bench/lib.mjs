@@ -125,8 +125,8 @@ export function start(cmd, args, opts = {}) {
     log += d;
     if (log.length > 200_000) log = log.slice(-100_000);
   };
-  child.stdout.on("data", keep);
-  child.stderr.on("data", keep);
+  child.stdout?.on("data", keep); // null with stdio "ignore"
+  child.stderr?.on("data", keep);
   const p = {
     child,
     pid: child.pid,

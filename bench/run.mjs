@@ -14,10 +14,10 @@ import os from "node:os";
 import path from "node:path";
 
 import {
-  cell, checkSse, CLK_TCK, CONTROL_KEY, cpuTicks, curlPost, gitCommit, JSON_ANSWER, killAllSync, median, num,
+  cell, checkSse, CLK_TCK, CONTROL_KEY, cpuTicks, curlPost, gitCommit, JSON_ANSWER, killAllSync, median, num, start,
   parseH2loadLog, parseWrk, repo, requestBody, rssKiB, run, sleep, stopAll, summary, table, which, wrkScript,
 } from "./lib.mjs";
-import { SSE_EVENTS, sluiceBin, startNginxProxy, startPortkey, startSluice, startUpstream } from "./targets.mjs";
+import { SSE_EVENTS, sluiceBin, sluicectlBin, startNginxProxy, startPortkey, startSluice, startUpstream } from "./targets.mjs";
 
 // ---- options --------------------------------------------------------------------------------------
 
@@ -308,6 +308,20 @@ async function controlSection() {
     if (subs.length) evRateAtBar.push(subs[0].count.events / secs);
     return h.count ? ((sl.ticks() - before) * (1e6 / CLK_TCK)) / h.count : null;
   };
+  // The bar's own case: 10 sluicectl processes (a C client that keeps up) printing events to /dev/null.
+  const keepingUp = { without: [], with: [], ctlCpu: [] };
+  for (let r = 0; r < rounds; r++) {
+    keepingUp.without.push(await cpuPerRequest([]));
+    const ctls = [];
+    for (let i = 0; i < N; i++)
+      ctls.push(start(sluicectlBin(), ["--port", String(sl.controlPort), "--key", CONTROL_KEY, "events"], { stdio: ["ignore", "ignore", "pipe"] }));
+    await sleep(1000);
+    const before = ctls.reduce((t, c) => t + cpuTicks(c.pid), 0);
+    const t0 = Date.now();
+    keepingUp.with.push(await cpuPerRequest([]));
+    keepingUp.ctlCpu.push(((ctls.reduce((t, c) => t + cpuTicks(c.pid), 0) - before) / CLK_TCK / ((Date.now() - t0) / 1000)) * 100);
+    await Promise.all(ctls.map((c) => c.stop("SIGTERM", 5000)));
+  }
   let dropped = 0;
   for (let r = 0; r < rounds; r++) {
     cpuAtBar.without.push(await cpuPerRequest([]));
@@ -354,6 +368,12 @@ async function controlSection() {
       `events per subscriber: ${cell(summary(evRate), 0)}/s [bar: at 20 000/s], frames per subscriber ` +
       `${cell(summary(frameRate), 0)}/s, ${cell(summary(byteRate.map((b) => b / 1e6)), 2)} MB/s; events_dropped ` +
       `(to the decoding subscriber): ${dropped}`);
+  const keptUp = keepingUp.without.map((w, r) => (w && keepingUp.with[r] ? w / keepingUp.with[r] : null)).filter((x) => x);
+  say(`  the bar, with subscribers that keep up (${N} sluicectl events > /dev/null): at ${barRate} req/s sluice CPU per ` +
+      `request ${cell(summary(keepingUp.without), 1)} µs without, ${cell(summary(keepingUp.with), 1)} µs with: the data ` +
+      `plane's capacity with / without ${cell(summary(keptUp), 3)} [bar ≥ 0.95] (the ${N} sluicectl used ` +
+      `${cell(summary(keepingUp.ctlCpu), 0)} % of a core together)`);
+  say("  the overflow case, node subscribers in the benchmark's own process (they fall behind, so events are dropped):");
   const atBar = cpuAtBar.without.map((w, r) => (w && cpuAtBar.with[r] ? w / cpuAtBar.with[r] : null)).filter((x) => x);
   say(`  at ${barRate} req/s (${cell(summary(evRateAtBar), 0)} events/s to each subscriber): sluice CPU per request ` +
       `${cell(summary(cpuAtBar.without), 1)} µs without, ${cell(summary(cpuAtBar.with), 1)} µs with ${N} subscribers: ` +

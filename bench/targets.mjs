@@ -162,6 +162,10 @@ export function sluiceBin() {
   return process.env.SLUICE_BIN || path.join(repo, "build/sluice");
 }
 
+export function sluicectlBin() {
+  return process.env.SLUICECTL || path.join(path.dirname(sluiceBin()), "control/sluicectl");
+}
+
 // extraYaml: top-level sections added to the config (e.g. telemetry).
 export async function startSluice(dir, upstream, { args = [], wrapper = null, extraYaml = "" } = {}) {
   const bin = sluiceBin();

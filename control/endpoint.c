@@ -71,6 +71,8 @@ struct sl_control {
     sl_auth_guard_t *guard;
     conn_t *conns;
     lws_sorted_usec_list_t tick;
+    lws_sorted_usec_list_t delivery; /* the SL_CONTROL_DELIVERY_MS drain, while anyone watches */
+    bool delivering;                 /* delivery is scheduled */
     shown_view_t *shown;
     size_t n_shown;
     int64_t last_expire_ms;
@@ -195,20 +197,43 @@ on_hello(sl_control_t *ctl, conn_t *c, const sl_proto_hello_msg_t *hello)
 
 /* ---- subscriptions ------------------------------------------------------------------------------ */
 
+static void drain_bus(sl_control_t *ctl);
+
+/* Whether anyone watches events as they happen: a subscriber, or the debug log (which writes each one). */
+static bool
+anyone_watches(const sl_control_t *ctl)
+{
+    bool watched = sl_log_enabled(SL_LOG_DEBUG);
+    for (const conn_t *c = ctl->conns; c != NULL && !watched; c = c->next) {
+        for (size_t t = 0; t < SL_PROTO_TOPIC_COUNT && !watched; t++)
+            watched = c->state == CONN_READY && c->topics[t];
+    }
+    return watched;
+}
+
+static void
+delivery_tick(lws_sorted_usec_list_t *sul)
+{
+    sl_control_t *ctl = lws_container_of(sul, sl_control_t, delivery);
+    drain_bus(ctl);
+    ctl->delivering = anyone_watches(ctl);
+    if (ctl->delivering)
+        lws_sul_schedule(ctl->ctx, 0, &ctl->delivery, delivery_tick, SL_CONTROL_DELIVERY_MS * LWS_US_PER_MS);
+}
+
 /*
- * With nobody subscribed and no debug log (which writes every event as it
- * happens) the bus is drained on the tick, and before any request reads the
- * in-flight table.
+ * While anyone watches, the bus is drained every SL_CONTROL_DELIVERY_MS;
+ * otherwise on the provider tick, and before any request reads the in-flight
+ * table. Either way the bus wakes this thread early only when it fills up to
+ * a quarter (sl_bus_wants_wake), never per event.
  */
 static void
 update_eagerness(sl_control_t *ctl)
 {
-    bool eager = sl_log_enabled(SL_LOG_DEBUG);
-    for (conn_t *c = ctl->conns; c != NULL && !eager; c = c->next) {
-        for (size_t t = 0; t < SL_PROTO_TOPIC_COUNT && !eager; t++)
-            eager = c->state == CONN_READY && c->topics[t];
+    if (!ctl->delivering && anyone_watches(ctl)) {
+        ctl->delivering = true;
+        lws_sul_schedule(ctl->ctx, 0, &ctl->delivery, delivery_tick, SL_CONTROL_DELIVERY_MS * LWS_US_PER_MS);
     }
-    sl_bus_set_eager(ctl->bus, eager);
 }
 
 static void
@@ -809,6 +834,8 @@ sl_control_start(const sl_control_options_t *o, char *err, size_t err_size)
     int port = ctl->vhost != NULL ? lws_get_vhost_listen_port(ctl->vhost) : l->port;
     ctl->port = port > 0 ? (uint16_t)port : l->port;
     /* The bus is consumed from before the first connection: the in-flight log must see every start. */
+    /* Drained on this thread's own ticks (update_eagerness): the bus wakes it only when a quarter full. */
+    sl_bus_set_eager(o->bus, false);
     update_eagerness(ctl);
     sl_bus_set_wake(o->bus, wake, ctl);
     sl_bus_set_active(o->bus, true);

@@ -37,6 +37,13 @@ typedef struct {
 #define SL_CONTROL_SOCKET_BUFFER (256 * 1024)
 /* ProviderChanged per provider at most once in this many ms. */
 #define SL_CONTROL_PROVIDER_MS 250
+/*
+ * While anyone watches, events go out this often: one drain of the bus and one
+ * frame per subscriber per tick, however many events came in between. Waking
+ * on every worker's flush instead cost a send per subscriber per flush (7 000
+ * sends/s for 10 subscribers at 3 400 req/s).
+ */
+#define SL_CONTROL_DELIVERY_MS 20
 
 /*
  * Binds and starts the thread. Returns NULL with a reason in err when the

@@ -633,8 +633,7 @@ sl__trace_begin(request_t *r)
     ssize_t at = h2o_find_header_by_str(&r->req->headers, H2O_STRLIT("traceparent"), -1);
     if (at >= 0 && sl_traceparent_parse(r->req->headers.entries[at].value.base,
                                         r->req->headers.entries[at].value.len, &parent)) {
-        /* The client's sampling decision stands (a parent-based sampler, as OpenTelemetry SDKs default to).
-         */
+        /* The client's sampling decision stands: parent-based, as OpenTelemetry SDKs sample by default. */
         memcpy(r->trace.trace_id, parent.trace_id, 16);
         memcpy(r->trace.parent_span_id, parent.span_id, 8);
         r->trace.has_parent = true;

@@ -288,9 +288,10 @@ Test(retry, an_unlisted_stream_error_fails_over_but_is_not_retried)
 
 Test(retry, the_deadline_hands_over_the_last_error)
 {
-    /* At scale 0.05 wait_secs 5 = 250 ms: the 100 ms pause fits, the 200 ms one after it does not (a wide
-     * margin, so a slow first hop under a sanitizer still leaves room for the second). */
-    setenv("SLUICE_TEST_TIME_SCALE", "0.05", 1);
+    /* At scale 0.1 wait_secs 5 = 500 ms: the 200 ms pause fits, the 400 ms one after it never does; the first
+     * hop may take up to 300 ms (a sanitizer build beside other tests took more than the 150 ms that scale
+     * 0.05 left it). */
+    setenv("SLUICE_TEST_TIME_SCALE", "0.1", 1);
     start("anthropic", 1, "wait_secs: 5", NULL);
     fake_set_default(up1, status(503, JSON_HEADER, OVERLOADED));
     post_stream();

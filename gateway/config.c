@@ -819,16 +819,24 @@ set_provider_protocol(walker_t *w, yaml_node_t *value, void *target)
         ((sl_provider_t *)target)->protocol = (sl_dialect_t)i;
 }
 
+/* An http:// or https:// URL with a host (sl_base_url_parse), or NULL after the error. */
+static char *
+get_base_url(walker_t *w, yaml_node_t *value)
+{
+    char *s = get_string(w, value);
+    if (s != NULL && !valid_base_url(s)) {
+        ERROR(w, value, SL_CODE_CONFIG_BAD_URL, "value", s);
+        return NULL;
+    }
+    return s;
+}
+
 static void
 set_provider_base_url(walker_t *w, yaml_node_t *value, void *target)
 {
-    char *s = get_string(w, value);
+    char *s = get_base_url(w, value);
     if (s == NULL)
         return;
-    if (!valid_base_url(s)) {
-        ERROR(w, value, SL_CODE_CONFIG_BAD_URL, "value", s);
-        return;
-    }
     /* sluice appends the dialect's path, so a trailing slash would double it. */
     size_t n = strlen(s);
     while (n > 0 && s[n - 1] == '/')
@@ -1726,14 +1734,9 @@ set_store(walker_t *w, yaml_node_t *value, void *target)
 static void
 set_otlp_endpoint(walker_t *w, yaml_node_t *value, void *target)
 {
-    char *s = get_string(w, value);
-    if (s == NULL)
-        return;
-    if (!valid_base_url(s)) {
-        ERROR(w, value, SL_CODE_CONFIG_BAD_URL, "value", s);
-        return;
-    }
-    ((sl_config_t *)target)->otlp_endpoint = s;
+    char *s = get_base_url(w, value);
+    if (s != NULL)
+        ((sl_config_t *)target)->otlp_endpoint = s;
 }
 
 /* sample: a share from 0 to 1, at most 6 decimals (0.25, 1.0). */

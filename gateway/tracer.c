@@ -19,6 +19,7 @@
 #include "log.h"
 #include "tls.h"
 #include "version.h"
+#include "worker.h"
 
 struct sl_tracer {
     pthread_mutex_t lock;
@@ -33,14 +34,6 @@ struct sl_tracer {
     SSL_CTX *tls;
     bool failing; /* the last export failed: the next success is logged */
 };
-
-static int64_t
-mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static uint64_t
 spans_of(const sl_request_span_t *s)
@@ -238,7 +231,7 @@ wait_until(sl_tracer_t *t, int64_t deadline_ms)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    int64_t left = deadline_ms - mono_ms();
+    int64_t left = deadline_ms - sl_now_ms();
     if (left <= 0)
         return;
     ts.tv_sec += left / 1000;
@@ -262,8 +255,8 @@ exporter_main(void *arg)
         if (t->len == 0)
             break;
         /* A batch fills up or its first record has waited SL_TRACER_DELAY_MS. */
-        int64_t deadline = mono_ms() + SL_TRACER_DELAY_MS;
-        while (t->len < SL_TRACER_BATCH && !t->stopping && mono_ms() < deadline)
+        int64_t deadline = sl_now_ms() + SL_TRACER_DELAY_MS;
+        while (t->len < SL_TRACER_BATCH && !t->stopping && sl_now_ms() < deadline)
             wait_until(t, deadline);
         size_t n = t->len < SL_TRACER_BATCH ? t->len : SL_TRACER_BATCH;
         for (size_t i = 0; i < n; i++)

@@ -230,12 +230,14 @@ describe("control endpoint", () => {
     assert.equal((await c2.request({ kind: "pause_provider", provider: "only", until_ms: until })).kind, "ok");
     up.push(jsonReply(200, OK_MESSAGE));
     const pending = ask("waits");
+    // Until the request is queued (a busy machine may take seconds to get it there).
     let snap;
-    for (let i = 0; i < 50; i++) {
+    for (const deadline = Date.now() + 10_000; Date.now() < deadline;) {
       snap = await c2.request({ kind: "subscribe", topics: ["events", "providers"] });
       if (snap.in_flight.length > 0 && snap.in_flight[0].events.some((e) => e.kind === "request_queued")) break;
       await new Promise((r) => setTimeout(r, 50));
     }
+    assert.equal(snap.in_flight.length, 1, "the request is in flight");
     const live = snap.in_flight[0];
     assert.deepEqual(live.events.map((e) => e.kind).slice(0, 2), ["request_started", "request_routed"]);
     const queued = live.events.find((e) => e.kind === "request_queued");
@@ -312,8 +314,9 @@ describe("control endpoint", () => {
     const c = await connect();
     up.push(jsonReply(200, OK_MESSAGE));
     assert.equal((await ask("for history")).status, 200);
+    // Until the writer has committed the row (it batches; a busy disk may take seconds).
     let rows = [];
-    for (let i = 0; i < 40 && rows.length === 0; i++) {
+    for (const deadline = Date.now() + 10_000; Date.now() < deadline && rows.length === 0;) {
       const r = await c.request({ kind: "history", since_ms: Date.now() - 60_000, limit: 5, filter: { status: 200 } });
       rows = r.rows;
       if (rows.length === 0) await new Promise((res) => setTimeout(res, 50));

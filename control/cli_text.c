@@ -484,6 +484,21 @@ event_fields(const sl_proto_event_t *ev, bool with_id, sl_strbuf_t *b)
     case SL_PROTO_EVENT_ROWS_DROPPED:
         kv_u(b, "count", ev->rows_dropped.count);
         break;
+    case SL_PROTO_EVENT_STATS_REPORTED: {
+        const sl_proto_stats_interval_t *iv = &ev->stats_reported.interval;
+        uint64_t hops = 0, rescued = 0, lost = 0;
+        for (size_t i = 0; i < iv->providers_len; i++)
+            hops += iv->providers[i].requests;
+        for (size_t i = 0; i < iv->rescued_len; i++)
+            rescued += iv->rescued[i].count;
+        for (size_t i = 0; i < iv->lost_len; i++)
+            lost += iv->lost[i].count;
+        kv_ms(b, "interval", iv->ms);
+        kv_u(b, "hops", hops);
+        kv_u(b, "rescued", rescued);
+        kv_u(b, "lost", lost);
+        break;
+    }
     case SL_PROTO_EVENT_STORE_CHANGED: {
         const sl_proto_store_changed_t *e = &ev->store_changed;
         kv(b, "state", sl_proto_store_state_slug(e->state));

@@ -18,6 +18,7 @@
 #include "log.h"
 #include "worker.h"
 #include "session.h"
+#include "stats.h"
 
 typedef enum { CONN_AWAIT_HELLO, CONN_HELLO_DELAYED, CONN_READY, CONN_CLOSING } conn_state_t;
 
@@ -82,6 +83,9 @@ struct sl_control {
     size_t frame_cap;
     msgpack_sbuffer
         event_bytes; /* reused for each event encoded: a fresh one was an 8 KiB malloc per event */
+    sl_stats_t *stats;             /* the stats topic's intervals */
+    sl_metrics_counts_t *counts;   /* scratch for each close */
+    lws_sorted_usec_list_t stats_tick;
 };
 
 static sl_control_t *
@@ -198,6 +202,7 @@ on_hello(sl_control_t *ctl, conn_t *c, const sl_proto_hello_msg_t *hello)
 /* ---- subscriptions ------------------------------------------------------------------------------ */
 
 static void drain_bus(sl_control_t *ctl);
+static void stats_tick_fired(lws_sorted_usec_list_t *sul);
 
 /* Whether anyone watches events as they happen: a subscriber, or the debug log (which writes each one). */
 static bool
@@ -205,8 +210,8 @@ anyone_watches(const sl_control_t *ctl)
 {
     bool watched = sl_log_enabled(SL_LOG_DEBUG);
     for (const conn_t *c = ctl->conns; c != NULL && !watched; c = c->next) {
-        for (size_t t = 0; t < SL_PROTO_TOPIC_COUNT && !watched; t++)
-            watched = c->state == CONN_READY && c->topics[t];
+        /* The stats topic is sent on its own tick: it needs no drain of the bus. */
+        watched = c->state == CONN_READY && (c->topics[SL_PROTO_TOPIC_EVENTS] || c->topics[SL_PROTO_TOPIC_PROVIDERS]);
     }
     return watched;
 }
@@ -250,11 +255,21 @@ subscribe(sl_control_t *ctl, conn_t *c, const sl_proto_subscribe_msg_t *m)
     s.snapshot.providers_len = sl_runtime_provider_views(ctl->runtime, &s.snapshot.providers);
     s.snapshot.in_flight_len = sl_inflight_view(ctl->inflight, &s.snapshot.in_flight);
     s.snapshot.seq = sl_outq_seq(c->out);
+    if (c->topics[SL_PROTO_TOPIC_STATS]) {
+        s.snapshot.has_stats = true;
+        s.snapshot.stats_len = sl_stats_history(ctl->stats, &s.snapshot.stats);
+        s.snapshot.stats_totals = sl_xcalloc(1, sizeof(*s.snapshot.stats_totals));
+        sl_stats_totals(ctl->stats, s.snapshot.stats_totals);
+    }
     send_message(c, &s);
-    /* The in-flight events are the log's: only the array around them is this message's. */
+    /* The in-flight events are the log's and the intervals the stats': only the arrays around them are this
+     * message's. */
     free(s.snapshot.in_flight);
     s.snapshot.in_flight = NULL;
     s.snapshot.in_flight_len = 0;
+    free(s.snapshot.stats);
+    s.snapshot.stats = NULL;
+    s.snapshot.stats_len = 0;
     sl_proto_message_free(&s);
 }
 
@@ -295,11 +310,22 @@ fan_out(sl_control_t *ctl, sl_proto_topic_t topic, const sl_proto_event_t *ev)
     return n;
 }
 
+/* Paused, for the stats' shaded spans: after a 429, probing, or by hand (a usage limit's hold is not a pause). */
+static bool
+throttle_is_pause(const sl_proto_throttle_t *t)
+{
+    return t != NULL && (t->kind == SL_PROTO_THROTTLE_KIND_PAUSED || t->kind == SL_PROTO_THROTTLE_KIND_PROBING ||
+                         t->kind == SL_PROTO_THROTTLE_KIND_MANUAL);
+}
+
 static void
 on_bus_event(void *ctx, sl_proto_event_t *ev)
 {
     sl_control_t *ctl = ctx;
     sl_eventlog_write(ev);
+    if (ev->kind == SL_PROTO_EVENT_THROTTLE_CHANGED)
+        sl_stats_note_throttle(ctl->stats, ev->throttle_changed.provider,
+                               throttle_is_pause(ev->throttle_changed.throttle), (int64_t)ev->throttle_changed.at_ms);
     fan_out(ctl,
             ev->kind == SL_PROTO_EVENT_PROVIDER_CHANGED ? SL_PROTO_TOPIC_PROVIDERS : SL_PROTO_TOPIC_EVENTS,
             ev);
@@ -378,6 +404,35 @@ providers_tick(lws_sorted_usec_list_t *sul)
         sl_inflight_expire(ctl->inflight, now - 3 * 3600 * 1000);
     }
     lws_sul_schedule(ctl->ctx, 0, &ctl->tick, providers_tick, SL_CONTROL_PROVIDER_MS * LWS_US_PER_MS);
+}
+
+/* ---- the stats topic ---------------------------------------------------------------------------- */
+
+static void
+schedule_stats(sl_control_t *ctl)
+{
+    int64_t wait_ms = sl_stats_due_ms(ctl->stats) - sl_wall_ms();
+    lws_sul_schedule(ctl->ctx, 0, &ctl->stats_tick, stats_tick_fired,
+                     (wait_ms > 0 ? wait_ms : 0) * LWS_US_PER_MS);
+}
+
+/* At each interval's end (wall clock): close it and send it to the stats subscribers. */
+static void
+stats_tick_fired(lws_sorted_usec_list_t *sul)
+{
+    sl_control_t *ctl = lws_container_of(sul, sl_control_t, stats_tick);
+    drain_bus(ctl); /* the ThrottleChanged events so far count in this interval */
+    int64_t now = sl_wall_ms();
+    sl_runtime_stats_counts(ctl->runtime, ctl->counts);
+    const sl_proto_stats_interval_t *iv = sl_stats_close(ctl->stats, ctl->counts, now);
+    if (iv != NULL) {
+        sl_proto_event_t ev;
+        sl_proto_event_init(&ev, SL_PROTO_EVENT_STATS_REPORTED);
+        ev.stats_reported.at_ms = (uint64_t)now;
+        ev.stats_reported.interval = *iv; /* borrowed: ev is not freed */
+        fan_out(ctl, SL_PROTO_TOPIC_STATS, &ev);
+    }
+    schedule_stats(ctl);
 }
 
 /* ---- receiving ---------------------------------------------------------------------------------- */
@@ -762,6 +817,7 @@ control_main(void *arg)
 {
     sl_control_t *ctl = arg;
     lws_sul_schedule(ctl->ctx, 0, &ctl->tick, providers_tick, SL_CONTROL_PROVIDER_MS * LWS_US_PER_MS);
+    schedule_stats(ctl);
     while (!atomic_load(&ctl->stopping))
         lws_service(ctl->ctx, 0);
     return NULL;
@@ -798,6 +854,8 @@ sl_control_start(const sl_control_options_t *o, char *err, size_t err_size)
     ctl->bus = o->bus;
     ctl->cancel = o->cancel;
     ctl->cancel_ctx = o->cancel_ctx;
+    ctl->stats = sl_stats_new(sl_wall_ms());
+    ctl->counts = sl_xmalloc(sizeof(*ctl->counts));
     ctl->inflight = sl_inflight_new();
     ctl->guard = sl_auth_guard_new();
     ctl->frame_cap = SL_OUTQ_FRAME_BYTES;
@@ -877,6 +935,8 @@ sl_control_stop(sl_control_t *ctl)
     free(ctl->shown);
     sl_inflight_free(ctl->inflight);
     sl_auth_guard_free(ctl->guard);
+    sl_stats_free(ctl->stats);
+    free(ctl->counts);
     free(ctl->frame);
     msgpack_sbuffer_destroy(&ctl->event_bytes);
     free(ctl->allow_from);

@@ -409,6 +409,52 @@ visit(const names_t *n, size_t *slots)
     size_t i##_slots[SLOTS], i##_n = visit(n, i##_slots);                                                    \
     for (size_t i##_k = 0, i = i##_slots[0]; i##_k < i##_n; i##_k++, i = i##_k < i##_n ? i##_slots[i##_k] : 0)
 
+const double *
+sl_metrics_ttft_bounds(void)
+{
+    _Static_assert(NB(ttft_bounds) + 1 == SL_METRICS_TTFT_BUCKETS, "the stats' TTFT buckets");
+    return ttft_bounds;
+}
+
+void
+sl_metrics_counts(sl_metrics_t *m, sl_metrics_counts_t *out)
+{
+    memset(out, 0, sizeof(*out));
+    size_t slots[SLOTS];
+    out->n_providers = visit(&m->providers, slots);
+    for (size_t k = 0; k < out->n_providers; k++) {
+        size_t p = slots[k];
+        sl_metrics_provider_counts_t *c = &out->providers[k];
+        snprintf(c->name, sizeof(c->name), "%s", slot_name(&m->providers, p));
+        for (int l = 0; l < SL_ATTEMPT_LABEL_COUNT; l++) {
+            uint64_t v = SUM(m, attempts[p][l]);
+            c->requests += v;
+            if (l == SL_ATTEMPT_TEMPORARY || l == SL_ATTEMPT_TIMEOUT || l == SL_ATTEMPT_CONNECT ||
+                l == SL_ATTEMPT_BROKEN_AFTER_CONTENT)
+                c->temporary += v;
+            else if (l == SL_ATTEMPT_RATE_LIMITED)
+                c->rate_limited += v;
+        }
+        for (size_t b = 0; b < SL_METRICS_TTFT_BUCKETS; b++)
+            c->ttft[b] = SUM(m, ttft[p].counts[b]);
+    }
+    /* Tokens are kept per (provider, model): summed into their provider's slot. */
+    size_t pairs = atomic_load_explicit(&m->pairs.count, memory_order_acquire);
+    for (size_t i = 0; i <= pairs; i++) {
+        size_t pair = i < pairs ? i : SL_METRICS_MODELS;
+        size_t provider = i < pairs ? m->pairs.provider[i] : SL_METRICS_NAMES;
+        size_t k = provider < out->n_providers - 1 ? provider : out->n_providers - 1;
+        out->providers[k].input_tokens += SUM(m, tokens[pair][0]);
+        out->providers[k].output_tokens += SUM(m, tokens[pair][1]);
+    }
+    for (size_t r = 0; r < SLOTS; r++) {
+        for (int t = 0; t < SL_TROUBLE_COUNT; t++) {
+            out->rescued[t] += SUM(m, rescued[r][t]);
+            out->lost[t] += SUM(m, lost[r][t]);
+        }
+    }
+}
+
 /* Whether a route slot has answered any request (its rescued and lost series then show zeros too). */
 static bool
 route_seen(const sl_metrics_t *m, size_t r)

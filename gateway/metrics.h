@@ -132,6 +132,32 @@ void sl_metrics_overhead(sl_metrics_worker_t *w, int64_t overhead_ns);
 void sl_metrics_usage(sl_metrics_worker_t *w, uint16_t model_slot, const uint64_t tokens[4],
                       int64_t cost_micros);
 
+/* ---- the stats topic's counts (the control thread, every interval) ---- */
+
+#define SL_METRICS_TTFT_BUCKETS 13 /* sluice_time_to_first_token_seconds' bounds, plus +Inf */
+
+/* One provider slot's counters, cumulative since start. */
+typedef struct {
+    char name[128];
+    uint64_t requests;     /* hops, every outcome */
+    uint64_t temporary;    /* temporary, timeout, connect, broken_after_content */
+    uint64_t rate_limited; /* 429s */
+    uint64_t ttft[SL_METRICS_TTFT_BUCKETS];
+    uint64_t input_tokens, output_tokens;
+} sl_metrics_provider_counts_t;
+
+typedef struct {
+    sl_metrics_provider_counts_t providers[SL_METRICS_NAMES + 1]; /* slot order; the last is "other" */
+    size_t n_providers; /* the slots named so far, then "other" */
+    uint64_t rescued[SL_TROUBLE_COUNT], lost[SL_TROUBLE_COUNT]; /* every route */
+} sl_metrics_counts_t;
+
+/* The workers' counters summed, as the stats need them (out is overwritten). */
+void sl_metrics_counts(sl_metrics_t *m, sl_metrics_counts_t *out);
+
+/* sluice_time_to_first_token_seconds' bucket bounds (SL_METRICS_TTFT_BUCKETS - 1 of them), in seconds. */
+const double *sl_metrics_ttft_bounds(void);
+
 /* ---- a scrape ---- */
 
 /* One upstream as it stands at the scrape (the shell reads it from the shared state). */

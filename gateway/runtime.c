@@ -1360,3 +1360,9 @@ sl_runtime_metrics(sl_runtime_t *rt, uint32_t control_subscribers, uint64_t even
     free(ups);
     sl_runtime_provider_views_free(views, n);
 }
+
+void
+sl_runtime_stats_counts(sl_runtime_t *rt, sl_metrics_counts_t *out)
+{
+    sl_metrics_counts(rt->gw->metrics, out);
+}

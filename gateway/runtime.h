@@ -17,6 +17,7 @@
 #include "config.h"
 #include "core/msg.h"
 #include "limiter.h"
+#include "metrics.h"
 #include "request.h"
 #include "snapshot.h"
 #include "upstream.h"
@@ -113,6 +114,9 @@ bool sl_runtime_cluster_view(sl_runtime_t *rt, sl_proto_cluster_view_t **cluster
  */
 void sl_runtime_metrics(sl_runtime_t *rt, uint32_t control_subscribers, uint64_t events_dropped,
                         sl_strbuf_t *out);
+
+/* The data plane's counters summed, for the stats topic (stats.h). */
+void sl_runtime_stats_counts(sl_runtime_t *rt, sl_metrics_counts_t *out);
 
 /* The request DB's state for get_providers (the caller frees it), or NULL without one. */
 sl_proto_store_view_t *sl_runtime_store_view(sl_runtime_t *rt);

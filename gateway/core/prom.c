@@ -118,3 +118,22 @@ sl_prom_bucket(const double *bounds, size_t n_bounds, double value)
         i++;
     return i;
 }
+
+double
+sl_prom_quantile(const double *bounds, size_t n_bounds, const uint64_t *counts, double q)
+{
+    uint64_t total = 0;
+    for (size_t i = 0; i <= n_bounds; i++)
+        total += counts[i];
+    if (total == 0)
+        return -1;
+    double rank = q * (double)total, below = 0;
+    for (size_t i = 0; i < n_bounds; i++) {
+        if (counts[i] > 0 && below + (double)counts[i] >= rank) {
+            double lower = i == 0 ? 0 : bounds[i - 1];
+            return lower + (bounds[i] - lower) * ((rank - below) / (double)counts[i]);
+        }
+        below += (double)counts[i];
+    }
+    return n_bounds > 0 ? bounds[n_bounds - 1] : -1;
+}

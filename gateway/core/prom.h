@@ -42,4 +42,13 @@ void sl_prom_histogram(sl_strbuf_t *out, const char *name, const sl_prom_label_t
 /* The bucket of a histogram an observation falls in: the first i with value <= bounds[i], else n_bounds. */
 size_t sl_prom_bucket(const double *bounds, size_t n_bounds, double value);
 
+/*
+ * The q-quantile (0..1) of a histogram's observations as Prometheus's
+ * histogram_quantile estimates it: the bucket the rank falls in, linearly
+ * interpolated between its lower bound (0 for the first) and its upper
+ * bound; in the +Inf bucket, the last bound. counts as for sl_prom_histogram
+ * (per bucket, n_bounds + 1 entries). Negative when there is no observation.
+ */
+double sl_prom_quantile(const double *bounds, size_t n_bounds, const uint64_t *counts, double q);
+
 #endif

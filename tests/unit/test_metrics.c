@@ -168,3 +168,44 @@ Test(metrics, labels_and_gates)
     cr_expect_eq(sl_gate_of_skip(SL_SKIP_COOLING), SL_GATE_COUNT);
     cr_expect_str_eq(sl_attempt_label_slug(SL_ATTEMPT_HEDGE_LOST), "hedge_lost");
 }
+
+/* What the stats topic reads (stats.h): per provider slot its hops by kind, TTFT buckets and tokens. */
+Test(metrics, the_stats_counts_sum_the_workers_per_provider)
+{
+    sl_metrics_t *m = sl_metrics_new();
+    sl_metrics_worker_t *a = sl_metrics_add_worker(m), *b = sl_metrics_add_worker(m);
+    uint16_t one = sl_metrics_provider_slot(m, "one"), two = sl_metrics_provider_slot(m, "two");
+    uint16_t route = sl_metrics_route_slot(m, "claude-*");
+    sl_metrics_attempt(a, one, SL_ATTEMPT_OK);
+    sl_metrics_attempt(b, one, SL_ATTEMPT_TEMPORARY);
+    sl_metrics_attempt(b, one, SL_ATTEMPT_TIMEOUT);
+    sl_metrics_attempt(a, one, SL_ATTEMPT_RATE_LIMITED);
+    sl_metrics_attempt(a, two, SL_ATTEMPT_REQUEST_ERROR);
+    sl_metrics_ttft(a, one, 300000); /* 0.3 s: bucket (0.25, 0.5] */
+    sl_metrics_ttft(b, one, 300000);
+    sl_metrics_usage(a, sl_metrics_model_slot(m, one, "m1"), (const uint64_t[4]){10, 3, 0, 0}, 0);
+    sl_metrics_usage(b, sl_metrics_model_slot(m, one, "m2"), (const uint64_t[4]){5, 1, 0, 0}, 0);
+    sl_metrics_usage(b, sl_metrics_model_slot(m, two, "m1"), (const uint64_t[4]){7, 0, 0, 0}, 0);
+    sl_metrics_request(a, &(sl_metrics_request_t){.route = route, .status = 200, .verdict = SL_RESCUE_RESCUED,
+                                                  .trouble = SL_TROUBLE_FAILED_OVER});
+    sl_metrics_request(b, &(sl_metrics_request_t){.route = route, .status = 503, .verdict = SL_RESCUE_LOST,
+                                                  .trouble = SL_TROUBLE_RETRIED});
+    sl_metrics_counts_t *c = malloc(sizeof(*c));
+    sl_metrics_counts(m, c);
+    cr_assert_eq(c->n_providers, 3u, "two named, then other");
+    cr_expect_str_eq(c->providers[0].name, "one");
+    cr_expect_str_eq(c->providers[2].name, "other");
+    cr_expect_eq(c->providers[0].requests, 4u);
+    cr_expect_eq(c->providers[0].temporary, 2u, "a timeout is a temporary failure");
+    cr_expect_eq(c->providers[0].rate_limited, 1u);
+    cr_expect_eq(c->providers[0].ttft[3], 2u);
+    cr_expect_eq(c->providers[0].input_tokens, 15u, "both models of the provider");
+    cr_expect_eq(c->providers[0].output_tokens, 4u);
+    cr_expect_eq(c->providers[1].requests, 1u);
+    cr_expect_eq(c->providers[1].temporary, 0u);
+    cr_expect_eq(c->providers[1].input_tokens, 7u);
+    cr_expect_eq(c->rescued[SL_TROUBLE_FAILED_OVER], 1u);
+    cr_expect_eq(c->lost[SL_TROUBLE_RETRIED], 1u);
+    free(c);
+    sl_metrics_free(m);
+}

@@ -71,3 +71,24 @@ Test(prom, bucket_bounds_are_inclusive)
     cr_assert_eq(sl_prom_bucket(bounds, 2, 0.0000100001), 1);
     cr_assert_eq(sl_prom_bucket(bounds, 2, 5), 2);
 }
+
+/* histogram_quantile's estimate: linear within the bucket the rank falls in. */
+Test(prom, quantiles_interpolate_within_the_bucket_of_the_rank)
+{
+    const double bounds[] = {0.1, 0.5, 1};
+    uint64_t none[4] = {0};
+    cr_expect(sl_prom_quantile(bounds, 3, none, 0.5) < 0, "no observation: no quantile");
+    /* 10 at or below 0.1, 10 in (0.1, 0.5]: the median is the first bucket's top, p75 halfway up the next. */
+    uint64_t two[4] = {10, 10, 0, 0};
+    cr_expect(fabs(sl_prom_quantile(bounds, 3, two, 0.5) - 0.1) < 1e-9);
+    cr_expect(fabs(sl_prom_quantile(bounds, 3, two, 0.75) - 0.3) < 1e-9);
+    /* Only the first bucket: from 0. */
+    uint64_t first[4] = {4, 0, 0, 0};
+    cr_expect(fabs(sl_prom_quantile(bounds, 3, first, 0.5) - 0.05) < 1e-9);
+    /* Empty buckets below are skipped: everything in (0.5, 1]. */
+    uint64_t third[4] = {0, 0, 2, 0};
+    cr_expect(fabs(sl_prom_quantile(bounds, 3, third, 0.5) - 0.75) < 1e-9);
+    /* In +Inf: the last bound. */
+    uint64_t inf[4] = {1, 0, 0, 9};
+    cr_expect(fabs(sl_prom_quantile(bounds, 3, inf, 0.95) - 1) < 1e-9);
+}

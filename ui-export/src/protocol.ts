@@ -5,12 +5,12 @@ import { ProtocolError } from "./runtime.js";
 export { ProtocolError } from "./runtime.js";
 export type { ErrorKind } from "./runtime.js";
 
-export const PROTOCOL_VERSION = 5;
-export const PROTOCOL_FINGERPRINT = "1452f0acf6d623ba";
+export const PROTOCOL_VERSION = 6;
+export const PROTOCOL_FINGERPRINT = "a4a0e6c33c2552d8";
 
 /** What a subscription streams. */
-export type Topic = "events" | "providers";
-export const TOPIC_VALUES: readonly Topic[] = ["events", "providers"];
+export type Topic = "events" | "providers" | "stats";
+export const TOPIC_VALUES: readonly Topic[] = ["events", "providers", "stats"];
 const decTopic = rt.slugOf(TOPIC_VALUES);
 const encTopic = rt.encSlugOf(TOPIC_VALUES);
 
@@ -97,6 +97,12 @@ export type StoreState = "ok" | "degraded";
 export const STORE_STATE_VALUES: readonly StoreState[] = ["ok", "degraded"];
 const decStoreState = rt.slugOf(STORE_STATE_VALUES);
 const encStoreState = rt.encSlugOf(STORE_STATE_VALUES);
+
+/** The first trouble a request met on its way (observability.md "Rescued and lost"): a failed attempt then a retry round; a failed or 429'd attempt, or a cooling or throttled candidate, then another candidate; a wait behind an upstream paused after a 429; a wait for a usage window (an upstream's or the key's); a wait for a max_concurrent slot. */
+export type TroubleCause = "retried" | "failed_over" | "queued_429" | "queued_window" | "queued_slot";
+export const TROUBLE_CAUSE_VALUES: readonly TroubleCause[] = ["retried", "failed_over", "queued_429", "queued_window", "queued_slot"];
+const decTroubleCause = rt.slugOf(TROUBLE_CAUSE_VALUES);
+const encTroubleCause = rt.encSlugOf(TROUBLE_CAUSE_VALUES);
 
 /** Where a configuration change came from. */
 export type ConfigSource = "file" | "control";
@@ -244,6 +250,49 @@ export interface StoreView {
   spool_bytes?: number;
   /** why it is degraded, secrets masked, e.g. `connection refused` */
   reason?: string;
+}
+
+/** How many requests met this trouble first. */
+export interface TroubleCount {
+  cause: TroubleCause;
+  count: number;
+}
+
+/** One upstream over one stats interval. */
+export interface ProviderStats {
+  name: string;
+  /** hops sent to it (a retried or failed-over request counts once per hop) */
+  requests: number;
+  /** hops that failed temporarily: 5xx, overload, timeout, connect failure, a stream broken */
+  temporary: number;
+  /** hops answered 429 */
+  rate_limited: number;
+  /** requests whose first content it sent in the interval */
+  first_tokens: number;
+  /** median time to first token of those, from arrival (estimated from the metrics histogram's buckets); absent without any */
+  ttft_p50_ms?: number;
+  /** 95th percentile, the same way */
+  ttft_p95_ms?: number;
+  input_tokens: number;
+  output_tokens: number;
+  /** how long in the interval it was paused (after a 429, probing, or by hand) */
+  paused_ms: number;
+}
+
+/** What happened over one interval of `ms` (10 s) from `start_ms`: per upstream, and the requests rescued or lost by the first trouble they met (only non-zero causes listed). */
+export interface StatsInterval {
+  start_ms: number;
+  ms: number;
+  providers: ProviderStats[];
+  rescued: TroubleCount[];
+  lost: TroubleCount[];
+}
+
+/** Rescued and lost requests since the process started (`since_ms`), over every interval reported so far: a client adds each later StatsReported's. */
+export interface StatsTotals {
+  since_ms: number;
+  rescued: TroubleCount[];
+  lost: TroubleCount[];
 }
 
 /** A live request with its events so far, in order (RequestStarted first); a late subscriber replays them. */
@@ -474,6 +523,14 @@ export interface ProviderChanged {
   view: ProviderView;
 }
 
+/** A stats interval ended (topic `stats`; every 10 s). */
+export interface StatsReported {
+  kind: "stats_reported";
+  /** when it happened, ms since the Unix epoch */
+  at_ms: number;
+  interval: StatsInterval;
+}
+
 /** This instance joined its cluster, lost it (degraded), or the count of live instances changed. */
 export interface ClusterChanged {
   kind: "cluster_changed";
@@ -687,6 +744,10 @@ export interface SnapshotMessage {
   providers: ProviderView[];
   in_flight: InFlightRequest[];
   seq: number;
+  /** with topic `stats`: the last hour's intervals, oldest first */
+  stats?: StatsInterval[];
+  /** with topic `stats`: rescued and lost since start, the intervals in `stats` and older ones included */
+  stats_totals?: StatsTotals;
 }
 
 /** One event of a subscription; `seq` counts this subscription's events and increases by one. */
@@ -721,6 +782,7 @@ export type Event =
   | SecretsFound
   | ContentMatched
   | ProviderChanged
+  | StatsReported
   | ClusterChanged
   | RowsDropped
   | StoreChanged
@@ -746,6 +808,7 @@ export const EVENT_KINDS: readonly Event["kind"][] = [
   "secrets_found",
   "content_matched",
   "provider_changed",
+  "stats_reported",
   "cluster_changed",
   "rows_dropped",
   "store_changed",
@@ -791,6 +854,8 @@ function decEvent(x: unknown): Event {
       return decContentMatched(o);
     case "provider_changed":
       return decProviderChanged(o);
+    case "stats_reported":
+      return decStatsReported(o);
     case "cluster_changed":
       return decClusterChanged(o);
     case "rows_dropped":
@@ -840,6 +905,8 @@ function encEvent(v: Event): rt.Obj {
       return encContentMatched(v);
     case "provider_changed":
       return encProviderChanged(v);
+    case "stats_reported":
+      return encStatsReported(v);
     case "cluster_changed":
       return encClusterChanged(v);
     case "rows_dropped":
@@ -1274,6 +1341,92 @@ function encStoreView(v: StoreView): rt.Obj {
   return o;
 }
 
+function decTroubleCount(x: unknown): TroubleCount {
+  const o = rt.decMapObject(x);
+  const f_cause = rt.field(o, "cause", decTroubleCause);
+  const f_count = rt.field(o, "count", rt.decU64);
+  const v: TroubleCount = { cause: f_cause, count: f_count };
+  return v;
+}
+
+function encTroubleCount(v: TroubleCount): rt.Obj {
+  const o: rt.Obj = {};
+  rt.put(o, "cause", v.cause, encTroubleCause);
+  rt.put(o, "count", v.count, rt.encU64);
+  return o;
+}
+
+function decProviderStats(x: unknown): ProviderStats {
+  const o = rt.decMapObject(x);
+  const f_name = rt.field(o, "name", rt.decStr);
+  const f_requests = rt.field(o, "requests", rt.decU64);
+  const f_temporary = rt.field(o, "temporary", rt.decU64);
+  const f_rate_limited = rt.field(o, "rate_limited", rt.decU64);
+  const f_first_tokens = rt.field(o, "first_tokens", rt.decU64);
+  const f_ttft_p50_ms = rt.optField(o, "ttft_p50_ms", rt.decU32);
+  const f_ttft_p95_ms = rt.optField(o, "ttft_p95_ms", rt.decU32);
+  const f_input_tokens = rt.field(o, "input_tokens", rt.decU64);
+  const f_output_tokens = rt.field(o, "output_tokens", rt.decU64);
+  const f_paused_ms = rt.field(o, "paused_ms", rt.decU32);
+  const v: ProviderStats = { name: f_name, requests: f_requests, temporary: f_temporary, rate_limited: f_rate_limited, first_tokens: f_first_tokens, input_tokens: f_input_tokens, output_tokens: f_output_tokens, paused_ms: f_paused_ms };
+  if (f_ttft_p50_ms !== undefined) v.ttft_p50_ms = f_ttft_p50_ms;
+  if (f_ttft_p95_ms !== undefined) v.ttft_p95_ms = f_ttft_p95_ms;
+  return v;
+}
+
+function encProviderStats(v: ProviderStats): rt.Obj {
+  const o: rt.Obj = {};
+  rt.put(o, "name", v.name, rt.encStr);
+  rt.put(o, "requests", v.requests, rt.encU64);
+  rt.put(o, "temporary", v.temporary, rt.encU64);
+  rt.put(o, "rate_limited", v.rate_limited, rt.encU64);
+  rt.put(o, "first_tokens", v.first_tokens, rt.encU64);
+  if (v.ttft_p50_ms !== undefined) rt.put(o, "ttft_p50_ms", v.ttft_p50_ms, rt.encU32);
+  if (v.ttft_p95_ms !== undefined) rt.put(o, "ttft_p95_ms", v.ttft_p95_ms, rt.encU32);
+  rt.put(o, "input_tokens", v.input_tokens, rt.encU64);
+  rt.put(o, "output_tokens", v.output_tokens, rt.encU64);
+  rt.put(o, "paused_ms", v.paused_ms, rt.encU32);
+  return o;
+}
+
+function decStatsInterval(x: unknown): StatsInterval {
+  const o = rt.decMapObject(x);
+  const f_start_ms = rt.field(o, "start_ms", rt.decU64);
+  const f_ms = rt.field(o, "ms", rt.decU32);
+  const f_providers = rt.field(o, "providers", rt.arrayOf(decProviderStats));
+  const f_rescued = rt.field(o, "rescued", rt.arrayOf(decTroubleCount));
+  const f_lost = rt.field(o, "lost", rt.arrayOf(decTroubleCount));
+  const v: StatsInterval = { start_ms: f_start_ms, ms: f_ms, providers: f_providers, rescued: f_rescued, lost: f_lost };
+  return v;
+}
+
+function encStatsInterval(v: StatsInterval): rt.Obj {
+  const o: rt.Obj = {};
+  rt.put(o, "start_ms", v.start_ms, rt.encU64);
+  rt.put(o, "ms", v.ms, rt.encU32);
+  rt.put(o, "providers", v.providers, rt.encArrayOf(encProviderStats));
+  rt.put(o, "rescued", v.rescued, rt.encArrayOf(encTroubleCount));
+  rt.put(o, "lost", v.lost, rt.encArrayOf(encTroubleCount));
+  return o;
+}
+
+function decStatsTotals(x: unknown): StatsTotals {
+  const o = rt.decMapObject(x);
+  const f_since_ms = rt.field(o, "since_ms", rt.decU64);
+  const f_rescued = rt.field(o, "rescued", rt.arrayOf(decTroubleCount));
+  const f_lost = rt.field(o, "lost", rt.arrayOf(decTroubleCount));
+  const v: StatsTotals = { since_ms: f_since_ms, rescued: f_rescued, lost: f_lost };
+  return v;
+}
+
+function encStatsTotals(v: StatsTotals): rt.Obj {
+  const o: rt.Obj = {};
+  rt.put(o, "since_ms", v.since_ms, rt.encU64);
+  rt.put(o, "rescued", v.rescued, rt.encArrayOf(encTroubleCount));
+  rt.put(o, "lost", v.lost, rt.encArrayOf(encTroubleCount));
+  return o;
+}
+
 function decInFlightRequest(x: unknown): InFlightRequest {
   const o = rt.decMapObject(x);
   const f_id = rt.field(o, "id", rt.decU64);
@@ -1701,6 +1854,20 @@ function encProviderChanged(v: ProviderChanged): rt.Obj {
   return o;
 }
 
+function decStatsReported(o: rt.Obj): StatsReported {
+  const f_at_ms = rt.field(o, "at_ms", rt.decU64);
+  const f_interval = rt.field(o, "interval", decStatsInterval);
+  const v: StatsReported = { kind: "stats_reported", at_ms: f_at_ms, interval: f_interval };
+  return v;
+}
+
+function encStatsReported(v: StatsReported): rt.Obj {
+  const o: rt.Obj = { kind: "stats_reported" };
+  rt.put(o, "at_ms", v.at_ms, rt.encU64);
+  rt.put(o, "interval", v.interval, encStatsInterval);
+  return o;
+}
+
 function decClusterChanged(o: rt.Obj): ClusterChanged {
   const f_at_ms = rt.field(o, "at_ms", rt.decU64);
   const f_state = rt.field(o, "state", decClusterState);
@@ -2092,7 +2259,11 @@ function decSnapshotMessage(o: rt.Obj): SnapshotMessage {
   const f_providers = rt.field(o, "providers", rt.arrayOf(decProviderView));
   const f_in_flight = rt.field(o, "in_flight", rt.arrayOf(decInFlightRequest));
   const f_seq = rt.field(o, "seq", rt.decU64);
+  const f_stats = rt.optField(o, "stats", rt.arrayOf(decStatsInterval));
+  const f_stats_totals = rt.optField(o, "stats_totals", decStatsTotals);
   const v: SnapshotMessage = { kind: "snapshot", req: f_req, now_ms: f_now_ms, providers: f_providers, in_flight: f_in_flight, seq: f_seq };
+  if (f_stats !== undefined) v.stats = f_stats;
+  if (f_stats_totals !== undefined) v.stats_totals = f_stats_totals;
   return v;
 }
 
@@ -2103,6 +2274,8 @@ function encSnapshotMessage(v: SnapshotMessage): rt.Obj {
   rt.put(o, "providers", v.providers, rt.encArrayOf(encProviderView));
   rt.put(o, "in_flight", v.in_flight, rt.encArrayOf(encInFlightRequest));
   rt.put(o, "seq", v.seq, rt.encU64);
+  if (v.stats !== undefined) rt.put(o, "stats", v.stats, rt.encArrayOf(encStatsInterval));
+  if (v.stats_totals !== undefined) rt.put(o, "stats_totals", v.stats_totals, encStatsTotals);
   return o;
 }
 

@@ -82,9 +82,9 @@ struct sl_control {
     char *frame;                  /* LWS_PRE headroom + one frame */
     size_t frame_cap;
     msgpack_sbuffer
-        event_bytes; /* reused for each event encoded: a fresh one was an 8 KiB malloc per event */
-    sl_stats_t *stats;             /* the stats topic's intervals */
-    sl_metrics_counts_t *counts;   /* scratch for each close */
+        event_bytes;   /* reused for each event encoded: a fresh one was an 8 KiB malloc per event */
+    sl_stats_t *stats; /* the stats topic's intervals */
+    sl_metrics_counts_t *counts; /* scratch for each close */
     lws_sorted_usec_list_t stats_tick;
 };
 
@@ -211,7 +211,8 @@ anyone_watches(const sl_control_t *ctl)
     bool watched = sl_log_enabled(SL_LOG_DEBUG);
     for (const conn_t *c = ctl->conns; c != NULL && !watched; c = c->next) {
         /* The stats topic is sent on its own tick: it needs no drain of the bus. */
-        watched = c->state == CONN_READY && (c->topics[SL_PROTO_TOPIC_EVENTS] || c->topics[SL_PROTO_TOPIC_PROVIDERS]);
+        watched = c->state == CONN_READY &&
+                  (c->topics[SL_PROTO_TOPIC_EVENTS] || c->topics[SL_PROTO_TOPIC_PROVIDERS]);
     }
     return watched;
 }
@@ -310,12 +311,14 @@ fan_out(sl_control_t *ctl, sl_proto_topic_t topic, const sl_proto_event_t *ev)
     return n;
 }
 
-/* Paused, for the stats' shaded spans: after a 429, probing, or by hand (a usage limit's hold is not a pause). */
+/* Paused, for the stats' shaded spans: after a 429, probing, or by hand (a usage limit's hold is not a
+ * pause). */
 static bool
 throttle_is_pause(const sl_proto_throttle_t *t)
 {
-    return t != NULL && (t->kind == SL_PROTO_THROTTLE_KIND_PAUSED || t->kind == SL_PROTO_THROTTLE_KIND_PROBING ||
-                         t->kind == SL_PROTO_THROTTLE_KIND_MANUAL);
+    return t != NULL &&
+           (t->kind == SL_PROTO_THROTTLE_KIND_PAUSED || t->kind == SL_PROTO_THROTTLE_KIND_PROBING ||
+            t->kind == SL_PROTO_THROTTLE_KIND_MANUAL);
 }
 
 static void
@@ -325,7 +328,8 @@ on_bus_event(void *ctx, sl_proto_event_t *ev)
     sl_eventlog_write(ev);
     if (ev->kind == SL_PROTO_EVENT_THROTTLE_CHANGED)
         sl_stats_note_throttle(ctl->stats, ev->throttle_changed.provider,
-                               throttle_is_pause(ev->throttle_changed.throttle), (int64_t)ev->throttle_changed.at_ms);
+                               throttle_is_pause(ev->throttle_changed.throttle),
+                               (int64_t)ev->throttle_changed.at_ms);
     fan_out(ctl,
             ev->kind == SL_PROTO_EVENT_PROVIDER_CHANGED ? SL_PROTO_TOPIC_PROVIDERS : SL_PROTO_TOPIC_EVENTS,
             ev);

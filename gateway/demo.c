@@ -670,7 +670,8 @@ sl_demo_config_yaml(uint16_t port)
         "# 127.0.0.1:%u, whose trouble (overload bursts, 429 storms, dropped streams, slow\n"
         "# first tokens) hits the '-a' upstreams, so failover to '-b' shows.\n"
         "# Models: claude-* (Anthropic), gpt-5* (OpenAI Responses), other gpt-* (OpenAI Chat),\n"
-        "# gemini-* (Gemini), anthropic.* and us.anthropic.* (Bedrock Converse).\n"
+        "# gemini-* (Gemini), anthropic.* and us.anthropic.* (Bedrock Converse); claude-haiku-* and\n"
+        "# gpt-4.1 have one upstream each (no failover: their trouble is retried or waited out).\n"
         "version: 1\n"
         "listen:\n"
         "  gateway: {bind: 127.0.0.1, port: 8080}\n"
@@ -697,7 +698,12 @@ sl_demo_config_yaml(uint16_t port)
                 sl_strbuf_appendf(&y, "    max_concurrent: 4\n");
         }
     }
-    sl_strbuf_appendf(&y, "routes:\n");
+    /* Two models with one upstream each, so that every kind of trouble the web app's Trouble absorbed
+     * panel counts happens in the cycle: with no upstream to fail over to, a failure is retried, and
+     * a full window or busy slots make the request wait. */
+    sl_strbuf_appendf(&y, "routes:\n"
+                          "  - match: \"claude-haiku-*\"\n    failover: [demo-anthropic-b]\n"
+                          "  - match: \"gpt-4.1\"\n    failover: [demo-openai-chat-a]\n");
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         sl_strbuf_appendf(&y, "  - match: \"%s\"\n    failover: [demo-%s-a, demo-%s-b]\n", routes[i].match,
                           routes[i].protocol, routes[i].protocol);

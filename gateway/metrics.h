@@ -148,8 +148,8 @@ typedef struct {
 
 typedef struct {
     sl_metrics_provider_counts_t providers[SL_METRICS_NAMES + 1]; /* slot order; the last is "other" */
-    size_t n_providers; /* the slots named so far, then "other" */
-    uint64_t rescued[SL_TROUBLE_COUNT], lost[SL_TROUBLE_COUNT]; /* every route */
+    size_t n_providers;                                           /* the slots named so far, then "other" */
+    uint64_t rescued[SL_TROUBLE_COUNT], lost[SL_TROUBLE_COUNT];   /* every route */
 } sl_metrics_counts_t;
 
 /* The workers' counters summed, as the stats need them (out is overwritten). */

@@ -15,9 +15,9 @@ typedef struct {
 } pause_clock_t;
 
 struct sl_stats {
-    int64_t since_ms;    /* the process's start */
-    int64_t start_ms;    /* the current interval's */
-    int64_t due_ms;      /* its end */
+    int64_t since_ms;         /* the process's start */
+    int64_t start_ms;         /* the current interval's */
+    int64_t due_ms;           /* its end */
     sl_metrics_counts_t last; /* the counts at the last close (zero at first: counted since start) */
     sl_proto_stats_interval_t kept[SL_STATS_KEPT];
     size_t first, n_kept; /* kept[first] is the oldest */
@@ -161,8 +161,9 @@ sl_stats_close(sl_stats_t *st, const sl_metrics_counts_t *counts, int64_t now_ms
 {
     if (now_ms < st->due_ms)
         return NULL;
-    int64_t end = now_ms - st->due_ms >= SL_STATS_INTERVAL_MS ? now_ms / SL_STATS_INTERVAL_MS * SL_STATS_INTERVAL_MS
-                                                              : st->due_ms;
+    int64_t end = now_ms - st->due_ms >= SL_STATS_INTERVAL_MS
+                      ? now_ms / SL_STATS_INTERVAL_MS * SL_STATS_INTERVAL_MS
+                      : st->due_ms;
     int64_t ms = end - st->start_ms;
 
     size_t slot = (st->first + st->n_kept) % SL_STATS_KEPT;

@@ -57,7 +57,8 @@ const sl_proto_stats_interval_t *sl_stats_close(sl_stats_t *st, const sl_metrics
  */
 size_t sl_stats_history(const sl_stats_t *st, sl_proto_stats_interval_t **out);
 
-/* Rescued and lost since start over every closed interval, into *out (the caller's: sl_proto_stats_totals_free).
+/* Rescued and lost since start over every closed interval, into *out (the caller's:
+ * sl_proto_stats_totals_free).
  */
 void sl_stats_totals(const sl_stats_t *st, sl_proto_stats_totals_t *out);
 

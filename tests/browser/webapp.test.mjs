@@ -129,6 +129,46 @@ describe("web control app (chromium, sluice --demo)", () => {
     }
   });
 
+  test("trouble absorbed: rescued requests by cause after a 429 storm and an overload, a chart per provider, pauses shaded", { timeout: 120_000 }, async () => {
+    // The two phases at once, each in its own demo: every stats interval is 10 s, so each shows
+    // within about 20 s of its start.
+    const [storm, overload] = await Promise.all([startDemo("rate-limit", 24), startDemo("overload")]);
+    try {
+      const [a, b] = await Promise.all([openApp(storm), openApp(overload)]);
+      const count = async (page, cell) => Number(await page.getAttribute(`[data-testid="trouble-start-${cell}"]`, "data-count"));
+      const until = async (page, what, pred) => {
+        for (const deadline = Date.now() + 60_000; Date.now() < deadline; await page.waitForTimeout(500))
+          if (await pred()) return;
+        assert.fail(`${what}: not within 60 s\n${await page.textContent('[data-testid="trouble-panel"]')}`);
+      };
+      // The storm: requests that failed over from a paused upstream or waited behind its 429 pause.
+      await until(a, "rescued after the 429 storm", async () => (await count(a, "failed_over")) > 0 && (await count(a, "queued_429")) > 0);
+      // The overload: requests retried, or failed over from the overloaded upstream.
+      await until(b, "rescued in the overload", async () => (await count(b, "retried")) + (await count(b, "failed_over")) > 0);
+      for (const page of [a, b]) {
+        const rescued = await count(page, "rescued");
+        assert.ok(rescued > 0);
+        assert.equal(await page.textContent('[data-testid="trouble-hour-rescued"]'), String(rescued), "all within the last hour");
+        assert.match(await page.textContent('[data-testid="trouble-start-share"]'), /^\d+(\.\d)? %$/);
+      }
+      // A chart per provider (the demo has ten), with points; the storm's paused upstreams shaded.
+      const charts = a.locator('[data-testid="provider-chart"]');
+      assert.equal(await charts.count(), 10);
+      const points = await charts.evaluateAll((els) => els.map((e) => Number(e.dataset.points)));
+      assert.ok(points.every((n) => n >= 1), `points per chart: ${points}`);
+      assert.ok((await a.locator('[data-testid="provider-chart"] polyline').count()) >= 30, "three lines per chart");
+      await until(a, "a pause shaded", async () => (await a.locator('[data-testid="chart-pause"]').count()) > 0);
+      const width = Number(await a.locator('[data-testid="chart-pause"]').first().getAttribute("width"));
+      assert.ok(width > 0);
+      await shot(a, "trouble-absorbed-429-storm");
+      await shot(b, "trouble-absorbed-overload");
+      await a.close();
+      await b.close();
+    } finally {
+      await Promise.all([storm.stop(), overload.stop()]);
+    }
+  });
+
   test("the limits editor: a pushed limit is applied and changes what sluice admits", T, async () => {
     const demo = await startDemo("calm", 0);
     try {

@@ -332,6 +332,53 @@ describe("control endpoint", () => {
     await c.close();
   });
 
+  test("stats: the snapshot has the hour, and the next interval counts a retried request as rescued", { timeout: 40000 }, async () => {
+    await gateway({ waitSecs: 30 });
+    const c = await connect();
+    const snap = await c.request({ kind: "subscribe", topics: ["stats"] });
+    assert.equal(snap.kind, "snapshot");
+    assert.ok(Array.isArray(snap.stats), "a stats subscription's snapshot has the intervals");
+    assert.ok(snap.stats_totals.since_ms <= Date.now() && snap.stats_totals.since_ms > Date.now() - 60_000);
+    // One retried after an overload, one paused behind a 429 that then went through: both rescued.
+    up.push(jsonReply(529, OVERLOADED), jsonReply(200, OK_MESSAGE));
+    assert.equal((await ask("retried")).status, 200);
+    up.push(jsonReply(429, RATE_LIMITED, { "retry-after-ms": "1500" }), jsonReply(200, OK_MESSAGE));
+    assert.equal((await ask("queued")).status, 200);
+    // Intervals end on 10 s boundaries of the wall clock: until those requests have been counted.
+    const rescued = {};
+    const seen = { requests: 0, temporary: 0, rate_limited: 0, first_tokens: 0, paused_ms: 0, input_tokens: 0 };
+    let ttft;
+    const deadline = Date.now() + 25_000;
+    while ((rescued.retried ?? 0) + (rescued.failed_over ?? 0) + (rescued.queued_429 ?? 0) < 2) {
+      const m = await c.next((x) => x.kind === "event", Math.max(1, deadline - Date.now()));
+      assert.equal(m.event.kind, "stats_reported", "only the stats topic's events");
+      const iv = m.event.interval;
+      assert.ok(iv.ms > 0 && iv.ms <= 10_000);
+      assert.equal((iv.start_ms + iv.ms) % 10_000, 0, "an interval ends on a 10 s boundary");
+      for (const t of iv.rescued) rescued[t.cause] = (rescued[t.cause] ?? 0) + t.count;
+      assert.deepEqual(iv.lost, []);
+      const p = iv.providers.find((x) => x.name === "only");
+      for (const k of Object.keys(seen)) seen[k] += p[k];
+      ttft ??= p.ttft_p50_ms;
+    }
+    assert.equal(rescued.retried, 1, JSON.stringify(rescued));
+    assert.equal((rescued.failed_over ?? 0) + (rescued.queued_429 ?? 0), 1, JSON.stringify(rescued));
+    assert.equal(seen.requests, 4, "four hops");
+    assert.equal(seen.temporary, 1, "the overload");
+    assert.equal(seen.rate_limited, 1, "the 429");
+    assert.equal(seen.first_tokens, 2);
+    assert.equal(seen.input_tokens, 6);
+    assert.ok(seen.paused_ms >= 1000, `paused ${seen.paused_ms} ms behind the 429`);
+    assert.ok(ttft >= 0);
+    // A resubscription's snapshot has those intervals and the totals since start.
+    const again = await c.request({ kind: "subscribe", topics: ["stats"] });
+    const total = again.stats_totals.rescued.reduce((n, t) => n + t.count, 0);
+    assert.equal(total, 2);
+    assert.ok(again.stats.length >= 1);
+    assert.equal(again.stats.reduce((n, iv) => n + iv.rescued.reduce((k, t) => k + t.count, 0), 0), 2);
+    await c.close();
+  });
+
   test("a retried request: RequestRetrying, then RequestDequeued and an Attempt with retry and backoff_ms", T, async () => {
     process.env.SLUICE_TEST_TIME_SCALE = "0.01";
     try {

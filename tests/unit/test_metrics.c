@@ -186,10 +186,13 @@ Test(metrics, the_stats_counts_sum_the_workers_per_provider)
     sl_metrics_usage(a, sl_metrics_model_slot(m, one, "m1"), (const uint64_t[4]){10, 3, 0, 0}, 0);
     sl_metrics_usage(b, sl_metrics_model_slot(m, one, "m2"), (const uint64_t[4]){5, 1, 0, 0}, 0);
     sl_metrics_usage(b, sl_metrics_model_slot(m, two, "m1"), (const uint64_t[4]){7, 0, 0, 0}, 0);
-    sl_metrics_request(a, &(sl_metrics_request_t){.route = route, .status = 200, .verdict = SL_RESCUE_RESCUED,
+    sl_metrics_request(a, &(sl_metrics_request_t){.route = route,
+                                                  .status = 200,
+                                                  .verdict = SL_RESCUE_RESCUED,
                                                   .trouble = SL_TROUBLE_FAILED_OVER});
-    sl_metrics_request(b, &(sl_metrics_request_t){.route = route, .status = 503, .verdict = SL_RESCUE_LOST,
-                                                  .trouble = SL_TROUBLE_RETRIED});
+    sl_metrics_request(
+        b, &(sl_metrics_request_t){
+               .route = route, .status = 503, .verdict = SL_RESCUE_LOST, .trouble = SL_TROUBLE_RETRIED});
     sl_metrics_counts_t *c = malloc(sizeof(*c));
     sl_metrics_counts(m, c);
     cr_assert_eq(c->n_providers, 3u, "two named, then other");

@@ -1,4 +1,5 @@
-/* The stats topic's intervals (gateway/stats.h): differences of the metrics' counters, pauses, the kept hour. */
+/* The stats topic's intervals (gateway/stats.h): differences of the metrics' counters, pauses, the kept hour.
+ */
 #include <criterion/criterion.h>
 #include <string.h>
 
@@ -165,7 +166,7 @@ Test(stats, paused_time_is_cut_at_interval_ends_and_counts_only_pauses)
     sl_stats_note_throttle(st, "a", true, T0 + 1000);
     sl_stats_note_throttle(st, "a", true, T0 + 2000); /* still paused (probing): no restart */
     sl_stats_note_throttle(st, "a", false, T0 + 3000);
-    sl_stats_note_throttle(st, "a", true, T0 + 5000); /* paused across the boundary */
+    sl_stats_note_throttle(st, "a", true, T0 + 5000);  /* paused across the boundary */
     sl_stats_note_throttle(st, "b", false, T0 + 4000); /* a recovery without a pause: nothing */
     const sl_proto_stats_interval_t *iv = sl_stats_close(st, &c, T0 + 7000);
     cr_expect_eq(find(iv, "a")->paused_ms, 4000u);
@@ -173,7 +174,8 @@ Test(stats, paused_time_is_cut_at_interval_ends_and_counts_only_pauses)
     sl_stats_note_throttle(st, "a", false, T0 + 9500);
     iv = sl_stats_close(st, &c, T0 + 17000);
     cr_expect_eq(find(iv, "a")->paused_ms, 2500u);
-    /* A pause told late (its time before the interval) counts from the interval's start, never more than it. */
+    /* A pause told late (its time before the interval) counts from the interval's start, never more than it.
+     */
     sl_stats_note_throttle(st, "b", true, T0 + 12000);
     iv = sl_stats_close(st, &c, T0 + 27000);
     cr_expect_eq(find(iv, "b")->paused_ms, 10000u);

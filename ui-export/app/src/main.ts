@@ -14,6 +14,8 @@ import { InstancePanel } from "./views/instances.js";
 import { LimitsEditor } from "./views/limits.js";
 import { ProviderBoard } from "./views/providers.js";
 import { TimelinePanel } from "./views/timeline.js";
+import { ProviderCharts } from "./views/charts.js";
+import { TroublePanel } from "./views/trouble.js";
 
 type Tab = "live" | "limits" | "history";
 const TICK_MS = 250;
@@ -26,6 +28,8 @@ class App implements Ctx {
   private board: Board;
   private providers: ProviderBoard;
   private instances: InstancePanel;
+  private trouble: TroublePanel;
+  private charts: ProviderCharts;
   private timeline: TimelinePanel;
   private limits: LimitsEditor;
   private history: HistoryView;
@@ -56,6 +60,8 @@ class App implements Ctx {
     this.board = new Board(this);
     this.providers = new ProviderBoard(this);
     this.instances = new InstancePanel(this);
+    this.trouble = new TroublePanel(this);
+    this.charts = new ProviderCharts(this);
     this.timeline = new TimelinePanel(this, () => {
       this.board.selected = null;
       this.changed();
@@ -64,7 +70,7 @@ class App implements Ctx {
     this.history = new HistoryView(this);
     this.notices = h("ol", { class: "notices", testid: "notices" });
 
-    const live = h("section", { class: "tab-live" }, this.instances.el, this.providers.el, this.board.el, h("details", { class: "log" }, h("summary", {}, "gateway notices"), this.notices));
+    const live = h("section", { class: "tab-live" }, this.instances.el, h("div", { class: "overview" }, this.trouble.el, this.charts.el), this.providers.el, this.board.el, h("details", { class: "log" }, h("summary", {}, "gateway notices"), this.notices));
     const nav = h("nav", { class: "tabs" });
     for (const [tab, label, section] of [
       ["live", "Live", live],
@@ -138,7 +144,7 @@ class App implements Ctx {
     if (this.subscribing) return;
     this.subscribing = true;
     try {
-      const r = await this.conn.request({ kind: "subscribe", topics: ["events", "providers"] });
+      const r = await this.conn.request({ kind: "subscribe", topics: ["events", "providers", "stats"] });
       if (r.kind === "error") console.error("sluice-web: subscribe refused", r.message);
     } catch {
       // the link closed: the next welcome subscribes again
@@ -230,6 +236,8 @@ class App implements Ctx {
     this.board.selected = this.timeline.selectedId;
     if (this.tab === "live") {
       this.instances.render();
+      this.trouble.render();
+      this.charts.render();
       this.providers.render();
       this.board.render();
       if (this.state.notices.at(-1) !== this.noticesSeen) {

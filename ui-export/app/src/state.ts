@@ -29,6 +29,7 @@ import type {
 } from "../../src/protocol.js";
 
 import { fmtDuration, gateText } from "./format.js";
+import { applyStatsInterval, applyStatsSnapshot, initialStats, type Stats } from "./stats.js";
 
 /** Where a request is in its life, as the board shows it. */
 export type ReqState =
@@ -179,6 +180,8 @@ export interface State {
   cluster: Cluster | null;
   /** null until get_providers answers with a store (or a StoreChanged arrives) */
   store: Store | null;
+  /** the stats topic: the last hour's intervals and the totals since start */
+  stats: Stats;
   rev: number;
 }
 
@@ -207,6 +210,7 @@ export function initialState(): State {
     droppedEvents: 0,
     cluster: null,
     store: null,
+    stats: initialStats(),
     rev: 0,
   };
 }
@@ -293,6 +297,7 @@ export function applySnapshot(state: State, snap: SnapshotMessage, nowMs: number
     // A replay that lacks RequestStarted still yields a row, from whatever was kept.
     if (!state.requests[r.id]) state.requests[r.id] = newReq(r.id, snap.now_ms);
   }
+  if (snap.stats && snap.stats_totals) applyStatsSnapshot(state.stats, snap.stats, snap.stats_totals);
   state.seq = snap.seq;
   state.synced = true;
   state.loaded = true;
@@ -393,6 +398,9 @@ export function applyEvent(state: State, ev: Event, nowMs: number): State {
       break;
     case "config_reloaded":
       pushNotice(state, { at: ev.at_ms, text: `configuration revision ${ev.revision} applied (from ${ev.source})` });
+      break;
+    case "stats_reported":
+      applyStatsInterval(state.stats, ev.interval);
       break;
     case "config_rejected":
       pushNotice(state, {

@@ -14,7 +14,7 @@ export function load() {
   loaded ??= (async () => {
     const out = fs.mkdtempSync(path.join(os.tmpdir(), "sluice-webapp-test-"));
     process.once("exit", () => fs.rmSync(out, { recursive: true, force: true }));
-    const names = ["state", "timeline", "limits", "format"];
+    const names = ["state", "stats", "timeline", "limits", "format"];
     await build({
       entryPoints: Object.fromEntries(names.map((n) => [n, path.join(src, `${n}.ts`)])),
       bundle: true,

@@ -699,10 +699,10 @@ sl_demo_config_yaml(uint16_t port)
         }
     }
     /* Two models with one upstream each, so that every kind of trouble the web app's Trouble absorbed
-     * panel counts happens in the cycle: with no upstream to fail over to, a failure is retried, and
-     * a full window or busy slots make the request wait. */
+     * panel counts happens in the cycle: with no upstream to fail over to, the 'a' upstream's failures
+     * are retried and its full window makes the request wait. */
     sl_strbuf_appendf(&y, "routes:\n"
-                          "  - match: \"claude-haiku-*\"\n    failover: [demo-anthropic-b]\n"
+                          "  - match: \"claude-haiku-*\"\n    failover: [demo-anthropic-a]\n"
                           "  - match: \"gpt-4.1\"\n    failover: [demo-openai-chat-a]\n");
     for (size_t i = 0; i < sizeof routes / sizeof routes[0]; i++)
         sl_strbuf_appendf(&y, "  - match: \"%s\"\n    failover: [demo-%s-a, demo-%s-b]\n", routes[i].match,

@@ -84,12 +84,13 @@ Test(demo_config, the_demo_yaml_loads_clean_and_routes_every_dialect_to_a_then_b
         cr_assert_not_null(strstr(c->providers[cand[0].provider].base_url, "/a"));
         cr_assert_not_null(strstr(c->providers[cand[1].provider].base_url, "/b"));
     }
-    /* One upstream each (every trouble cause of the stats then happens): the busy one, the limited one. */
+    /* One upstream each (every trouble cause of the stats then happens): the troubled one, the limited one.
+     */
     static const struct {
         sl_dialect_t dialect;
         const char *model, *only;
     } single[] = {
-        {SL_DIALECT_ANTHROPIC, "claude-haiku-4-5", "demo-anthropic-b"},
+        {SL_DIALECT_ANTHROPIC, "claude-haiku-4-5", "demo-anthropic-a"},
         {SL_DIALECT_OPENAI_CHAT, "gpt-4.1", "demo-openai-chat-a"},
     };
     for (size_t i = 0; i < NELEMS(single); i++) {

@@ -163,7 +163,10 @@ export function sluiceBin() {
 }
 
 export function sluicectlBin() {
-  return process.env.SLUICECTL || path.join(path.dirname(sluiceBin()), "control/sluicectl");
+  const bin = process.env.SLUICECTL || path.join(path.dirname(sluiceBin()), "control/sluicectl");
+  // A missing one would make subscribers that never start, and a control section that measures nothing.
+  if (!fs.existsSync(bin)) throw new Error(`${bin} is missing: build it (scripts/build) or set SLUICECTL`);
+  return bin;
 }
 
 // extraYaml: top-level sections added to the config (e.g. telemetry).

@@ -311,16 +311,6 @@ fan_out(sl_control_t *ctl, sl_proto_topic_t topic, const sl_proto_event_t *ev)
     return n;
 }
 
-/* Paused, for the stats' shaded spans: after a 429, probing, or by hand (a usage limit's hold is not a
- * pause). */
-static bool
-throttle_is_pause(const sl_proto_throttle_t *t)
-{
-    return t != NULL &&
-           (t->kind == SL_PROTO_THROTTLE_KIND_PAUSED || t->kind == SL_PROTO_THROTTLE_KIND_PROBING ||
-            t->kind == SL_PROTO_THROTTLE_KIND_MANUAL);
-}
-
 static void
 on_bus_event(void *ctx, sl_proto_event_t *ev)
 {
@@ -328,7 +318,7 @@ on_bus_event(void *ctx, sl_proto_event_t *ev)
     sl_eventlog_write(ev);
     if (ev->kind == SL_PROTO_EVENT_THROTTLE_CHANGED)
         sl_stats_note_throttle(ctl->stats, ev->throttle_changed.provider,
-                               throttle_is_pause(ev->throttle_changed.throttle),
+                               sl_bus_throttle_is_pause(ev->throttle_changed.throttle),
                                (int64_t)ev->throttle_changed.at_ms);
     fan_out(ctl,
             ev->kind == SL_PROTO_EVENT_PROVIDER_CHANGED ? SL_PROTO_TOPIC_PROVIDERS : SL_PROTO_TOPIC_EVENTS,

@@ -1070,3 +1070,11 @@ sl_inflight_view(const sl_inflight_t *log, sl_proto_in_flight_request_t **out)
     *out = reqs;
     return n;
 }
+
+bool
+sl_bus_throttle_is_pause(const sl_proto_throttle_t *t)
+{
+    return t != NULL &&
+           (t->kind == SL_PROTO_THROTTLE_KIND_PAUSED || t->kind == SL_PROTO_THROTTLE_KIND_PROBING ||
+            t->kind == SL_PROTO_THROTTLE_KIND_MANUAL);
+}

@@ -328,6 +328,12 @@ typedef struct {
 /* Fills *out (zeroed first) as the ProviderView of f; free it with sl_proto_provider_view_free. */
 void sl_bus_provider_view(sl_proto_provider_view_t *out, const sl_bus_provider_facts_t *f);
 
+/*
+ * Whether a throttle holds the upstream back as a pause: after a 429, while
+ * its probe is out, or by hand (a usage limit's hold is not one). NULL: no.
+ */
+bool sl_bus_throttle_is_pause(const sl_proto_throttle_t *t);
+
 /* ---- the in-flight log (pure; the consumer's) -------------------------------------------------- */
 
 /*

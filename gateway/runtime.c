@@ -1315,9 +1315,7 @@ sl_runtime_metrics(sl_runtime_t *rt, uint32_t control_subscribers, uint64_t even
             .paused = kind == SL_PROTO_THROTTLE_KIND_PAUSED,
             .manual = kind == SL_PROTO_THROTTLE_KIND_MANUAL,
             .queued = v->queued,
-            .queued_gate = kind == SL_PROTO_THROTTLE_KIND_PAUSED || kind == SL_PROTO_THROTTLE_KIND_PROBING ||
-                                   kind == SL_PROTO_THROTTLE_KIND_MANUAL
-                               ? SL_GATE_THROTTLED
+            .queued_gate = sl_bus_throttle_is_pause(v->throttle)        ? SL_GATE_THROTTLED
                            : kind == SL_PROTO_THROTTLE_KIND_WINDOW_FULL ? SL_GATE_WINDOW_FULL
                                                                         : SL_GATE_SLOTS,
             .in_flight = v->in_flight,

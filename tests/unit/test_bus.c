@@ -949,3 +949,24 @@ Test(inflight, view_encodes_as_a_snapshot_without_copying)
     msgpack_sbuffer_destroy(&buf);
     sl_inflight_free(log);
 }
+
+/* A pause (the stats' shaded spans, the throttled gate): after a 429, probing, or by hand; not a limit's
+ * hold. */
+Test(bus, a_pause_is_a_429_pause_its_probe_or_a_manual_one)
+{
+    cr_expect(!sl_bus_throttle_is_pause(NULL));
+    const struct {
+        sl_proto_throttle_kind_t kind;
+        bool pause;
+    } rows[] = {
+        {SL_PROTO_THROTTLE_KIND_PAUSED, true},          {SL_PROTO_THROTTLE_KIND_PROBING, true},
+        {SL_PROTO_THROTTLE_KIND_MANUAL, true},          {SL_PROTO_THROTTLE_KIND_WINDOW_FULL, false},
+        {SL_PROTO_THROTTLE_KIND_PERIOD_USED_UP, false},
+    };
+    _Static_assert(sizeof(rows) / sizeof(rows[0]) == SL_PROTO_THROTTLE_KIND_COUNT, "every kind");
+    for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+        sl_proto_throttle_t t = {.kind = rows[i].kind};
+        cr_expect_eq(sl_bus_throttle_is_pause(&t), rows[i].pause, "%s",
+                     sl_proto_throttle_kind_slug(rows[i].kind));
+    }
+}

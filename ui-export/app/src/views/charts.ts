@@ -57,10 +57,10 @@ export class ProviderCharts {
     if (st.rev === this.seen && span === this.seenSpan) return;
     this.seen = st.rev;
     this.seenSpan = span;
-    // In the provider board's order; a provider only the stats name (removed by a reload) after.
-    const inStats = new Set(statsProviders(st));
-    const order = this.ctx.state.providerOrder.filter((n) => inStats.has(n));
-    const names = [...order, ...[...inStats].filter((n) => !order.includes(n))];
+    // Every provider on the board (one without a hop yet charts zeros), in its order; then one only
+    // the stats name (removed by a reload).
+    const order = this.ctx.state.providerOrder;
+    const names = st.intervals.length === 0 ? [] : [...order, ...statsProviders(st).filter((n) => !order.includes(n))];
     this.empty.hidden = names.length > 0;
     const items = names.map((name) => ({ name, points: providerSeries(st, name, now) }));
     syncList(this.list, items, (i) => i.name, (i) => this.create(i.name), (el, i) => this.update(el, i.points, now), this.charts);

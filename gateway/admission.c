@@ -414,9 +414,8 @@ sl__admit_key_then_route(request_t *r)
     sl_shared_claim_key(r->gw->shared, &claim, sl__shared_call(r, &r->wait.call), on_key_claimed, r);
 }
 
-/* The shared state's answer to a claim: what the hop took (kept in the request), or why it is skipped. */
-static void
-on_upstream_claimed(request_t *r, size_t cand, const sl_upstream_claim_result_t *res)
+void
+sl__apply_claim(request_t *r, size_t cand, const sl_upstream_claim_result_t *res)
 {
     sl_upstream_t *up = r->snapshot->upstreams[r->cands[cand].provider];
     if (res->reached_limits)
@@ -454,12 +453,12 @@ on_claimed(void *ctx, const sl_upstream_claim_result_t *res)
         sl__refuse_to_wait(r, SL_CODE_GW_CLUSTER_UNAVAILABLE, SL_CLUSTER_RETRY_AFTER_SECS);
         return;
     }
-    on_upstream_claimed(r, cand, res);
+    sl__apply_claim(r, cand, res);
     if (res->skip == SL_SKIP_NONE) {
         sl__send_hop(r);
         return;
     }
-    sl__skip_attempt(r, &r->attempts[r->n_attempts - 1], res->skip);
+    sl__skip_attempt(r, &r->attempts[r->attempt], res->skip);
     r->next = cand + 1;
     sl__next_hop(r);
 }
@@ -470,13 +469,13 @@ on_claimed(void *ctx, const sl_upstream_claim_result_t *res)
  * max_concurrent and, unless the breaker is bypassed, its permission (or
  * its half-open probe).
  */
-void
-sl__claim_upstream(request_t *r, size_t cand)
+sl_upstream_claim_t
+sl__upstream_claim_of(request_t *r, size_t cand)
 {
     sl_upstream_t *up = r->snapshot->upstreams[r->cands[cand].provider];
     sl_limit_set_t *set =
         r->snapshot->limits.providers != NULL ? r->snapshot->limits.providers[r->cands[cand].provider] : NULL;
-    sl_upstream_claim_t claim = {
+    return (sl_upstream_claim_t){
         .up = up,
         .limits = set,
         /* The estimate, made only for an upstream with limits. */
@@ -488,6 +487,12 @@ sl__claim_upstream(request_t *r, size_t cand)
         .now_ms = sl_now_ms(),
         .wall_ms = sl_wall_ms(),
     };
+}
+
+void
+sl__claim_upstream(request_t *r, size_t cand)
+{
+    sl_upstream_claim_t claim = sl__upstream_claim_of(r, cand);
     r->wait.claiming = cand;
     sl_shared_claim_upstream(r->gw->shared, &claim, sl__shared_call(r, &r->wait.call), on_claimed, r);
 }

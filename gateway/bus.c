@@ -505,6 +505,8 @@ sl_bus_attempt(sl_proto_event_t *out, int64_t at_ms, uint64_t id, const sl_bus_a
     v->skipped = v->has_skipped ? proto_skips[a->skip] : 0;
     v->has_reason = a->has_reason;
     v->reason = a->has_reason ? proto_reasons[a->reason] : 0;
+    v->has_hedge = a->hedge;
+    v->hedge = a->hedge;
     return out;
 }
 

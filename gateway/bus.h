@@ -195,6 +195,7 @@ typedef struct {
     sl_skip_t skip;          /* read only when outcome is SL_HOP_SKIPPED */
     bool has_reason;         /* a failed hop: why the request went on as it did */
     sl_step_reason_t reason; /* read only with has_reason */
+    bool hedge;              /* a first-token hedge's hop (behaviour.md §4) */
 } sl_bus_attempt_t;
 
 /* The protocol's spelling of a hop outcome, a skip (SL_SKIP_NONE is none) and a step reason. */

@@ -1144,6 +1144,7 @@ static const field_t route_fields[] = {
     {"failover", F_CUSTOM, .custom = set_route_failover},
     {"load_balance", F_CUSTOM, .custom = set_route_load_balance},
     {"context_fallback", F_CUSTOM, .custom = set_route_context_fallback},
+    {"first_token_secs", U(sl_route_t, first_token_secs, 0, 600)},
 };
 
 static void
@@ -1184,6 +1185,7 @@ walk_route(walker_t *w, yaml_node_t *node, size_t index, void *ctx)
     }
     if (w->errors->len != errors_before || r.match == NULL)
         return;
+    r.has_first_token_secs = seen[4] != NULL;
     warn_mixed_protocols(w, node, &r);
     w->cfg->routes[w->cfg->n_routes++] = r;
 }
@@ -1215,6 +1217,7 @@ static const field_t failover_fields[] = {
     {"idle_timeout_secs", U(sl_failover_t, idle_timeout_secs, 1, 86400)},
     {"connect_timeout_secs", U(sl_failover_t, connect_timeout_secs, 1, 600)},
     {"total_timeout_secs", U(sl_failover_t, total_timeout_secs, 1, 86400)},
+    {"first_token_secs", U(sl_failover_t, first_token_secs, 0, 600)},
 };
 
 static void

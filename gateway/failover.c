@@ -8,11 +8,21 @@
  */
 #include "req.h"
 
+/* The first candidate failover may go on to: after the current one, or after its failed hedge's (§4). */
+static size_t
+first_later_candidate(const request_t *r)
+{
+    size_t from = r->cur + 1;
+    if (r->hedge.resume_after != SIZE_MAX && r->hedge.resume_after >= from)
+        from = r->hedge.resume_after + 1;
+    return from;
+}
+
 /* Whether a candidate after the current one could still be tried. */
 bool
 sl__has_next_candidate(const request_t *r)
 {
-    for (size_t i = r->cur + 1; i < r->n_cands; i++) {
+    for (size_t i = first_later_candidate(r); i < r->n_cands; i++) {
         if (r->retry.in_round[i] && r->skips[i] == SL_SKIP_NONE)
             return true;
     }
@@ -26,7 +36,7 @@ sl__remember_failure(request_t *r, sl_code_t code, const char *detail)
         (last_failure_t){.any = true,
                          .code = code,
                          .status = r->rd.up_status,
-                         .provider = r->n_attempts > 0 ? r->attempts[r->n_attempts - 1].provider : SIZE_MAX};
+                         .provider = r->attempt < r->n_attempts ? r->attempts[r->attempt].provider : SIZE_MAX};
     snprintf(r->retry.last.detail, sizeof(r->retry.last.detail), "%s", detail != NULL ? detail : "");
 }
 
@@ -159,6 +169,9 @@ sl__hop_failed(request_t *r, const sl_failure_t *f, const char *detail, int64_t 
 {
     sl_failure_class_t cls = sl_classify_failure(f);
     const sl_failure_class_info_t *info = sl_failure_class_info(cls);
+    /* The first hop failed before its hedge went out: no hedge. */
+    sl__hedge_abandon(r);
+    bool hedged = sl__hedge_running(r);
     sl_code_t code = sl_failure_code(f, cls);
     /* A stale keep-alive says nothing about the upstream: no breaker count, no throttle news. */
     bool stale = conn != NULL && f->source == SL_FAILURE_BROKEN_BEFORE_HEAD && sl_connection_was_stale(conn);
@@ -179,7 +192,11 @@ sl__hop_failed(request_t *r, const sl_failure_t *f, const char *detail, int64_t 
     bool temporary[r->n_cands + 1], cooling[r->n_cands + 1], next[r->n_cands + 1];
     sl_step_facts_t facts;
     gather_facts(r, cls, stale, temporary, cooling, &facts);
-    sl_step_t step = sl_next_step(&facts, next);
+    sl_step_t step = hedged ? sl_next_step_hedged(&facts, sl__hedge_is_installed(r), next)
+                            : sl_next_step(&facts, next);
+    /* The client's own error ends the request as ever: the other hop of a hedge goes first. */
+    if (hedged && step.kind != SL_STEP_OTHER_HOP)
+        sl__hedge_drop(r, SL_HOP_CANCELLED, code, detail);
     sl_hop_outcome_t outcome = stale                            ? SL_HOP_STALE_CONNECTION
                                : f->source == SL_FAILURE_STATUS ? SL_HOP_STATUS
                                                                 : SL_HOP_ERROR;
@@ -202,8 +219,14 @@ sl__hop_failed(request_t *r, const sl_failure_t *f, const char *detail, int64_t 
         sl__end_hop(r);
         if (cls == SL_FAILURE_RATE_LIMITED)
             r->skips[r->cur] = SL_SKIP_THROTTLED;
-        r->next = r->cur + 1;
+        r->next = first_later_candidate(r);
         sl__next_hop(r);
+        return;
+    case SL_STEP_OTHER_HOP:
+        sl__end_hop(r);
+        if (cls == SL_FAILURE_RATE_LIMITED)
+            r->skips[r->cur] = SL_SKIP_THROTTLED;
+        sl__hedge_other_goes_on(r);
         return;
     case SL_STEP_RETRY_ROUND:
         sl__end_hop(r);

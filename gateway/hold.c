@@ -125,6 +125,7 @@ sl__start_response(request_t *r)
 void
 sl__release_hold(request_t *r)
 {
+    sl__hedge_content(r);
     sl__set_phase(r, PHASE_STREAMING);
     sl__upstream_served(r);
     sl__start_response(r);

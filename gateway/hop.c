@@ -322,6 +322,13 @@ connect_fresh(sl_hop_t *hop, h2o_http1client_ctx_t *ctx)
     h2o_http1client_connect(&hop->client, hop, ctx, pool->peer.host, port, pool->is_ssl, on_connect);
 }
 
+void
+sl_hop_rebind(sl_hop_t *hop, const sl_hop_callbacks_t *cb, void *data)
+{
+    hop->cb = *cb;
+    hop->data = data;
+}
+
 sl_hop_t *
 sl_hop_start(sl_worker_io_t *io, const sl_hop_params_t *params, const sl_hop_callbacks_t *cb, void *data)
 {

@@ -66,6 +66,9 @@ sl_hop_t *sl_hop_start(sl_worker_io_t *io, const sl_hop_params_t *params, const 
  */
 void sl_hop_connection_facts(const sl_hop_t *hop, sl_connection_facts_t *out);
 
+/* The hop's callbacks and their data from now on (a first-token hedge's two hops change hands). */
+void sl_hop_rebind(sl_hop_t *hop, const sl_hop_callbacks_t *cb, void *data);
+
 /* Aborts a hop: the connection is closed and no callback follows. May be called from inside a callback. */
 void sl_hop_cancel(sl_hop_t *hop);
 

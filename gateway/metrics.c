@@ -33,6 +33,7 @@ struct sl_metrics_worker {
     counter_t rescued[SLOTS][SL_TROUBLE_COUNT], lost[SLOTS][SL_TROUBLE_COUNT];
     counter_t attempts[SLOTS][SL_ATTEMPT_LABEL_COUNT];
     counter_t retry_rounds[SLOTS];
+    counter_t hedges[SLOTS][2]; /* by the hedged provider: [0] lost, [1] won */
     hist_t duration[SL_DIALECT_COUNT][SLOTS];
     hist_t ttft[SLOTS];
     hist_t wait[SL_GATE_COUNT];
@@ -313,6 +314,12 @@ sl_metrics_attempt(sl_metrics_worker_t *w, uint16_t provider, sl_attempt_label_t
 }
 
 void
+sl_metrics_hedge(sl_metrics_worker_t *w, uint16_t provider, bool won)
+{
+    add(&w->hedges[bounded(provider)][won], 1);
+}
+
+void
 sl_metrics_retry_round(sl_metrics_worker_t *w, uint16_t route)
 {
     add(&w->retry_rounds[bounded(route)], 1);
@@ -533,6 +540,16 @@ render_upstreams(sl_metrics_t *m, const sl_metrics_scrape_t *s, sl_strbuf_t *out
     }
     sl_prom_family(out, "sluice_hedges_total", SL_PROM_COUNTER,
                    "First-token hedges, by the hedged provider and whether the hedge won.");
+    for (int won = 0; won < 2; won++) {
+        EACH_SLOT(&m->providers, p)
+        {
+            uint64_t v = SUM(m, hedges[p][won]);
+            if (v == 0)
+                continue;
+            sl_prom_label_t l[] = {{"provider", slot_name(&m->providers, p)}, {"result", won ? "won" : "lost"}};
+            sl_prom_sample_u64(out, "sluice_hedges_total", l, 2, v);
+        }
+    }
     sl_prom_family(out, "sluice_retry_rounds_total", SL_PROM_COUNTER, "Retry rounds started, by route.");
     EACH_SLOT(&m->routes, r)
     {

@@ -125,6 +125,8 @@ typedef struct {
 void sl_metrics_request(sl_metrics_worker_t *w, const sl_metrics_request_t *r);
 void sl_metrics_attempt(sl_metrics_worker_t *w, uint16_t provider, sl_attempt_label_t label);
 void sl_metrics_retry_round(sl_metrics_worker_t *w, uint16_t route);
+/* A first-token hedge of provider's hop was settled: the hedge won (its content came first) or lost. */
+void sl_metrics_hedge(sl_metrics_worker_t *w, uint16_t provider, bool won);
 void sl_metrics_ttft(sl_metrics_worker_t *w, uint16_t provider, int64_t ttft_us);
 void sl_metrics_waited(sl_metrics_worker_t *w, sl_gate_t gate, int64_t waited_us);
 void sl_metrics_overhead(sl_metrics_worker_t *w, int64_t overhead_ns);

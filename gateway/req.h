@@ -113,6 +113,21 @@ typedef struct {
     bool cut; /* END_HANDED_OVER: a stream that ended without its end marker gets the gateway's error */
 } req_end_t;
 
+/* The upstream's answer being read (upstream_read.c): one per hop. */
+typedef struct {
+    int up_status;
+    h2o_headers_t up_headers; /* hop-by-hop ones dropped */
+    int64_t up_content_length;
+    bool events; /* a stream of events this gateway understands: SSE, or (frames) eventstream */
+    bool frames; /* Bedrock: application/vnd.amazon.eventstream frames instead of SSE */
+    sl_sse_scanner_t scanner;
+    char scratch[4096];
+    sl_stream_t stream;
+    bool told_error;   /* an error event of the upstream's went to the client as it was */
+    char *answer_tail; /* the last bytes of a whole (non-SSE) 2xx answer (malloc), where its usage is */
+    size_t answer_tail_len, answer_tail_cap;
+} hop_read_t;
+
 /* One hop, or one candidate skipped, as its row and AttemptView tell it. */
 typedef struct {
     size_t provider;
@@ -132,6 +147,7 @@ typedef struct {
     uint32_t retry;          /* the retry round of this hop; 0 = the first round */
     int64_t pause_ms;        /* time queued before this hop; -1 = none */
     int64_t backoff_ms;      /* the pause before its round, on the round's first hop only; -1 = none */
+    bool hedge;              /* a first-token hedge: sent while an earlier hop still waited for content */
 } attempt_t;
 
 /* Why the last hop failed, kept for the final answer when no candidate is left. */
@@ -143,7 +159,48 @@ typedef struct {
     char detail[160];
 } last_failure_t;
 
+/*
+ * Everything one hop keeps while it is out, in the request's fields or, for
+ * the other hop of a first-token hedge, parked here (hedge.c swaps them).
+ */
 typedef struct {
+    req_phase_t phase;
+    size_t cur, attempt;
+    sl_hop_t *hop;
+    sl_upstream_t *up;
+    bool is_probe, fresh, strip_usage_chunk;
+    char *head, *body_copy;
+    h2o_iovec_t body;
+    hop_read_t rd;
+    h2o_buffer_t *rx;
+    size_t parsed;
+    bool end_follows;
+    bool throttle_probe;
+    sl_upstream_t *dispatching;
+    sl_charge_t up_charge;
+    bool up_charge_persisted, hop_uncounted, hop_needs_usage;
+    uint64_t up_slot;
+    int64_t sent_ns, upstream_in_ns;
+} hop_slot_t;
+
+typedef enum {
+    HEDGE_NONE,     /* one hop (or none) is out */
+    HEDGE_CLAIMING, /* the hedge's upstream is being claimed; the first hop goes on */
+    HEDGE_RUNNING,  /* two hops are out: the first to have content wins */
+} hedge_state_t;
+
+/* Which of a hedge's two hops: the request's fields hold one, the parked slot the other. */
+typedef enum { HEDGE_HOP_FIRST, HEDGE_HOP_SECOND } hedge_hop_t;
+
+typedef struct request request_t;
+
+/* What a hedged hop's callbacks carry: the request and which hop they are for. */
+typedef struct {
+    request_t *r;
+    hedge_hop_t which;
+} hedge_tag_t;
+
+struct request {
     h2o_linklist_t link; /* in io->requests while it lives */
     h2o_req_t *req;      /* NULL once out.state is OUT_CLOSED */
     sl_worker_io_t *io;
@@ -184,19 +241,7 @@ typedef struct {
     bool strip_usage_chunk; /* sluice asked a Chat stream for usage the client did not ask for */
 
     /* The upstream's answer being read (upstream_read.c). */
-    struct {
-        int up_status;
-        h2o_headers_t up_headers; /* hop-by-hop ones dropped */
-        int64_t up_content_length;
-        bool events; /* a stream of events this gateway understands: SSE, or (frames) eventstream */
-        bool frames; /* Bedrock: application/vnd.amazon.eventstream frames instead of SSE */
-        sl_sse_scanner_t scanner;
-        char scratch[4096];
-        sl_stream_t stream;
-        bool told_error;   /* an error event of the upstream's went to the client as it was */
-        char *answer_tail; /* the last bytes of a whole (non-SSE) 2xx answer (malloc), where its usage is */
-        size_t answer_tail_len, answer_tail_cap;
-    } rd;
+    hop_read_t rd;
 
     /* What goes to the client (hold.c). */
     struct {
@@ -270,6 +315,7 @@ typedef struct {
     /* The record (telemetry.c). */
     attempt_t *attempts; /* owned; grows with the hops, most requests make one or two */
     size_t n_attempts, cap_attempts;
+    size_t attempt; /* the hop in flight's attempt (an index into attempts); SIZE_MAX: none */
     bool recorded;
 
     /* What the metrics count at the end (telemetry.c, metrics.h). */
@@ -292,7 +338,20 @@ typedef struct {
         sl_span_event_t events[SL_SPAN_EVENTS_MAX];
         size_t n_events;
     } trace;
-} request_t;
+
+    /* The first-token hedge (behaviour.md §4; hedge.c). */
+    struct {
+        hedge_state_t state;
+        hedge_hop_t installed; /* whose hop the request's fields hold while a hedge is out */
+        hop_slot_t parked;     /* the other hop's */
+        hedge_tag_t tags[2];   /* by hedge_hop_t */
+        sl_timer_t timer;      /* the first hop's first_token_secs */
+        size_t armed_attempt;  /* the attempt the timer was armed for */
+        size_t next_cand;      /* the next later candidate the hedge may claim */
+        size_t first_provider; /* the hedged (first) hop's provider, for the metrics */
+        size_t resume_after;   /* the hedge failed: failover goes on after this candidate; SIZE_MAX: none */
+    } hedge;
+};
 
 /* ---- request.c: phases, hops, the one exit ---- */
 
@@ -371,6 +430,11 @@ void sl__remember_response(request_t *r);
  * sl__send_hop with r->up set, or the skip recorded and the next candidate.
  */
 void sl__claim_upstream(request_t *r, size_t cand);
+/* The claim of candidate cand's upstream for a hop, as the request stands now. */
+sl_upstream_claim_t sl__upstream_claim_of(request_t *r, size_t cand);
+/* A claim's answer: what the hop took goes into the request (its upstream, probes, charge, slot), or why
+ * cand is skipped; the claim's ThrottleChanged / HealthChanged go out. */
+void sl__apply_claim(request_t *r, size_t cand, const sl_upstream_claim_result_t *res);
 /* The client key's limits, once per request; admitted (or without limits), routing starts at the first
  * candidate. */
 void sl__admit_key_then_route(request_t *r);
@@ -473,6 +537,23 @@ void sl__answer_too_large(request_t *r, const sl_wait_decision_t *d, const char 
 void sl__answer_models(request_t *r);
 /* Count-tokens answered with the gateway's estimate. */
 void sl__answer_token_estimate(request_t *r);
+
+/* ---- hedge.c: the first-token hedge (behaviour.md §4) ---- */
+
+/* The hop just sent gets its hedge timer, when its route hedges and a later candidate is there. */
+void sl__hedge_arm(request_t *r);
+/* The installed hop has content (a stream's first, or a whole answer's 2xx head): the other is closed. */
+void sl__hedge_content(request_t *r);
+/* The installed hop failed and has ended: the other goes on alone. */
+void sl__hedge_other_goes_on(request_t *r);
+/* A hedge still being claimed is given up (the first hop failed before it went out). */
+void sl__hedge_abandon(request_t *r);
+/* The request ends: the other hop (if any) is closed with outcome, code and detail, its timer stopped. */
+void sl__hedge_drop(request_t *r, sl_hop_outcome_t outcome, sl_code_t code, const char *detail);
+/* Two hops are out. */
+bool sl__hedge_running(const request_t *r);
+/* Two hops are out and the request's fields are the hedge's. */
+bool sl__hedge_is_installed(const request_t *r);
 
 /* ---- accounting.c: usage and the upstream's books ---- */
 

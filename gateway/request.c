@@ -170,6 +170,7 @@ sl__end_request(request_t *r, const req_end_t *end)
     sl_row_outcome_t outcome = end_outcomes[end->how].row;
     sl_code_t code = end->msg != NULL ? end->msg->code : SL_CODE_GW_UPSTREAM_STATUS;
     const char *text = end->msg != NULL ? end->msg->text : NULL;
+    sl__hedge_drop(r, end->how == END_CLIENT_LEFT ? SL_HOP_CLIENT_LEFT : SL_HOP_CANCELLED, code, text);
     sl__close_attempt(r, end_outcomes[end->how].hop, code, text);
     bool in_stream = r->rd.events || r->out.state == OUT_KEEPALIVE;
     delivery_t delivery = delivery_of(end->how, r->out.state, in_stream, end->cut);
@@ -262,6 +263,7 @@ void
 sl__start_hop(request_t *r, size_t cand)
 {
     r->cur = cand;
+    r->hedge.resume_after = SIZE_MAX;
     attempt_t *a = sl__new_attempt(r, cand);
     if (a == NULL) {
         sl__answer_with_failure(r);
@@ -285,7 +287,7 @@ sl__send_hop(request_t *r)
     sl_upstream_t *up = r->up;
     r->m.sent_ns = sl_now_ns();
     r->acct.hop_uncounted = false;
-    sl__note_queued_time(r, &r->attempts[r->n_attempts - 1], p->name);
+    sl__note_queued_time(r, &r->attempts[r->attempt], p->name);
     sl_strbuf_t head = {0};
     sl_upstream_head_t info;
     sl_head_status_t built = sl__build_hop_request(r, cand, &head, &info);
@@ -319,6 +321,7 @@ sl__send_hop(request_t *r)
     r->fresh = false;
     r->acct.hops_sent++;
     r->hop = sl_hop_start(r->io, &params, &sl__hop_callbacks, r);
+    sl__hedge_arm(r);
 }
 
 void
@@ -421,6 +424,8 @@ request_new(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapshot_t 
     r->wait.call.inbox = r->acct.news.inbox = io->shared_inbox;
     r->wait.call.lane = r->acct.news.lane = io->cluster_lane;
     r->out.client_fd = -1;
+    r->attempt = SIZE_MAX;
+    r->hedge.resume_after = SIZE_MAX;
     if (req->version < 0x200) {
         h2o_socket_t *sock = req->conn->callbacks->get_socket(req->conn);
         if (sock != NULL)

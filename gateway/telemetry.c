@@ -117,6 +117,7 @@ sl__new_attempt(request_t *r, size_t cand)
         r->cap_attempts = r->cap_attempts == 0 ? 2 : r->cap_attempts * 2;
         r->attempts = sl_xrealloc(r->attempts, r->cap_attempts * sizeof(*r->attempts));
     }
+    r->attempt = r->n_attempts;
     attempt_t *a = &r->attempts[r->n_attempts++];
     int64_t now_ns = sl_now_ns();
     *a = (attempt_t){.provider = r->cands[cand].provider,
@@ -134,7 +135,7 @@ sl__new_attempt(request_t *r, size_t cand)
 static attempt_t *
 open_attempt(request_t *r)
 {
-    attempt_t *a = r->n_attempts > 0 ? &r->attempts[r->n_attempts - 1] : NULL;
+    attempt_t *a = r->attempt < r->n_attempts ? &r->attempts[r->attempt] : NULL;
     return a != NULL && a->skipped == SL_SKIP_NONE && !a->closed ? a : NULL;
 }
 
@@ -168,6 +169,8 @@ label_of_end(sl_hop_outcome_t outcome, sl_code_t code)
         return SL_ATTEMPT_CANCELLED;
     case SL_HOP_STATUS:
         return SL_ATTEMPT_NOT_FOUND; /* an upstream without a count-tokens endpoint */
+    case SL_HOP_HEDGE_LOST:
+        return SL_ATTEMPT_HEDGE_LOST;
     default:
         break;
     }
@@ -197,7 +200,7 @@ close_attempt(request_t *r, attempt_t *a, sl_hop_outcome_t outcome, sl_attempt_l
     a->outcome = outcome;
     a->status = r->rd.up_status;
     a->ms = sl_now_ms() - a->started_ms;
-    if (outcome != SL_HOP_SERVED && outcome != SL_HOP_ESTIMATED) {
+    if (outcome != SL_HOP_SERVED && outcome != SL_HOP_ESTIMATED && outcome != SL_HOP_HEDGE_LOST) {
         a->has_error = true;
         a->error_code = code;
         snprintf(a->error_detail, sizeof(a->error_detail), "%s", detail != NULL ? detail : "");
@@ -248,6 +251,7 @@ sl__skip_attempt(request_t *r, attempt_t *a, sl_skip_t skip)
     sl__note_trouble(r, sl_trouble_of_skip(skip));
     if (repeats_a_skip(r, a, skip)) {
         r->n_attempts--;
+        r->attempt = SIZE_MAX;
     } else {
         a->skipped = skip;
         sl__emit_attempt(r, a);
@@ -284,6 +288,7 @@ sl__emit_attempt(request_t *r, const attempt_t *a)
         .skip = a->skipped,
         .has_reason = a->has_reason,
         .reason = a->reason,
+        .hedge = a->hedge,
     };
     sl_proto_event_t ev;
     sl__emit(r, sl_bus_attempt(&ev, sl_wall_ms(), r->id, &view));
@@ -416,7 +421,7 @@ sl__record(request_t *r, sl_row_outcome_t outcome, int status, const sl_msg_t *m
         r->in.endpoint.dialect < SL_DIALECT_COUNT ? r->in.endpoint.dialect : SL_DIALECT_OPENAI_CHAT;
     row->model = sl_xstrdup(r->in.model);
     if (r->n_attempts > 0 && outcome == SL_ROW_SERVED)
-        row->provider = sl_xstrdup(r->config->providers[r->attempts[r->n_attempts - 1].provider].name);
+        row->provider = sl_xstrdup(sl__provider_of(r, r->cur)->name);
     row->path = sl_xstrndup(r->path.base, r->path.len);
     row->status = (uint32_t)status;
     row->outcome = outcome;
@@ -657,14 +662,14 @@ sl__trace_event(request_t *r, sl_span_event_kind_t kind, int64_t value_ms)
 bool
 sl__trace_hop_header(const request_t *r, char *out, size_t size)
 {
-    if (!r->trace.on || r->n_attempts == 0)
+    if (!r->trace.on || r->attempt >= r->n_attempts)
         return false;
     static const char name[] = "traceparent: ";
     size_t n = sizeof(name) - 1;
     if (size < n + SL_TRACEPARENT_LEN + 3)
         return false;
     uint8_t span[8];
-    sl_trace_attempt_span_id(r->trace.span_id, r->n_attempts - 1, span);
+    sl_trace_attempt_span_id(r->trace.span_id, r->attempt, span);
     memcpy(out, name, n);
     sl_traceparent_format(r->trace.trace_id, span, r->trace.sampled, out + n);
     memcpy(out + n + SL_TRACEPARENT_LEN, "\r\n", 3);

@@ -367,7 +367,11 @@ on_hop_head(void *data, int status, const h2o_header_t *headers, size_t n)
      */
     if (sl__has_next_candidate(r) || (r->rd.events && r->in.stream && sl__may_wait(r))) {
         sl__set_phase(r, PHASE_HELD);
+        /* A whole answer's content is its 2xx head: a first-token hedge is settled by it (§4). */
+        if (!r->rd.events)
+            sl__hedge_content(r);
     } else {
+        sl__hedge_content(r);
         sl__set_phase(r, PHASE_STREAMING);
         /* A whole answer is the upstream's success now; a stream's is its first content. */
         if (!r->rd.events)

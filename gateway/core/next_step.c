@@ -93,3 +93,40 @@ sl_next_step(const sl_step_facts_t *f, bool *next_round)
     }
     return give_up(f, why_not);
 }
+
+sl_step_t
+sl_next_step_hedged(const sl_step_facts_t *f, bool failed_is_hedge, bool *next_round)
+{
+    if (!sl_failure_class_info(f->cls)->fails_over)
+        return sl_next_step(f, next_round);
+    return (sl_step_t){.kind = SL_STEP_OTHER_HOP,
+                       .reason = failed_is_hedge ? SL_STEP_REASON_HEDGE_FAILED : SL_STEP_REASON_HEDGE_GOES_ON};
+}
+
+sl_hedge_verdict_t
+sl_hedge_decide(const sl_hedge_facts_t *f)
+{
+    if (f->first_token_secs == 0)
+        return SL_HEDGE_OFF;
+    if (!f->has_later)
+        return SL_HEDGE_LAST;
+    if (f->sealed_history)
+        return SL_HEDGE_SEALED;
+    if (f->has_content)
+        return SL_HEDGE_HAS_CONTENT;
+    if (f->hedged)
+        return SL_HEDGE_ALREADY;
+    if (f->now_ms >= f->deadline_ms)
+        return SL_HEDGE_PAST_DEADLINE;
+    if (f->now_ms - f->sent_ms < (int64_t)f->first_token_secs * 1000)
+        return SL_HEDGE_NOT_YET;
+    return SL_HEDGE_START;
+}
+
+const char *
+sl_hedge_verdict_name(sl_hedge_verdict_t v)
+{
+    static const char *const names[] = {"start",   "off",         "not_yet", "last",
+                                        "sealed",  "has_content", "already", "past_deadline"};
+    return (unsigned)v < sizeof(names) / sizeof(names[0]) ? names[v] : "?";
+}

@@ -24,6 +24,7 @@ typedef enum {
                                */
     SL_STEP_HAND_OVER,        /* the upstream's own answer goes to the client as it is */
     SL_STEP_GATEWAY_ERROR,    /* no upstream answer to hand over: the gateway's error, from the failure */
+    SL_STEP_OTHER_HOP,        /* one hop of a first-token hedge failed: the other goes on alone (§4) */
 } sl_step_kind_t;
 
 /*
@@ -46,7 +47,9 @@ typedef enum {
     X(NO_WAITING, "no_waiting", "this request may not wait or retry (wait_secs 0, or counting tokens)")      \
     X(DEADLINE, "deadline", "the next pause would end after the request's deadline")                         \
     X(BACK_TO_EARLIER, "back_to_earlier",                                                                    \
-      "the conversation failed over earlier: it goes back to this candidate, which can take it again")
+      "the conversation failed over earlier: it goes back to this candidate, which can take it again")      \
+    X(HEDGE_FAILED, "hedge_failed", "the first-token hedge failed before content: the first hop goes on")   \
+    X(HEDGE_GOES_ON, "hedge_goes_on", "the hop failed before content: its first-token hedge goes on alone")
 
 typedef enum {
 #define SL_STEP_REASON_ENUM(name, slug, text) SL_STEP_REASON_##name,
@@ -124,5 +127,38 @@ typedef struct {
  * untouched otherwise.
  */
 sl_step_t sl_next_step(const sl_step_facts_t *f, bool *next_round);
+
+/*
+ * As sl_next_step, for a hop that failed while the other hop of its
+ * first-token hedge is still out (§4): the other goes on alone (the
+ * failed one was the hedge: hedge_failed; the first: hedge_goes_on) —
+ * unless the failure is the client's own (it is handed back as ever).
+ */
+sl_step_t sl_next_step_hedged(const sl_step_facts_t *f, bool failed_is_hedge, bool *next_round);
+
+/* Whether a hop gets a first-token hedge now, and if not, why (behaviour.md §4). */
+typedef enum {
+    SL_HEDGE_START,         /* send the request to the next candidate that can take it now, too */
+    SL_HEDGE_OFF,           /* first_token_secs is 0 */
+    SL_HEDGE_NOT_YET,       /* the hop has been out for less than first_token_secs */
+    SL_HEDGE_LAST,          /* the hop's candidate is the last: nobody to hedge with */
+    SL_HEDGE_SEALED,        /* sealed history pins the request to this upstream */
+    SL_HEDGE_HAS_CONTENT,   /* content came (for a whole answer: its 2xx head) */
+    SL_HEDGE_ALREADY,       /* a hedge is out, or this hop had one */
+    SL_HEDGE_PAST_DEADLINE, /* the request's wait deadline has passed */
+} sl_hedge_verdict_t;
+
+typedef struct {
+    uint32_t first_token_secs; /* the route's, else failover's; 0 = off */
+    bool has_later;            /* a later candidate of the round is not skipped */
+    bool sealed_history;
+    bool has_content;
+    bool hedged; /* a hedge is out for this hop, or was */
+    int64_t sent_ms, now_ms, deadline_ms;
+} sl_hedge_facts_t;
+
+sl_hedge_verdict_t sl_hedge_decide(const sl_hedge_facts_t *f);
+/* "start", "off", …: for logs and tests. */
+const char *sl_hedge_verdict_name(sl_hedge_verdict_t v);
 
 #endif

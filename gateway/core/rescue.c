@@ -25,8 +25,9 @@ sl_trouble_of_step(sl_step_reason_t reason)
     case SL_STEP_REASON_NOT_RETRIED:
     case SL_STEP_REASON_NO_WAITING:
     case SL_STEP_REASON_DEADLINE:
+    case SL_STEP_REASON_HEDGE_GOES_ON: /* the first hop failed: its hedge serves */
         return SL_TROUBLE_FAILED_OVER;
-    default: /* a stale keep-alive, the client's own request error, a context fallback */
+    default: /* a stale keep-alive, the client's own request error, a context fallback, a hedge that failed */
         return SL_TROUBLE_NONE;
     }
 }

@@ -91,6 +91,9 @@ typedef struct {
      * unused. */
     sl_route_member_t *context_fallback;
     size_t n_context_fallback;
+    /* The route's own failover.first_token_secs (behaviour.md §4), when has_first_token_secs. */
+    bool has_first_token_secs;
+    uint32_t first_token_secs;
 } sl_route_t;
 
 typedef struct {
@@ -101,6 +104,7 @@ typedef struct {
     uint32_t no_balance_pause_secs;
     uint32_t quota_pause_secs;
     uint32_t idle_timeout_secs, connect_timeout_secs, total_timeout_secs;
+    uint32_t first_token_secs; /* 0: no first-token hedge; else its delay (behaviour.md §4) */
 } sl_failover_t;
 
 typedef struct {

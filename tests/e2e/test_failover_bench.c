@@ -21,6 +21,8 @@
 
 static proc_t proc;
 static fake_upstream_t *primary, *fallback, *big;
+/* More of the route's fields (", first_token_secs: 1") and of the fallback provider's (", limits: [...]"). */
+static const char *route_extra = "", *fallback_extra = "";
 static http_response_t res;
 static uint16_t port;
 
@@ -41,6 +43,7 @@ teardown(void)
     fake_stop(big);
     http_response_free(&res);
     remove_temp_files();
+    route_extra = fallback_extra = "";
 }
 
 TestSuite(failover_bench, .init = setup, .fini = teardown, .timeout = 60);
@@ -74,15 +77,16 @@ start(const char *failover, bool context_fallback, const char *time_scale)
         "clients: [{name: tester, key: \"" GATEWAY_KEY "\"}]\n"
         "providers:\n"
         "  - {name: primary, protocol: openai-chat, base_url: \"http://127.0.0.1:%u\", key: k1}\n"
-        "  - {name: fallback, protocol: openai-chat, base_url: \"http://127.0.0.1:%u\", key: k2}\n"
+        "  - {name: fallback, protocol: openai-chat, base_url: \"http://127.0.0.1:%u\", key: k2%s}\n"
         "  - {name: big, protocol: openai-chat, base_url: \"http://127.0.0.1:%u\", key: k3, models: [none],"
         " model_map: {gpt-x: gpt-x-1m}}\n"
         "routes:\n"
-        "  - {match: \"gpt-*\", failover: [primary, fallback]%s}\n"
+        "  - {match: \"gpt-*\", failover: [primary, fallback]%s%s}\n"
         "failover: {%s}\n"
         "store: {path: %s}\n",
-        fake_port(primary), fake_port(fallback), fake_port(big),
-        context_fallback ? ", context_fallback: [big]" : "", failover != NULL ? failover : "wait_secs: 120",
+        fake_port(primary), fake_port(fallback), fallback_extra, fake_port(big),
+        context_fallback ? ", context_fallback: [big]" : "", route_extra,
+        failover != NULL ? failover : "wait_secs: 120",
         write_temp_file(1, ""));
     port = sluice_start(&proc, write_temp_file(0, yaml), "debug", NULL);
     cr_assert_neq(port, 0, "sluice did not start:\n%s", proc.log);
@@ -571,4 +575,238 @@ Test(failover_bench, s16_the_client_sees_the_fallbacks_model_and_usage_and_failu
     cr_assert_eq(db("SELECT coalesce(sum(tokens), 0) FROM usage_buckets WHERE name = 'primary'"), 0,
                  "the failed attempt used no tokens");
     free(mini);
+}
+
+/* ---- the first-token hedge (behaviour.md §4): S06 and S07 with failover.first_token_secs ----------- */
+
+/* Every attempt of every request, in order, as "provider:outcome:reason" (after stop_sluice). */
+static const char *
+attempt_trail(void)
+{
+    static char trail[1024];
+    cr_assert(db_text(temp_file_path(1),
+                      "SELECT group_concat(provider || ':' || outcome || ':' || coalesce(reason, '-'), ' ') FROM "
+                      "(SELECT * FROM attempts ORDER BY request_row, n)",
+                      trail, sizeof(trail)));
+    return trail;
+}
+
+/* A Chat stream's head and opening chunk (no content yet), then silence. */
+static fake_reply_t
+opening_then_silence(void)
+{
+    static char opening[1024];
+    const char *ok = fixture("chat-ok.sse", NULL);
+    const char *end = strstr(ok, "\n\n");
+    snprintf(opening, sizeof(opening), "%.*s", (int)(end + 2 - ok), ok);
+    return (fake_reply_t){.action = FAKE_SILENT_AFTER_HEAD,
+                          .status = 200,
+                          .headers = SSE_HEADER,
+                          .body = opening,
+                          .chunked = true};
+}
+
+Test(failover_bench, s06_hedged_a_silent_primary_costs_first_token_secs_not_the_idle_timeout)
+{
+    start("wait_secs: 120, first_token_secs: 1", false, NULL);
+    fake_push(primary, (fake_reply_t){.action = FAKE_HANG});
+    fake_set_default(fallback, chat_ok());
+    int64_t ms = post_chat(NULL);
+    assert_complete_chat();
+    cr_assert_eq(fake_count(primary), 1);
+    cr_assert_eq(fake_count(fallback), 1);
+    int64_t gap = arrival(fallback, 0) - arrival(primary, 0);
+    cr_assert(gap >= 950 && gap < 1600, "the hedge went out %lld ms after the first hop", (long long)gap);
+    cr_assert_lt(ms, 2000, "within first_token_secs + 1 s");
+    stop_sluice();
+    cr_assert_str_eq(attempt_trail(), "primary:hedge_lost:- fallback:served:-");
+    cr_assert_eq(db("SELECT count(*) FROM requests WHERE provider = 'fallback' AND status = 200"), 1);
+}
+
+Test(failover_bench, s07_hedged_a_20_s_first_token_loses_to_the_fallback)
+{
+    start("wait_secs: 120, first_token_secs: 1", false, NULL);
+    /* The head after 10 s, the first content after 20 s. */
+    fake_reply_t slow = chat_ok();
+    slow.delay_ms = 10000;
+    fake_push(primary, slow);
+    fake_set_default(fallback, chat_ok());
+    int64_t ms = post_chat(NULL);
+    assert_complete_chat();
+    cr_assert_lt(ms, 2000, "within first_token_secs + 1 s");
+    stop_sluice();
+    cr_assert_str_eq(attempt_trail(), "primary:hedge_lost:- fallback:served:-");
+}
+
+Test(failover_bench, hedge_an_opening_without_content_is_not_content_and_the_client_sees_one_stream)
+{
+    start("wait_secs: 120, first_token_secs: 1", false, NULL);
+    fake_push(primary, opening_then_silence());
+    fake_set_default(fallback, chat_ok());
+    int64_t ms = post_chat(NULL);
+    /* Exactly the fallback's stream: the primary's held opening chunk never reached the client. */
+    assert_complete_chat();
+    cr_assert(ms >= 950 && ms < 2000, "%lld ms", (long long)ms);
+    stop_sluice();
+    cr_assert_str_eq(attempt_trail(), "primary:hedge_lost:- fallback:served:-");
+}
+
+Test(failover_bench, hedge_a_slow_first_hop_that_is_faster_than_its_hedge_wins)
+{
+    start("wait_secs: 120, first_token_secs: 1", false, NULL);
+    /* Content after 1.8 s from the primary; after 5 s from the hedge (sent at 1 s). */
+    fake_reply_t slow = chat_ok();
+    slow.delay_ms = 900;
+    fake_push(primary, slow);
+    fake_reply_t slower = chat_ok();
+    slower.delay_ms = 2500;
+    fake_set_default(fallback, slower);
+    post_chat(NULL);
+    assert_complete_chat();
+    cr_assert_eq(fake_count(fallback), 1, "the hedge went out");
+    stop_sluice();
+    cr_assert_str_eq(attempt_trail(), "primary:served:- fallback:hedge_lost:-");
+    cr_assert_eq(db("SELECT count(*) FROM requests WHERE provider = 'primary' AND status = 200"), 1);
+}
+
+Test(failover_bench, hedge_none_when_the_later_candidate_is_paused)
+{
+    start("wait_secs: 120, first_token_secs: 1", false, NULL);
+    /* First the fallback answers a 429 (after the primary's 500): it pauses for a minute. */
+    fake_push(primary, status(500, JSON_HEADER, SERVER_ERROR));
+    fake_push(fallback, status(429, JSON_HEADER "retry-after: 60\r\n", RATE_LIMITED));
+    fake_push(primary, chat_ok());
+    post_chat(NULL);
+    assert_complete_chat();
+    cr_assert_eq(fake_count(fallback), 1);
+    /* Then a slow primary (content after 1.6 s): the paused fallback cannot take a hedge now. */
+    fake_reply_t slow = chat_ok();
+    slow.delay_ms = 800;
+    fake_push(primary, slow);
+    fake_set_default(fallback, chat_ok());
+    int64_t ms = post_chat(NULL);
+    assert_complete_chat();
+    cr_assert_geq(ms, 1500);
+    cr_assert_eq(fake_count(fallback), 1, "no hedge to a paused upstream");
+    stop_sluice();
+    cr_assert_eq(db("SELECT count(*) FROM attempts WHERE outcome = 'hedge_lost'"), 0, "%s", attempt_trail());
+}
+
+Test(failover_bench, hedge_never_for_the_last_candidate)
+{
+    start("wait_secs: 120, first_token_secs: 1", false, NULL);
+    fake_push(primary, status(500, JSON_HEADER, SERVER_ERROR));
+    fake_reply_t slow = chat_ok();
+    slow.delay_ms = 800;
+    fake_push(fallback, slow);
+    int64_t ms = post_chat(NULL);
+    assert_complete_chat();
+    cr_assert_geq(ms, 1500);
+    cr_assert_eq(fake_count(primary), 1, "the last candidate is not hedged (not even back to the first)");
+    cr_assert_eq(fake_count(fallback), 1);
+}
+
+Test(failover_bench, hedge_both_hops_failing_go_on_to_the_usual_retry_round)
+{
+    start("wait_secs: 120, first_token_secs: 1", false, NULL);
+    /* The primary fails at 1.5 s (its hedge is out), the hedge at 1.8 s after it went out: a retry round. */
+    fake_reply_t late_503 = status(503, JSON_HEADER, SERVER_ERROR);
+    late_503.delay_ms = 1500;
+    fake_push(primary, late_503);
+    fake_reply_t later_503 = status(503, JSON_HEADER, SERVER_ERROR);
+    later_503.delay_ms = 1800;
+    fake_push(fallback, later_503);
+    fake_set_default(primary, chat_ok());
+    fake_set_default(fallback, chat_ok());
+    post_chat(NULL);
+    assert_complete_chat();
+    cr_assert_eq(fake_count(primary), 2);
+    cr_assert_eq(fake_count(fallback), 1);
+    stop_sluice();
+    cr_assert_str_eq(attempt_trail(), "primary:status:hedge_goes_on fallback:status:retry_round primary:served:-");
+}
+
+Test(failover_bench, hedge_that_fails_leaves_the_first_hop_running)
+{
+    start("wait_secs: 120, first_token_secs: 1", false, NULL);
+    fake_reply_t slow = chat_ok();
+    slow.delay_ms = 1000;
+    fake_push(primary, slow);
+    fake_push(fallback, status(503, JSON_HEADER, SERVER_ERROR));
+    int64_t ms = post_chat(NULL);
+    assert_complete_chat();
+    cr_assert_geq(ms, 1900);
+    cr_assert_eq(fake_count(primary), 1);
+    cr_assert_eq(fake_count(fallback), 1, "no second hedge");
+    stop_sluice();
+    cr_assert_str_eq(attempt_trail(), "primary:served:- fallback:status:hedge_failed");
+}
+
+Test(failover_bench, hedge_a_routes_own_first_token_secs_overrides_failovers)
+{
+    route_extra = ", first_token_secs: 1";
+    start("wait_secs: 120", false, NULL);
+    fake_push(primary, (fake_reply_t){.action = FAKE_HANG});
+    fake_set_default(fallback, chat_ok());
+    int64_t ms = post_chat(NULL);
+    assert_complete_chat();
+    cr_assert_lt(ms, 2000);
+    proc_kill(&proc);
+
+    route_extra = ", first_token_secs: 0";
+    start("wait_secs: 120, first_token_secs: 1, idle_timeout_secs: 2", false, NULL);
+    fake_push(primary, (fake_reply_t){.action = FAKE_HANG});
+    ms = post_chat(NULL);
+    assert_complete_chat();
+    cr_assert_geq(ms, 1900, "the route turned the hedge off: the idle timeout decides");
+}
+
+Test(failover_bench, hedge_of_a_whole_answer_is_won_by_the_first_2xx_head)
+{
+    start("wait_secs: 120, first_token_secs: 1", false, NULL);
+    fake_push(primary, (fake_reply_t){.action = FAKE_HANG});
+    static const char whole[] = "{\"id\":\"c2\",\"object\":\"chat.completion\",\"model\":\"gpt-x\",\"choices\":[{"
+                                "\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"Hi\"},"
+                                "\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":3,"
+                                "\"completion_tokens\":1,\"total_tokens\":4}}";
+    fake_set_default(fallback, status(200, JSON_HEADER, whole));
+    int64_t t0 = now_ms();
+    cr_assert(http_request_h(port, "POST", "/v1/chat/completions", CHAT_HEADERS,
+                             "{\"model\":\"gpt-x\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", &res));
+    int64_t ms = now_ms() - t0;
+    cr_assert_eq(res.status, 200, "%s", res.body);
+    cr_assert_str_eq(res.body, whole);
+    cr_assert_lt(ms, 2000);
+    stop_sluice();
+    cr_assert_str_eq(attempt_trail(), "primary:hedge_lost:- fallback:served:-");
+}
+
+Test(failover_bench, hedge_the_losers_reservation_is_released)
+{
+    /* Room for one request's estimate (about 1 030 tokens) a minute, not for two. */
+    fallback_extra = ", limits: [{per: minute, tokens: 1500}]";
+    start("wait_secs: 120, first_token_secs: 1", false, NULL);
+    static const char body[] = "{\"model\":\"gpt-x\",\"stream\":true,\"stream_options\":{\"include_usage\":true},"
+                               "\"max_tokens\":1000,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+    fake_reply_t slow = chat_ok();
+    slow.delay_ms = 900;
+    fake_push(primary, slow);
+    fake_reply_t slower = chat_ok();
+    slower.delay_ms = 3000;
+    fake_push(fallback, slower);
+    cr_assert(http_request_h(port, "POST", "/v1/chat/completions", CHAT_HEADERS, body, &res));
+    assert_complete_chat();
+    cr_assert_eq(fake_count(fallback), 1, "the hedge went out, with its own reservation");
+    /* The next request (another conversation) fails over to the fallback: the losing hedge's estimate no
+     * longer holds its window. */
+    static const char other[] = "{\"model\":\"gpt-x\",\"stream\":true,\"stream_options\":{\"include_usage\":true},"
+                                "\"max_tokens\":1000,\"messages\":[{\"role\":\"user\",\"content\":\"hey\"}]}";
+    fake_push(primary, status(500, JSON_HEADER, SERVER_ERROR));
+    fake_set_default(fallback, chat_ok());
+    http_response_free(&res);
+    int64_t t0 = now_ms();
+    cr_assert(http_request_h(port, "POST", "/v1/chat/completions", CHAT_HEADERS, other, &res));
+    assert_complete_chat();
+    cr_assert_lt(now_ms() - t0, 1500, "admitted at once, not held for a full window");
+    cr_assert_eq(fake_count(fallback), 2);
 }

@@ -5,8 +5,8 @@ import { ProtocolError } from "./runtime.js";
 export { ProtocolError } from "./runtime.js";
 export type { ErrorKind } from "./runtime.js";
 
-export const PROTOCOL_VERSION = 6;
-export const PROTOCOL_FINGERPRINT = "a4a0e6c33c2552d8";
+export const PROTOCOL_VERSION = 7;
+export const PROTOCOL_FINGERPRINT = "ad00eac79d290d17";
 
 /** What a subscription streams. */
 export type Topic = "events" | "providers" | "stats";
@@ -27,8 +27,8 @@ const decAffinity = rt.slugOf(AFFINITY_VALUES);
 const encAffinity = rt.encSlugOf(AFFINITY_VALUES);
 
 /** How one hop ended. */
-export type Outcome = "served" | "status" | "error" | "skipped" | "estimated" | "cancelled" | "client_left" | "stale_connection";
-export const OUTCOME_VALUES: readonly Outcome[] = ["served", "status", "error", "skipped", "estimated", "cancelled", "client_left", "stale_connection"];
+export type Outcome = "served" | "status" | "error" | "skipped" | "estimated" | "cancelled" | "client_left" | "stale_connection" | "hedge_lost";
+export const OUTCOME_VALUES: readonly Outcome[] = ["served", "status", "error", "skipped", "estimated", "cancelled", "client_left", "stale_connection", "hedge_lost"];
 const decOutcome = rt.slugOf(OUTCOME_VALUES);
 const encOutcome = rt.encSlugOf(OUTCOME_VALUES);
 
@@ -39,8 +39,8 @@ const decServeSkip = rt.slugOf(SERVE_SKIP_VALUES);
 const encServeSkip = rt.encSlugOf(SERVE_SKIP_VALUES);
 
 /** Why a request went where it went after a hop failed (behaviour.md §3, §5, §6): the failed attempt carries it. `context_fallback`: a context-length error sent the request on to its route's context_fallback (§1.6). `back_to_earlier` is on the hop of a sticky conversation that went back to the candidate it had failed over from (§1.5). */
-export type StepReason = "stale_connection" | "rate_limited" | "next_candidate" | "pinned_retry" | "retry_round" | "request_error" | "not_retried" | "no_waiting" | "deadline" | "context_fallback" | "back_to_earlier";
-export const STEP_REASON_VALUES: readonly StepReason[] = ["stale_connection", "rate_limited", "next_candidate", "pinned_retry", "retry_round", "request_error", "not_retried", "no_waiting", "deadline", "context_fallback", "back_to_earlier"];
+export type StepReason = "stale_connection" | "rate_limited" | "next_candidate" | "pinned_retry" | "retry_round" | "request_error" | "not_retried" | "no_waiting" | "deadline" | "context_fallback" | "back_to_earlier" | "hedge_failed" | "hedge_goes_on";
+export const STEP_REASON_VALUES: readonly StepReason[] = ["stale_connection", "rate_limited", "next_candidate", "pinned_retry", "retry_round", "request_error", "not_retried", "no_waiting", "deadline", "context_fallback", "back_to_earlier", "hedge_failed", "hedge_goes_on"];
 const decStepReason = rt.slugOf(STEP_REASON_VALUES);
 const encStepReason = rt.encSlugOf(STEP_REASON_VALUES);
 
@@ -152,6 +152,8 @@ export interface AttemptView {
   skipped?: ServeSkip;
   /** for a failed hop: why the request went on as it did (failed over, retried, resent, handed back) */
   reason?: StepReason;
+  /** true on a first-token hedge: the hop sent to a later candidate while the earlier one still waited for content (behaviour.md §4) */
+  hedge?: boolean;
 }
 
 /** What holds a queued request back on one upstream. */
@@ -1120,6 +1122,7 @@ function decAttemptView(x: unknown): AttemptView {
   const f_backoff_ms = rt.optField(o, "backoff_ms", rt.decU64);
   const f_skipped = rt.optField(o, "skipped", decServeSkip);
   const f_reason = rt.optField(o, "reason", decStepReason);
+  const f_hedge = rt.optField(o, "hedge", rt.decBool);
   const v: AttemptView = { provider: f_provider, outcome: f_outcome, ms: f_ms };
   if (f_model !== undefined) v.model = f_model;
   if (f_status !== undefined) v.status = f_status;
@@ -1129,6 +1132,7 @@ function decAttemptView(x: unknown): AttemptView {
   if (f_backoff_ms !== undefined) v.backoff_ms = f_backoff_ms;
   if (f_skipped !== undefined) v.skipped = f_skipped;
   if (f_reason !== undefined) v.reason = f_reason;
+  if (f_hedge !== undefined) v.hedge = f_hedge;
   return v;
 }
 
@@ -1145,6 +1149,7 @@ function encAttemptView(v: AttemptView): rt.Obj {
   if (v.backoff_ms !== undefined) rt.put(o, "backoff_ms", v.backoff_ms, rt.encU64);
   if (v.skipped !== undefined) rt.put(o, "skipped", v.skipped, encServeSkip);
   if (v.reason !== undefined) rt.put(o, "reason", v.reason, encStepReason);
+  if (v.hedge !== undefined) rt.put(o, "hedge", v.hedge, rt.encBool);
   return o;
 }
 

@@ -21,12 +21,12 @@ other_hop(hedge_hop_t h)
     return h == HEDGE_HOP_FIRST ? HEDGE_HOP_SECOND : HEDGE_HOP_FIRST;
 }
 
-/* The installed hop's fields, as a slot. */
+/* The installed hop's fields, as a slot (all but its phase: sl__exchange_phase moves that). */
 static void
 save_slot(const request_t *r, hop_slot_t *s)
 {
     *s = (hop_slot_t){
-        .phase = r->phase,
+        .hop_phase = s->hop_phase,
         .cur = r->cur,
         .attempt = r->attempt,
         .hop = r->hop,
@@ -56,7 +56,6 @@ save_slot(const request_t *r, hop_slot_t *s)
 static void
 load_slot(request_t *r, const hop_slot_t *s)
 {
-    r->phase = s->phase;
     r->cur = s->cur;
     r->attempt = s->attempt;
     r->hop = s->hop;
@@ -94,7 +93,8 @@ repoint_scratch(hop_read_t *rd)
 static void
 swap_slots(request_t *r)
 {
-    hop_slot_t installed;
+    hop_slot_t installed = {.hop_phase = r->hedge.parked.hop_phase};
+    sl__exchange_phase(r, &installed.hop_phase);
     save_slot(r, &installed);
     load_slot(r, &r->hedge.parked);
     r->hedge.parked = installed;
@@ -243,6 +243,10 @@ claim_next(request_t *r)
         claim.waiter = NULL;
         sl_shared_claim_upstream(r->gw->shared, &claim, sl__shared_call(r, &r->wait.call), on_hedge_claimed,
                                  r);
+        /* An answer still to come (the cluster's shared state): the first hop's callbacks meanwhile find its
+         * own fields in the request. */
+        if (r->hedge.state == HEDGE_CLAIMING)
+            install(r, HEDGE_HOP_FIRST);
         return;
     }
     no_hedge(r);
@@ -269,7 +273,8 @@ static void
 on_hedge_due(sl_timer_t *t)
 {
     request_t *r = H2O_STRUCT_FROM_MEMBER(request_t, hedge.timer, t);
-    if (r->phase == PHASE_DONE || r->hedge.state != HEDGE_NONE || r->attempt != r->hedge.armed_attempt)
+    if (r->phase == PHASE_DONE || r->hop == NULL || r->hedge.state != HEDGE_NONE ||
+        r->attempt != r->hedge.armed_attempt)
         return;
     sl_hedge_facts_t f = hedge_facts(r, false);
     sl_hedge_verdict_t v = sl_hedge_decide(&f);
@@ -287,9 +292,11 @@ on_hedge_due(sl_timer_t *t)
     r->hedge.tags[HEDGE_HOP_FIRST] = (hedge_tag_t){r, HEDGE_HOP_FIRST};
     r->hedge.tags[HEDGE_HOP_SECOND] = (hedge_tag_t){r, HEDGE_HOP_SECOND};
     /* The first hop is parked; the request's fields are the hedge's, fresh. */
-    hop_slot_t fresh = {.phase = PHASE_ROUTING, .attempt = SIZE_MAX, .cur = r->cur};
+    hop_slot_t fresh = {.hop_phase = PHASE_ROUTING, .attempt = SIZE_MAX, .cur = r->cur};
     h2o_buffer_init(&fresh.rx, &h2o_socket_buffer_prototype);
+    sl__exchange_phase(r, &fresh.hop_phase);
     save_slot(r, &r->hedge.parked);
+    r->hedge.parked.hop_phase = fresh.hop_phase;
     load_slot(r, &fresh);
     repoint_scratch(&r->hedge.parked.rd);
     r->hedge.installed = HEDGE_HOP_SECOND;

@@ -164,7 +164,7 @@ typedef struct {
  * the other hop of a first-token hedge, parked here (hedge.c swaps them).
  */
 typedef struct {
-    req_phase_t phase;
+    req_phase_t hop_phase; /* the request's phase while this hop is the installed one */
     size_t cur, attempt;
     sl_hop_t *hop;
     sl_upstream_t *up;
@@ -383,6 +383,9 @@ sl__check_move(const req_moves_t *m, uint64_t id, unsigned from, unsigned to)
 }
 /* The only way a phase moves: checked against its table. */
 void sl__set_phase(request_t *r, req_phase_t to);
+/* A first-token hedge's two hops trade places (hedge.c): *other, the parked hop's phase, and the request's
+ * are exchanged. No phase moves: each hop keeps its own. */
+void sl__exchange_phase(request_t *r, req_phase_t *other);
 /*
  * The one exit: closes the open attempt, lets the hop go, leaves timers and
  * queues, settles the key, emits the end event, writes the row and, last,

@@ -52,6 +52,14 @@ sl__set_phase(request_t *r, req_phase_t to)
     r->phase = to;
 }
 
+void
+sl__exchange_phase(request_t *r, req_phase_t *other)
+{
+    req_phase_t to = *other;
+    *other = r->phase;
+    r->phase = to;
+}
+
 /* ---- small helpers ------------------------------------------------------------------------- */
 
 /*

@@ -32,7 +32,15 @@ function pieces(body) {
   return out;
 }
 
+// reply.delayMs holds the head back (a provider slow to answer); a client gone meanwhile gets nothing.
 function serve(reply, res) {
+  if (reply.delayMs) {
+    const timer = setTimeout(() => {
+      if (!res.destroyed) serve({ ...reply, delayMs: 0 }, res);
+    }, reply.delayMs);
+    res.once("close", () => clearTimeout(timer));
+    return;
+  }
   let body = Buffer.from(reply.body ?? "");
   const cut = reply.cutAfter !== undefined;
   if (cut) body = body.subarray(0, reply.cutAfter);

@@ -28,7 +28,7 @@ export function fixture(name) {
 // entries, starting with a comma; key: null for none, e.g. Bedrock signing with SigV4); they are tried in the order
 // given. Breaker pauses are kept out of the way (failures_to_pause) so that one
 // test's upstream failures do not change which upstream the next test reaches.
-function configYaml(providers, storePath, waitSecs, clientFields = "", extraYaml = "") {
+function configYaml(providers, storePath, waitSecs, clientFields = "", extraYaml = "", failoverFields = "") {
   const lines = [
     "listen:",
     "  gateway: {bind: 127.0.0.1, port: 0}",
@@ -42,7 +42,7 @@ function configYaml(providers, storePath, waitSecs, clientFields = "", extraYaml
         `base_url: "http://127.0.0.1:${p.port}${p.path ?? ""}"` +
         `${p.key === null ? "" : `, key: upstream-key-${p.name}`}${p.fields ?? ""}}`,
     ),
-    `failover: {wait_secs: ${waitSecs}, failures_to_pause: 1000, idle_timeout_secs: 10, connect_timeout_secs: 2}`,
+    `failover: {wait_secs: ${waitSecs}, failures_to_pause: 1000, idle_timeout_secs: 10, connect_timeout_secs: 2${failoverFields}}`,
     `store: {path: "${storePath}"}`,
     "shutdown_grace_secs: 1",
   ];
@@ -58,14 +58,15 @@ function configYaml(providers, storePath, waitSecs, clientFields = "", extraYaml
 // (by default in the temp dir, removed by stop(); a path given here is left for the caller to read).
 // options.configPath runs on that file as it is (written by the caller, kept by stop());
 // options.clientFields adds flow-map entries to the client key's line (", limits: [...]");
-// options.extraYaml appends top-level sections ("telemetry: {...}\n").
+// options.extraYaml appends top-level sections ("telemetry: {...}\n");
+// options.failoverFields adds entries to the failover section (", first_token_secs: 2").
 export async function startGateway(providers, options = {}) {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), "sluice-sdk-"));
   const config = options.configPath ?? path.join(dir, "sluice.yaml");
   const store = options.storePath ?? path.join(dir, "sluice.db");
   if (!options.configPath)
     fs.writeFileSync(config, configYaml(providers, store, options.waitSecs ?? 0, options.clientFields,
-                                            options.extraYaml));
+                                            options.extraYaml, options.failoverFields));
   const args = ["--config", config, "--threads", String(options.threads ?? 2)];
   if (process.env.SLUICE_LOG_LEVEL) args.push("--log-level", process.env.SLUICE_LOG_LEVEL);
   const child = spawn(bin, args, { stdio: ["ignore", "pipe", "pipe"] });

@@ -87,6 +87,7 @@ Test(config, empty_file_gives_defaults)
     cr_assert_eq(c->failover.idle_timeout_secs, 300);
     cr_assert_eq(c->failover.connect_timeout_secs, 10);
     cr_assert_eq(c->failover.total_timeout_secs, 3600);
+    cr_assert_eq(c->failover.first_token_secs, 0, "no first-token hedge unless asked for");
     cr_assert_eq(c->max_body_bytes, 33554432);
     cr_assert_eq(c->max_waiting_bytes, 1073741824);
     cr_assert_eq(c->retention_days, 30);
@@ -358,6 +359,32 @@ Test(config, route_context_fallback_lists_providers)
     cr_assert_eq(res.config->routes[0].n_context_fallback, 1);
     cr_assert_eq(res.config->routes[0].context_fallback[0].provider, 2);
     cr_assert_eq(res.config->routes[1].n_context_fallback, 0, "without it, nothing changes");
+}
+
+Test(config, first_token_secs_is_0_to_600_and_a_route_may_set_its_own)
+{
+    res = parse("providers:\n  - {name: a, protocol: openai-chat}\n  - {name: b, protocol: openai-chat}\n"
+                "routes:\n  - {match: \"gpt-*\", failover: [a, b], first_token_secs: 8}\n"
+                "  - {match: \"o-*\", failover: [a, b], first_token_secs: 0}\n"
+                "  - {match: \"*\", failover: [a, b]}\n"
+                "failover: {first_token_secs: 600}\n");
+    assert_no_errors();
+    cr_assert_eq(res.config->failover.first_token_secs, 600);
+    cr_assert(res.config->routes[0].has_first_token_secs);
+    cr_assert_eq(res.config->routes[0].first_token_secs, 8);
+    cr_assert(res.config->routes[1].has_first_token_secs, "0 turns the hedge off for this route");
+    cr_assert_eq(res.config->routes[1].first_token_secs, 0);
+    cr_assert_not(res.config->routes[2].has_first_token_secs, "without it, failover's applies");
+    sl_config_result_free(&res);
+
+    res = parse("failover:\n  first_token_secs: 601\n");
+    const sl_msg_t *m = assert_single_error(SL_CODE_CONFIG_OUT_OF_RANGE, "failover.first_token_secs", "2");
+    cr_assert_str_eq(m->text, "failover.first_token_secs (line 2): 601 is out of range 0..600");
+    sl_config_result_free(&res);
+
+    res = parse("providers:\n  - {name: a, protocol: openai-chat}\n"
+                "routes:\n  - {match: \"*\", failover: [a], first_token_secs: -1}\n");
+    assert_single_error(SL_CODE_CONFIG_OUT_OF_RANGE, "routes[0].first_token_secs", "4");
 }
 
 Test(config, route_context_fallback_names_known_providers_once)

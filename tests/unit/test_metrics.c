@@ -86,6 +86,9 @@ Test(metrics, workers_are_summed_at_the_scrape)
     sl_metrics_attempt(a, up, SL_ATTEMPT_TEMPORARY);
     sl_metrics_attempt(b, up, SL_ATTEMPT_OK);
     sl_metrics_attempt(b, up, SL_ATTEMPT_OK);
+    sl_metrics_hedge(a, up, true);
+    sl_metrics_hedge(b, up, true);
+    sl_metrics_hedge(b, up, false);
     char *t = scrape(m, &(sl_metrics_scrape_t){0});
     cr_expect_not_null(
         strstr(t, "sluice_requests_total{dialect=\"openai-chat\",route=\"gpt-*\",status_class=\"2xx\"} 2\n"),
@@ -100,6 +103,8 @@ Test(metrics, workers_are_summed_at_the_scrape)
     cr_expect_not_null(strstr(t, "sluice_upstream_attempts_total{provider=\"primary\",outcome=\"ok\"} 2\n"));
     cr_expect_not_null(
         strstr(t, "sluice_upstream_attempts_total{provider=\"primary\",outcome=\"temporary\"} 1\n"));
+    cr_expect_not_null(strstr(t, "sluice_hedges_total{provider=\"primary\",result=\"won\"} 2\n"), "%s", t);
+    cr_expect_not_null(strstr(t, "sluice_hedges_total{provider=\"primary\",result=\"lost\"} 1\n"));
     cr_expect_not_null(
         strstr(t, "sluice_request_duration_seconds_bucket{dialect=\"openai-chat\",route=\"gpt-*\","
                   "le=\"0.5\"} 3\n"),

@@ -244,3 +244,92 @@ Test(next_step, reasons_have_one_slug_each_both_ways)
     cr_assert_eq(untouched, SL_STEP_REASON_DEADLINE);
     cr_assert_str_eq(sl_step_reason_slug(SL_STEP_REASON_COUNT), "");
 }
+
+/* §4: whether a hop gets a first-token hedge now; each row changes one fact of a hop that gets one. */
+typedef enum { H_NONE, H_OFF, H_EARLY, H_LAST, H_SEALED, H_CONTENT, H_HEDGED, H_DEADLINE } hedge_change_t;
+
+Test(next_step, the_first_token_hedge_starts_only_when_every_rule_allows_it)
+{
+    static const struct {
+        const char *rule;
+        hedge_change_t change;
+        sl_hedge_verdict_t verdict;
+    } rows[] = {
+        {"no content after first_token_secs, a later candidate, time left: hedge", H_NONE, SL_HEDGE_START},
+        {"first_token_secs 0 (the default) is off", H_OFF, SL_HEDGE_OFF},
+        {"before first_token_secs: not yet", H_EARLY, SL_HEDGE_NOT_YET},
+        {"the last candidate is never hedged", H_LAST, SL_HEDGE_LAST},
+        {"sealed history pins the request: never hedged", H_SEALED, SL_HEDGE_SEALED},
+        {"content came (a whole answer's 2xx head counts): no hedge", H_CONTENT, SL_HEDGE_HAS_CONTENT},
+        {"one hedge per hop, at most one at a time", H_HEDGED, SL_HEDGE_ALREADY},
+        {"no hedge starts after the request's deadline", H_DEADLINE, SL_HEDGE_PAST_DEADLINE},
+    };
+    for (size_t i = 0; i < N(rows); i++) {
+        sl_hedge_facts_t f = {.first_token_secs = 2,
+                              .has_later = true,
+                              .sent_ms = NOW - 2 * SEC,
+                              .now_ms = NOW,
+                              .deadline_ms = NOW + 60 * SEC};
+        switch (rows[i].change) {
+        case H_OFF:
+            f.first_token_secs = 0;
+            break;
+        case H_EARLY:
+            f.sent_ms = NOW - 2 * SEC + 1;
+            break;
+        case H_LAST:
+            f.has_later = false;
+            break;
+        case H_SEALED:
+            f.sealed_history = true;
+            break;
+        case H_CONTENT:
+            f.has_content = true;
+            break;
+        case H_HEDGED:
+            f.hedged = true;
+            break;
+        case H_DEADLINE:
+            f.deadline_ms = NOW;
+            break;
+        case H_NONE:
+            break;
+        }
+        sl_hedge_verdict_t v = sl_hedge_decide(&f);
+        cr_assert_eq(v, rows[i].verdict, "%s: %s", rows[i].rule, sl_hedge_verdict_name(v));
+    }
+}
+
+/* §4: a hop of a hedge failed while the other is out. */
+Test(next_step, a_failed_hop_of_a_hedge_lets_the_other_go_on_unless_the_client_erred)
+{
+    bool temporary[2] = {true, true}, cooling[2] = {false, false}, next[2];
+    sl_step_facts_t f = {.cls = SL_FAILURE_TEMPORARY,
+                         .has_answer = true,
+                         .has_next = true,
+                         .may_wait = true,
+                         .temporary = temporary,
+                         .cooling = cooling,
+                         .n = 2,
+                         .pinned = UNPINNED,
+                         .next_round = 1,
+                         .params = &nominal,
+                         .now_ms = NOW,
+                         .deadline_ms = NOW + 120 * SEC};
+    sl_step_t s = sl_next_step_hedged(&f, true, next);
+    cr_assert_eq(s.kind, SL_STEP_OTHER_HOP, "the hedge failed: the first hop goes on");
+    cr_assert_eq(s.reason, SL_STEP_REASON_HEDGE_FAILED);
+    s = sl_next_step_hedged(&f, false, next);
+    cr_assert_eq(s.kind, SL_STEP_OTHER_HOP, "the first hop failed: its hedge goes on");
+    cr_assert_eq(s.reason, SL_STEP_REASON_HEDGE_GOES_ON);
+    f.cls = SL_FAILURE_RATE_LIMITED;
+    cr_assert_eq(sl_next_step_hedged(&f, false, next).kind, SL_STEP_OTHER_HOP, "a 429 pauses, the other goes on");
+    f.stale = true;
+    f.cls = SL_FAILURE_TEMPORARY;
+    cr_assert_eq(sl_next_step_hedged(&f, false, next).kind, SL_STEP_OTHER_HOP, "no fresh resend: the other goes on");
+    f.stale = false;
+    f.cls = SL_FAILURE_REQUEST_ERROR;
+    s = sl_next_step_hedged(&f, true, next);
+    cr_assert_eq(s.kind, SL_STEP_HAND_OVER, "the client's own error is handed back as ever");
+    cr_assert_eq(s.reason, SL_STEP_REASON_REQUEST_ERROR);
+}

@@ -106,6 +106,8 @@ const STEP_TEXT: Record<StepReason, string> = {
   deadline: "no time left before the deadline",
   context_fallback: "longer than this model's context: on to the route's context fallback",
   back_to_earlier: "back to the upstream it failed over from, which can take it again",
+  hedge_failed: "the first-token hedge failed before content: the first hop goes on",
+  hedge_goes_on: "failed before content: its first-token hedge goes on alone",
 };
 
 /** Why the request went on as it did after a failed attempt. */

@@ -54,6 +54,8 @@ function attemptOutcome(v: AttemptView): { text: string; tone: Tone } {
       return { text: "the client left", tone: "warn" };
     case "stale_connection":
       return { text: "stale keep-alive connection", tone: "info" };
+    case "hedge_lost":
+      return { text: "closed: the other hop of its hedge had content first", tone: "info" };
     case "skipped":
       return { text: `skipped: ${v.skipped ? skipText(v.skipped) : "?"}`, tone: "info" };
   }
@@ -61,7 +63,9 @@ function attemptOutcome(v: AttemptView): { text: string; tone: Tone } {
 
 function attemptPhase(n: number, start: number, end: number, v: AttemptView): Phase {
   const o = attemptOutcome(v);
-  const parts = [`attempt ${n}`, v.provider, o.text, fmtDuration(end - start)];
+  const parts = [`attempt ${n}`, v.provider];
+  if (v.hedge) parts.push("(first-token hedge)");
+  parts.push(o.text, fmtDuration(end - start));
   if (v.retry !== undefined) parts.push(`(retry ${v.retry})`);
   const details: string[] = [];
   if (v.error) details.push(`${v.error.code}: ${v.error.text}`);

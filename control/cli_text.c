@@ -262,6 +262,8 @@ attempt_fields(sl_strbuf_t *b, const sl_proto_attempt_view_t *v)
     if (v->model != NULL)
         kv(b, "model", v->model);
     kv(b, "outcome", sl_proto_outcome_slug(v->outcome));
+    if (v->has_hedge && v->hedge)
+        kv(b, "hedge", "yes");
     if (v->has_status)
         kv_u(b, "status", v->status);
     if (v->error != NULL)

@@ -9,6 +9,7 @@ import { after, before, beforeEach, describe, test } from "node:test";
 import Anthropic from "@anthropic-ai/sdk";
 
 import { ControlClient } from "./control_client.mjs";
+import { GENAI_VERSION, GoogleGenAI, OPENAI_VERSION, OpenAI } from "./sdks.mjs";
 import { jsonReply, sseReply, startFake } from "./fake_upstream.mjs";
 import { CONTROL_KEY, fixtureText, GATEWAY_KEY, SDK_TIMEOUT_MS, startGateway, TEST_TIMEOUT_MS } from "./harness.mjs";
 
@@ -151,5 +152,59 @@ describe("first-token hedge with the Anthropic SDK", () => {
 
   test("the fixture's text is the one the tests expect", () => {
     assert.equal(fixtureText("anthropic-ok.sse", (e) => e.delta?.text), FIXTURE_TEXT);
+  });
+});
+
+// The same rule in the other dialects' streams: Responses and Gemini, each a route [slow, fast].
+describe(`first-token hedge with ${OPENAI_VERSION} (Responses) and ${GENAI_VERSION}`, () => {
+  let respSlow, respFast, gemSlow, gemFast, gw2;
+  before(async () => {
+    [respSlow, respFast, gemSlow, gemFast] = await Promise.all([startFake(), startFake(), startFake(), startFake()]);
+    gw2 = await startGateway(
+      [
+        { name: "resp_slow", protocol: "openai-responses", port: respSlow.port, path: "/v1" },
+        { name: "resp_fast", protocol: "openai-responses", port: respFast.port, path: "/v1" },
+        { name: "gem_slow", protocol: "gemini", port: gemSlow.port },
+        { name: "gem_fast", protocol: "gemini", port: gemFast.port },
+      ],
+      { waitSecs: 30, failoverFields: ", first_token_secs: 1" },
+    );
+  });
+
+  after(async () => {
+    await gw2?.stop();
+    await Promise.all([respSlow, respFast, gemSlow, gemFast].map((f) => f?.close()));
+  });
+
+  test("a Responses stream silent for 20 s is served by the hedge after ~1 s", T, async () => {
+    respSlow.push(sseReply("responses-ok.sse", { delayMs: SLOW_MS }));
+    respFast.push(sseReply("responses-ok.sse"));
+    const openai = new OpenAI({ apiKey: GATEWAY_KEY, baseURL: `http://127.0.0.1:${gw2.port}/v1`, maxRetries: 0, timeout: SDK_TIMEOUT_MS });
+    const t0 = Date.now();
+    const response = await openai.responses.stream({ model: "gpt-x", input: "hedge responses" }).finalResponse();
+    const ms = Date.now() - t0;
+    assert.equal(response.output_text, FIXTURE_TEXT, gw2.log().slice(-3000));
+    assert.ok(ms >= 900 && ms < 2500, `answered after ${ms} ms`);
+    assert.equal(respFast.requests.length, 1);
+  });
+
+  test("a Gemini stream silent for 20 s is served by the hedge after ~1 s", T, async () => {
+    gemSlow.push(sseReply("gemini-ok.sse", { delayMs: SLOW_MS }));
+    gemFast.push(sseReply("gemini-ok.sse"));
+    const genai = new GoogleGenAI({
+      apiKey: GATEWAY_KEY,
+      httpOptions: { baseUrl: `http://127.0.0.1:${gw2.port}`, timeout: SDK_TIMEOUT_MS, retryOptions: { attempts: 1 } },
+    });
+    const t0 = Date.now();
+    let text = "";
+    for await (const chunk of await genai.models.generateContentStream({
+      model: "gemini-x",
+      contents: [{ role: "user", parts: [{ text: "hedge gemini" }] }],
+    }))
+      text += chunk.text ?? "";
+    const ms = Date.now() - t0;
+    assert.equal(text, FIXTURE_TEXT, gw2.log().slice(-3000));
+    assert.ok(ms >= 900 && ms < 2500, `answered after ${ms} ms`);
+    assert.equal(gemFast.requests.length, 1);
   });
 });

@@ -672,6 +672,23 @@ Test(cli, attempt_line_says_why_the_request_went_on)
     sl_proto_event_free(&ev);
 }
 
+Test(cli, attempt_line_marks_a_first_token_hedge)
+{
+    sl_proto_event_t ev;
+    sl_proto_event_init(&ev, SL_PROTO_EVENT_ATTEMPT);
+    ev.attempt.at_ms = T0 + 5;
+    ev.attempt.id = 22;
+    ev.attempt.view.provider = sl_xstrdup("fast");
+    ev.attempt.view.outcome = SL_PROTO_OUTCOME_SERVED;
+    ev.attempt.view.has_hedge = true;
+    ev.attempt.view.hedge = true;
+    ev.attempt.view.ms = 2;
+    char *line = event_line(&ev);
+    cr_assert_str_eq(line, "14:13:20.005 attempt id=22 provider=fast outcome=served hedge=yes took=2ms\n");
+    free(line);
+    sl_proto_event_free(&ev);
+}
+
 Test(cli, queued_line_shows_the_gates)
 {
     sl_proto_event_t ev;

@@ -32,11 +32,11 @@ sl__has_next_candidate(const request_t *r)
 void
 sl__remember_failure(request_t *r, sl_code_t code, const char *detail)
 {
-    r->retry.last =
-        (last_failure_t){.any = true,
-                         .code = code,
-                         .status = r->rd.up_status,
-                         .provider = r->attempt < r->n_attempts ? r->attempts[r->attempt].provider : SIZE_MAX};
+    r->retry.last = (last_failure_t){.any = true,
+                                     .code = code,
+                                     .status = r->rd.up_status,
+                                     .provider = r->attempt < r->n_attempts ? r->attempts[r->attempt].provider
+                                                                            : SIZE_MAX};
     snprintf(r->retry.last.detail, sizeof(r->retry.last.detail), "%s", detail != NULL ? detail : "");
 }
 
@@ -192,8 +192,8 @@ sl__hop_failed(request_t *r, const sl_failure_t *f, const char *detail, int64_t 
     bool temporary[r->n_cands + 1], cooling[r->n_cands + 1], next[r->n_cands + 1];
     sl_step_facts_t facts;
     gather_facts(r, cls, stale, temporary, cooling, &facts);
-    sl_step_t step = hedged ? sl_next_step_hedged(&facts, sl__hedge_is_installed(r), next)
-                            : sl_next_step(&facts, next);
+    sl_step_t step =
+        hedged ? sl_next_step_hedged(&facts, sl__hedge_is_installed(r), next) : sl_next_step(&facts, next);
     /* The client's own error ends the request as ever: the other hop of a hedge goes first. */
     if (hedged && step.kind != SL_STEP_OTHER_HOP)
         sl__hedge_drop(r, SL_HOP_CANCELLED, code, detail);

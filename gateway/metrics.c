@@ -546,7 +546,8 @@ render_upstreams(sl_metrics_t *m, const sl_metrics_scrape_t *s, sl_strbuf_t *out
             uint64_t v = SUM(m, hedges[p][won]);
             if (v == 0)
                 continue;
-            sl_prom_label_t l[] = {{"provider", slot_name(&m->providers, p)}, {"result", won ? "won" : "lost"}};
+            sl_prom_label_t l[] = {{"provider", slot_name(&m->providers, p)},
+                                   {"result", won ? "won" : "lost"}};
             sl_prom_sample_u64(out, "sluice_hedges_total", l, 2, v);
         }
     }

@@ -100,7 +100,8 @@ sl_next_step_hedged(const sl_step_facts_t *f, bool failed_is_hedge, bool *next_r
     if (!sl_failure_class_info(f->cls)->fails_over)
         return sl_next_step(f, next_round);
     return (sl_step_t){.kind = SL_STEP_OTHER_HOP,
-                       .reason = failed_is_hedge ? SL_STEP_REASON_HEDGE_FAILED : SL_STEP_REASON_HEDGE_GOES_ON};
+                       .reason =
+                           failed_is_hedge ? SL_STEP_REASON_HEDGE_FAILED : SL_STEP_REASON_HEDGE_GOES_ON};
 }
 
 sl_hedge_verdict_t
@@ -126,7 +127,7 @@ sl_hedge_decide(const sl_hedge_facts_t *f)
 const char *
 sl_hedge_verdict_name(sl_hedge_verdict_t v)
 {
-    static const char *const names[] = {"start",   "off",         "not_yet", "last",
-                                        "sealed",  "has_content", "already", "past_deadline"};
+    static const char *const names[] = {"start",  "off",         "not_yet", "last",
+                                        "sealed", "has_content", "already", "past_deadline"};
     return (unsigned)v < sizeof(names) / sizeof(names[0]) ? names[v] : "?";
 }

@@ -47,8 +47,8 @@ typedef enum {
     X(NO_WAITING, "no_waiting", "this request may not wait or retry (wait_secs 0, or counting tokens)")      \
     X(DEADLINE, "deadline", "the next pause would end after the request's deadline")                         \
     X(BACK_TO_EARLIER, "back_to_earlier",                                                                    \
-      "the conversation failed over earlier: it goes back to this candidate, which can take it again")      \
-    X(HEDGE_FAILED, "hedge_failed", "the first-token hedge failed before content: the first hop goes on")   \
+      "the conversation failed over earlier: it goes back to this candidate, which can take it again")       \
+    X(HEDGE_FAILED, "hedge_failed", "the first-token hedge failed before content: the first hop goes on")    \
     X(HEDGE_GOES_ON, "hedge_goes_on", "the hop failed before content: its first-token hedge goes on alone")
 
 typedef enum {

@@ -27,7 +27,7 @@
     X(ESTIMATED, "estimated")               /* count-tokens answered with the gateway's estimate */          \
     X(CANCELLED, "cancelled")               /* an operator cancelled, or the client stopped reading */       \
     X(CLIENT_LEFT, "client_left")           /* the client went away while it was out */                      \
-    X(STALE_CONNECTION, "stale_connection") /* a reused keep-alive connection had been closed (§3) */   \
+    X(STALE_CONNECTION, "stale_connection") /* a reused keep-alive connection had been closed (§3) */       \
     X(HEDGE_LOST, "hedge_lost")             /* a first-token hedge's other hop had content first (§4) */
 
 /* Why a candidate was not sent to (behaviour.md §2; the protocol's ServeSkip). */

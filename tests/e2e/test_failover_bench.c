@@ -86,8 +86,7 @@ start(const char *failover, bool context_fallback, const char *time_scale)
         "store: {path: %s}\n",
         fake_port(primary), fake_port(fallback), fallback_extra, fake_port(big),
         context_fallback ? ", context_fallback: [big]" : "", route_extra,
-        failover != NULL ? failover : "wait_secs: 120",
-        write_temp_file(1, ""));
+        failover != NULL ? failover : "wait_secs: 120", write_temp_file(1, ""));
     port = sluice_start(&proc, write_temp_file(0, yaml), "debug", NULL);
     cr_assert_neq(port, 0, "sluice did not start:\n%s", proc.log);
 }
@@ -584,10 +583,11 @@ static const char *
 attempt_trail(void)
 {
     static char trail[1024];
-    cr_assert(db_text(temp_file_path(1),
-                      "SELECT group_concat(provider || ':' || outcome || ':' || coalesce(reason, '-'), ' ') FROM "
-                      "(SELECT * FROM attempts ORDER BY request_row, n)",
-                      trail, sizeof(trail)));
+    cr_assert(
+        db_text(temp_file_path(1),
+                "SELECT group_concat(provider || ':' || outcome || ':' || coalesce(reason, '-'), ' ') FROM "
+                "(SELECT * FROM attempts ORDER BY request_row, n)",
+                trail, sizeof(trail)));
     return trail;
 }
 
@@ -723,7 +723,8 @@ Test(failover_bench, hedge_both_hops_failing_go_on_to_the_usual_retry_round)
     cr_assert_eq(fake_count(primary), 2);
     cr_assert_eq(fake_count(fallback), 1);
     stop_sluice();
-    cr_assert_str_eq(attempt_trail(), "primary:status:hedge_goes_on fallback:status:retry_round primary:served:-");
+    cr_assert_str_eq(attempt_trail(),
+                     "primary:status:hedge_goes_on fallback:status:retry_round primary:served:-");
 }
 
 Test(failover_bench, hedge_that_fails_leaves_the_first_hop_running)
@@ -765,14 +766,16 @@ Test(failover_bench, hedge_of_a_whole_answer_is_won_by_the_first_2xx_head)
 {
     start("wait_secs: 120, first_token_secs: 1", false, NULL);
     fake_push(primary, (fake_reply_t){.action = FAKE_HANG});
-    static const char whole[] = "{\"id\":\"c2\",\"object\":\"chat.completion\",\"model\":\"gpt-x\",\"choices\":[{"
-                                "\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"Hi\"},"
-                                "\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":3,"
-                                "\"completion_tokens\":1,\"total_tokens\":4}}";
+    static const char whole[] =
+        "{\"id\":\"c2\",\"object\":\"chat.completion\",\"model\":\"gpt-x\",\"choices\":[{"
+        "\"index\":0,\"message\":{\"role\":\"assistant\",\"content\":\"Hi\"},"
+        "\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":3,"
+        "\"completion_tokens\":1,\"total_tokens\":4}}";
     fake_set_default(fallback, status(200, JSON_HEADER, whole));
     int64_t t0 = now_ms();
     cr_assert(http_request_h(port, "POST", "/v1/chat/completions", CHAT_HEADERS,
-                             "{\"model\":\"gpt-x\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", &res));
+                             "{\"model\":\"gpt-x\",\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}",
+                             &res));
     int64_t ms = now_ms() - t0;
     cr_assert_eq(res.status, 200, "%s", res.body);
     cr_assert_str_eq(res.body, whole);
@@ -786,8 +789,9 @@ Test(failover_bench, hedge_the_losers_reservation_is_released)
     /* Room for one request's estimate (about 1 030 tokens) a minute, not for two. */
     fallback_extra = ", limits: [{per: minute, tokens: 1500}]";
     start("wait_secs: 120, first_token_secs: 1", false, NULL);
-    static const char body[] = "{\"model\":\"gpt-x\",\"stream\":true,\"stream_options\":{\"include_usage\":true},"
-                               "\"max_tokens\":1000,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
+    static const char body[] =
+        "{\"model\":\"gpt-x\",\"stream\":true,\"stream_options\":{\"include_usage\":true},"
+        "\"max_tokens\":1000,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}";
     fake_reply_t slow = chat_ok();
     slow.delay_ms = 900;
     fake_push(primary, slow);
@@ -799,8 +803,9 @@ Test(failover_bench, hedge_the_losers_reservation_is_released)
     cr_assert_eq(fake_count(fallback), 1, "the hedge went out, with its own reservation");
     /* The next request (another conversation) fails over to the fallback: the losing hedge's estimate no
      * longer holds its window. */
-    static const char other[] = "{\"model\":\"gpt-x\",\"stream\":true,\"stream_options\":{\"include_usage\":true},"
-                                "\"max_tokens\":1000,\"messages\":[{\"role\":\"user\",\"content\":\"hey\"}]}";
+    static const char other[] =
+        "{\"model\":\"gpt-x\",\"stream\":true,\"stream_options\":{\"include_usage\":true},"
+        "\"max_tokens\":1000,\"messages\":[{\"role\":\"user\",\"content\":\"hey\"}]}";
     fake_push(primary, status(500, JSON_HEADER, SERVER_ERROR));
     fake_set_default(fallback, chat_ok());
     http_response_free(&res);

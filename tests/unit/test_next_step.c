@@ -323,10 +323,12 @@ Test(next_step, a_failed_hop_of_a_hedge_lets_the_other_go_on_unless_the_client_e
     cr_assert_eq(s.kind, SL_STEP_OTHER_HOP, "the first hop failed: its hedge goes on");
     cr_assert_eq(s.reason, SL_STEP_REASON_HEDGE_GOES_ON);
     f.cls = SL_FAILURE_RATE_LIMITED;
-    cr_assert_eq(sl_next_step_hedged(&f, false, next).kind, SL_STEP_OTHER_HOP, "a 429 pauses, the other goes on");
+    cr_assert_eq(sl_next_step_hedged(&f, false, next).kind, SL_STEP_OTHER_HOP,
+                 "a 429 pauses, the other goes on");
     f.stale = true;
     f.cls = SL_FAILURE_TEMPORARY;
-    cr_assert_eq(sl_next_step_hedged(&f, false, next).kind, SL_STEP_OTHER_HOP, "no fresh resend: the other goes on");
+    cr_assert_eq(sl_next_step_hedged(&f, false, next).kind, SL_STEP_OTHER_HOP,
+                 "no fresh resend: the other goes on");
     f.stale = false;
     f.cls = SL_FAILURE_REQUEST_ERROR;
     s = sl_next_step_hedged(&f, true, next);

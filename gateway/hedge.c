@@ -343,8 +343,9 @@ sl__hedge_content(request_t *r)
     sl__end_hop(r);
     install(r, winner);
     clear_parked(r);
-    sl_metrics_hedge(r->io->metrics, sl__metrics_provider(r, r->hedge.first_provider),
-                     winner == HEDGE_HOP_SECOND);
+    if (r->io->metrics != NULL)
+        sl_metrics_hedge(r->io->metrics, sl__metrics_provider(r, r->hedge.first_provider),
+                         winner == HEDGE_HOP_SECOND);
     sl_log_debug("request %llu: the %s hop had content first (%s)", (unsigned long long)r->id,
                  winner == HEDGE_HOP_SECOND ? "hedge" : "first", sl__provider_of(r, r->cur)->name);
 }

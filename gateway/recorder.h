@@ -33,7 +33,7 @@
 #include "sl_proto.h"
 
 /* The schema versions this code writes: SQLite's PRAGMA user_version, PostgreSQL's sluice_schema. */
-#define SL_RECORDER_SCHEMA_VERSION 2
+#define SL_RECORDER_SCHEMA_VERSION 3
 #define SL_PG_SCHEMA_VERSION       2
 
 /* Rows waiting for the writer: at 20 000 requests/s, a database that stalls for 1.5 s (a checkpoint) */
@@ -85,6 +85,7 @@ typedef struct {
     sl_skip_t skipped;
     bool has_reason;         /* a failed hop: why the request went on as it did */
     sl_step_reason_t reason; /* read only with has_reason */
+    bool hedge;              /* a first-token hedge's hop (behaviour.md §4) */
 } sl_attempt_row_t;
 
 typedef struct {

@@ -139,6 +139,7 @@ typedef enum {
     SL_AC_BACKOFF,
     SL_AC_SKIPPED,
     SL_AC_REASON,
+    SL_AC_HEDGE,
     SL_AC_COUNT
 } sl_store_attempt_col_t;
 /* Appends the attempt to row; false (row untouched) for an outcome this code has no name for. */

@@ -548,6 +548,7 @@ attempts_json(const sl_request_row_t *r)
             set_text(a, "skipped", sl_skip_slug(t->skipped));
         if (t->has_reason)
             set_text(a, "reason", sl_step_reason_slug(t->reason));
+        set_opt(a, "hedge", t->hedge ? 1 : 0, 0);
         json_array_append_new(list, a);
     }
     char *s = json_dumps(list, JSON_COMPACT | JSON_PRESERVE_ORDER);
@@ -999,7 +1000,7 @@ static const char *const attempt_keys[SL_AC_COUNT] = {
     [SL_AC_ERROR_ARGS] = "error_args", [SL_AC_MS] = "ms",
     [SL_AC_PAUSE] = "pause_ms",        [SL_AC_RETRY] = "retry",
     [SL_AC_BACKOFF] = "backoff_ms",    [SL_AC_SKIPPED] = "skipped",
-    [SL_AC_REASON] = "reason",
+    [SL_AC_REASON] = "reason",         [SL_AC_HEDGE] = "hedge",
 };
 
 /* The attempts column (a JSON array of objects) appended to row. */

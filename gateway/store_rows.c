@@ -174,6 +174,7 @@ sl_store_decode_attempt(const char *const c[SL_AC_COUNT], sl_proto_history_row_t
     a->has_skipped =
         c[SL_AC_SKIPPED] != NULL && sl_proto_serve_skip_parse(c[SL_AC_SKIPPED], &a->skipped) == 0;
     a->has_reason = c[SL_AC_REASON] != NULL && sl_proto_step_reason_parse(c[SL_AC_REASON], &a->reason) == 0;
+    a->hedge = a->has_hedge = c[SL_AC_HEDGE] != NULL && strcmp(c[SL_AC_HEDGE], "1") == 0;
     return true;
 }
 

@@ -66,6 +66,8 @@ static const char *const migrations[SL_RECORDER_SCHEMA_VERSION] = {
     "CREATE INDEX usage_by_minute ON usage_buckets (minute);",
     /* 2: why a request went on as it did after a failed hop (core/next_step.h). */
     "ALTER TABLE attempts ADD COLUMN reason TEXT;",
+    /* 3: the hop was a first-token hedge (behaviour.md §4): 1, else NULL. */
+    "ALTER TABLE attempts ADD COLUMN hedge INTEGER;",
 };
 
 static bool
@@ -182,8 +184,8 @@ static const char *const stmt_sql[ST_COUNT] = {
         " ?18, ?19, ?20, ?21)",
     [ST_INSERT_ATTEMPT] =
         "INSERT INTO attempts (request_row, n, provider, model, outcome, status, error_code,"
-        " error_text, error_args, ms, pause_ms, retry, backoff_ms, skipped, reason)"
-        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15)",
+        " error_text, error_args, ms, pause_ms, retry, backoff_ms, skipped, reason, hedge)"
+        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
     [ST_UPSERT_BUCKET] = "INSERT INTO usage_buckets (kind, name, minute, requests, tokens, cost_micros)"
                          " VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (kind, name, minute) DO UPDATE SET"
                          " requests = requests + excluded.requests, tokens = tokens + excluded.tokens,"
@@ -264,6 +266,7 @@ insert_attempt(sqlite_store_t *rec, sqlite3_int64 request_row, size_t n, const s
     bind_opt(st, 13, a->backoff_ms, SL_ROW_ABSENT);
     bind_text(st, 14, a->skipped != SL_SKIP_NONE ? sl_skip_slug(a->skipped) : NULL);
     bind_text(st, 15, a->has_reason ? sl_step_reason_slug(a->reason) : NULL);
+    bind_opt(st, 16, a->hedge ? 1 : 0, 0);
     int rc = run(st);
     free(args);
     return rc;
@@ -590,7 +593,7 @@ col(sqlite3_stmt *st, int i)
 
 static const char attempts_sql[] =
     "SELECT provider, model, outcome, status, error_code, error_text, error_args, ms,"
-    " pause_ms, retry, backoff_ms, skipped, reason FROM attempts WHERE request_row = ?1"
+    " pause_ms, retry, backoff_ms, skipped, reason, hedge FROM attempts WHERE request_row = ?1"
     " ORDER BY n";
 
 /* Appends the attempts of request_row to row; returns SQLITE_DONE or the failure. */

@@ -457,6 +457,7 @@ sl__record(request_t *r, sl_row_outcome_t outcome, int status, const sl_msg_t *m
         }
         ar->has_reason = a->has_reason;
         ar->reason = a->reason;
+        ar->hedge = a->hedge;
         ar->ms = a->ms;
         ar->pause_ms = a->pause_ms >= 0 ? a->pause_ms : SL_ROW_ABSENT;
         ar->retry = a->retry;

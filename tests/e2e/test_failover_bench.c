@@ -621,6 +621,9 @@ Test(failover_bench, s06_hedged_a_silent_primary_costs_first_token_secs_not_the_
     stop_sluice();
     cr_assert_str_eq(attempt_trail(), "primary:hedge_lost:- fallback:served:-");
     cr_assert_eq(db("SELECT count(*) FROM requests WHERE provider = 'fallback' AND status = 200"), 1);
+    cr_assert_eq(db("SELECT count(*) FROM attempts WHERE provider = 'fallback' AND hedge = 1"), 1,
+                 "the row says the second hop was the hedge");
+    cr_assert_eq(db("SELECT count(*) FROM attempts WHERE hedge IS NULL"), 1, "and the first one was not");
 }
 
 Test(failover_bench, s07_hedged_a_20_s_first_token_loses_to_the_fallback)

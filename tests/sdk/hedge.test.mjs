@@ -106,6 +106,24 @@ describe("first-token hedge with the Anthropic SDK", () => {
     assert.equal(byName.fast.hedge, true);
   });
 
+  test("the request DB's history keeps both hops, the hedge flagged", T, async () => {
+    // Until the writer has committed the previous test's row (it batches).
+    let row;
+    for (const deadline = Date.now() + 10_000; Date.now() < deadline && row === undefined;) {
+      const r = await control.request({ kind: "history", since_ms: Date.now() - 60_000, limit: 5, filter: { provider: "fast" } });
+      row = r.rows.find((x) => x.attempts.some((a) => a.outcome === "hedge_lost"));
+      if (row === undefined) await new Promise((res) => setTimeout(res, 50));
+    }
+    assert.ok(row, "a row with the lost hop");
+    assert.deepEqual(
+      row.attempts.map((a) => [a.provider, a.outcome, a.hedge ?? false]),
+      [
+        ["slow", "hedge_lost", false],
+        ["fast", "served", true],
+      ],
+    );
+  });
+
   test("a whole answer: the first 2xx head wins", T, async () => {
     slow.push({ ...jsonReply(200, WHOLE_ANSWER), delayMs: SLOW_MS });
     fast.push(jsonReply(200, WHOLE_ANSWER));

@@ -1015,18 +1015,22 @@ Test(recorder, a_version_1_db_is_migrated_and_keeps_its_rows)
     sl_recorder_t *rec = open_with(NULL);
     cr_assert(sl_recorder_submit(rec, make_row(1, 1000, 1)));
     sl_recorder_close(rec);
-    /* Version 1 had no attempts.reason. */
+    /* Version 1 had no attempts.reason (nor version 2's hedge). */
     sqlite3 *db;
     cr_assert_eq(sqlite3_open(db_path, &db), SQLITE_OK);
-    cr_assert_eq(sqlite3_exec(db, "ALTER TABLE attempts DROP COLUMN reason; PRAGMA user_version = 1", NULL,
-                              NULL, NULL),
-                 SQLITE_OK);
+    cr_assert_eq(
+        sqlite3_exec(db,
+                     "ALTER TABLE attempts DROP COLUMN reason; ALTER TABLE attempts DROP COLUMN hedge;"
+                     " PRAGMA user_version = 1",
+                     NULL, NULL, NULL),
+        SQLITE_OK);
     sqlite3_close(db);
 
     rec = open_with(NULL);
     sl_request_row_t *r = make_row(2, 2000, 1);
     r->attempts[0].has_reason = true;
     r->attempts[0].reason = SL_STEP_REASON_RETRY_ROUND;
+    r->attempts[0].hedge = true;
     cr_assert(sl_recorder_submit(rec, r));
     sl_recorder_close(rec);
     cr_assert_eq(query_int("PRAGMA user_version"), SL_RECORDER_SCHEMA_VERSION);
@@ -1036,7 +1040,9 @@ Test(recorder, a_version_1_db_is_migrated_and_keeps_its_rows)
     cr_assert_eq(p.n, 2);
     cr_assert(p.rows[0].attempts[0].has_reason);
     cr_assert_eq(p.rows[0].attempts[0].reason, SL_PROTO_STEP_REASON_RETRY_ROUND);
+    cr_assert(p.rows[0].attempts[0].has_hedge && p.rows[0].attempts[0].hedge, "a hedge's hop says so");
     cr_assert_not(p.rows[1].attempts[0].has_reason, "a version-1 attempt has none");
+    cr_assert_not(p.rows[1].attempts[0].has_hedge, "nor a hedge");
     page_free(&p);
 }
 
@@ -1458,6 +1464,7 @@ Test(recorder, a_version_1_schema_is_migrated_and_keeps_its_rows)
     sl_request_row_t *r = make_row(2, 2000, 1);
     r->attempts[0].has_reason = true;
     r->attempts[0].reason = SL_STEP_REASON_RETRY_ROUND;
+    r->attempts[0].hedge = true;
     cr_assert(sl_recorder_submit(rec, r));
     sl_recorder_close(rec);
     cr_assert_eq(query_int("SELECT version FROM sluice_schema"), SL_PG_SCHEMA_VERSION);
@@ -1469,6 +1476,7 @@ Test(recorder, a_version_1_schema_is_migrated_and_keeps_its_rows)
     cr_assert_eq(p.n, 2);
     cr_assert(p.rows[0].attempts[0].has_reason);
     cr_assert_eq(p.rows[0].attempts[0].reason, SL_PROTO_STEP_REASON_RETRY_ROUND);
+    cr_assert(p.rows[0].attempts[0].has_hedge && p.rows[0].attempts[0].hedge, "a hedge's hop says so");
     const sl_proto_history_row_t *old = &p.rows[1];
     cr_assert_str_eq(old->instance, "old");
     cr_assert_eq(old->attempts_len, 2);

@@ -120,10 +120,10 @@ Test(retry, an_overload_inside_the_stream_before_content_is_retried_for_anthropi
     cr_assert_str_eq(after_keepalives(res.body), fixture("anthropic-ok.sse", NULL),
                      "the client sees only the good answer");
     cr_assert_eq(fake_count(up1), 2);
-    cr_assert(proc_wait_log(&proc, "event request_retrying id=1 attempt=1 upstreams=1 cause=schedule", 2000),
+    cr_assert(proc_wait_log(&proc, "event request_retrying id=1 attempt=1 upstreams=1 cause=schedule", 10000),
               "%s", proc.log);
-    cr_assert(proc_wait_log(&proc, "event request_dequeued id=1", 2000));
-    cr_assert(proc_wait_log(&proc, "provider=one outcome=served status=200 retry=1 backoff_ms=20", 2000),
+    cr_assert(proc_wait_log(&proc, "event request_dequeued id=1", 10000));
+    cr_assert(proc_wait_log(&proc, "provider=one outcome=served status=200 retry=1 backoff_ms=20", 10000),
               "%s", proc.log);
 }
 
@@ -174,7 +174,7 @@ Test(retry, a_refused_connection_is_retried_until_the_upstream_comes_up)
         bool ok = http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, stream_body, &r);
         _exit(ok && r.status == 200 && strstr(r.body, "message_stop") != NULL ? 0 : 1);
     }
-    cr_assert(proc_wait_log(&proc, "event request_retrying id=1 attempt=2", 3000), "%s", proc.log);
+    cr_assert(proc_wait_log(&proc, "event request_retrying id=1 attempt=2", 10000), "%s", proc.log);
     close(held);
     up1 = fake_start_on_port(p, sse("anthropic-ok.sse"));
     cr_assert_not_null(up1);
@@ -324,7 +324,7 @@ Test(retry, a_longer_retry_after_ms_is_honoured_and_a_short_one_does_not_shorten
     cr_assert_eq(res.status, 200);
     cr_assert_geq(gap_ms(up1, 1), 90, "the 9 s hint (scaled) lengthened the 2 s pause");
     cr_assert_geq(gap_ms(up1, 2), 40, "the 5 ms hint did not shorten the 4 s pause");
-    cr_assert(proc_wait_log(&proc, "attempt=1 upstreams=1 cause=hint", 2000), "%s", proc.log);
+    cr_assert(proc_wait_log(&proc, "attempt=1 upstreams=1 cause=hint", 10000), "%s", proc.log);
 }
 
 Test(retry, a_retry_after_beyond_the_deadline_gives_up_at_once)
@@ -363,7 +363,7 @@ Test(retry, the_last_whole_answer_is_not_held)
     cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, whole_body, &res));
     cr_assert_eq(res.status, 200);
     /* The head went out at once: RequestHeaders came before the upstream finished its body. */
-    cr_assert(proc_wait_log(&proc, "event attempt id=1 provider=one outcome=served", 2000), "%s", proc.log);
+    cr_assert(proc_wait_log(&proc, "event attempt id=1 provider=one outcome=served", 10000), "%s", proc.log);
     const char *headers = strstr(proc.log, "event request_headers");
     const char *served = strstr(proc.log, "event attempt id=1 provider=one outcome=served");
     cr_assert(headers != NULL && headers < served, "%s", proc.log);
@@ -375,9 +375,9 @@ Test(retry, a_client_that_leaves_during_the_backoff_ends_the_request)
     fake_push(up1, status(503, JSON_HEADER "retry-after-ms: 50000\r\n", OVERLOADED)); /* a 500 ms pause */
     int fd = raw_post(port, 0, "/v1/messages", ANTHROPIC_HEADERS, stream_body);
     cr_assert_geq(fd, 0);
-    cr_assert(proc_wait_log(&proc, "event request_retrying id=1", 2000), "%s", proc.log);
+    cr_assert(proc_wait_log(&proc, "event request_retrying id=1", 10000), "%s", proc.log);
     close(fd);
-    cr_assert(proc_wait_log(&proc, "event request_cancelled id=1", 2000), "%s", proc.log);
+    cr_assert(proc_wait_log(&proc, "event request_cancelled id=1", 10000), "%s", proc.log);
     usleep(700 * 1000);
     cr_assert_eq(fake_count(up1), 1, "no hop after the client left");
 }
@@ -392,7 +392,7 @@ Test(retry, two_overloaded_candidates_are_retried_in_a_second_round)
     cr_assert_str_eq(after_keepalives(res.body), fixture("anthropic-ok.sse", NULL));
     cr_assert_eq(fake_count(up1), 2);
     cr_assert_eq(fake_count(up2), 1);
-    cr_assert(proc_wait_log(&proc, "event request_retrying id=1 attempt=1 upstreams=2", 2000), "%s",
+    cr_assert(proc_wait_log(&proc, "event request_retrying id=1 attempt=1 upstreams=2", 10000), "%s",
               proc.log);
 }
 

@@ -221,6 +221,27 @@ export function cpuTicks(pid) {
   }
 }
 
+// utime + stime per thread name of a process, threads of one kind summed ("sl-worker-0" and "sl-worker-1"
+// count as "sl-worker"); a thread that ended is no longer counted.
+export function threadTicks(pid) {
+  const byName = {};
+  let tids = [];
+  try {
+    tids = fs.readdirSync(`/proc/${pid}/task`);
+  } catch {
+    return byName;
+  }
+  for (const tid of tids) {
+    try {
+      const stat = fs.readFileSync(`/proc/${pid}/task/${tid}/stat`, "utf8");
+      const name = stat.slice(stat.indexOf("(") + 1, stat.lastIndexOf(")")).replace(/-\d+$/, "");
+      const f = stat.slice(stat.lastIndexOf(") ") + 2).split(" ");
+      byName[name] = (byName[name] ?? 0) + Number(f[11]) + Number(f[12]);
+    } catch {}
+  }
+  return byName;
+}
+
 export function children(pid) {
   try {
     return fs

@@ -15,7 +15,8 @@ import path from "node:path";
 
 import {
   cell, checkSse, CLK_TCK, CONTROL_KEY, cpuTicks, curlPost, gitCommit, JSON_ANSWER, killAllSync, median, num, start,
-  parseH2loadLog, parseWrk, repo, requestBody, rssKiB, run, sleep, stopAll, summary, table, which, wrkScript,
+  parseH2loadLog, parseWrk, repo, requestBody, rssKiB, run, sleep, stopAll, summary, table, threadTicks, which,
+  wrkScript,
 } from "./lib.mjs";
 import { SSE_EVENTS, sluiceBin, sluicectlBin, startNginxProxy, startPortkey, startSluice, startUpstream } from "./targets.mjs";
 
@@ -299,26 +300,31 @@ async function controlSection() {
   // request makes 6 events), where sluice's CPU per request is compared with and without subscribers.
   const barRate = 3400;
   const cpuAtBar = { without: [], with: [] }, evRateAtBar = [];
-  const cpuPerRequest = async (subs) => {
-    const before = sl.ticks();
+  // byThread, when given, gets each of sluice's thread kinds' CPU per request pushed (sl-worker, sl-control, …).
+  const cpuPerRequest = async (subs, byThread) => {
+    const before = sl.ticks(), threadsBefore = threadTicks(sl.proc.pid);
     for (const c of subs) c.count.events = 0;
     const t0 = Date.now();
     const h = await fixedRate(sl, seconds, barRate);
     const secs = (Date.now() - t0) / 1000;
     if (subs.length) evRateAtBar.push(subs[0].count.events / secs);
+    if (byThread && h.count) {
+      for (const [name, ticks] of Object.entries(threadTicks(sl.proc.pid)))
+        (byThread[name] ??= []).push(((ticks - (threadsBefore[name] ?? 0)) * (1e6 / CLK_TCK)) / h.count);
+    }
     return h.count ? ((sl.ticks() - before) * (1e6 / CLK_TCK)) / h.count : null;
   };
   // The bar's own case: 10 sluicectl processes (a C client that keeps up) printing events to /dev/null.
-  const keepingUp = { without: [], with: [], ctlCpu: [] };
+  const keepingUp = { without: [], with: [], ctlCpu: [], threadsWithout: {}, threadsWith: {} };
   for (let r = 0; r < rounds; r++) {
-    keepingUp.without.push(await cpuPerRequest([]));
+    keepingUp.without.push(await cpuPerRequest([], keepingUp.threadsWithout));
     const ctls = [];
     for (let i = 0; i < N; i++)
       ctls.push(start(sluicectlBin(), ["--port", String(sl.controlPort), "--key", CONTROL_KEY, "events"], { stdio: ["ignore", "ignore", "pipe"] }));
     await sleep(1000);
     const before = ctls.reduce((t, c) => t + cpuTicks(c.pid), 0);
     const t0 = Date.now();
-    keepingUp.with.push(await cpuPerRequest([]));
+    keepingUp.with.push(await cpuPerRequest([], keepingUp.threadsWith));
     keepingUp.ctlCpu.push(((ctls.reduce((t, c) => t + cpuTicks(c.pid), 0) - before) / CLK_TCK / ((Date.now() - t0) / 1000)) * 100);
     await Promise.all(ctls.map((c) => c.stop("SIGTERM", 5000)));
   }
@@ -373,6 +379,9 @@ async function controlSection() {
       `request ${cell(summary(keepingUp.without), 1)} µs without, ${cell(summary(keepingUp.with), 1)} µs with: the data ` +
       `plane's capacity with / without ${cell(summary(keptUp), 3)} [bar ≥ 0.95] (the ${N} sluicectl used ` +
       `${cell(summary(keepingUp.ctlCpu), 0)} % of a core together)`);
+  const threadNames = Object.keys(keepingUp.threadsWith).filter((n) => (summary(keepingUp.threadsWith[n])?.med ?? 0) >= 0.05);
+  say(`  by thread, µs per request without → with: ` +
+      threadNames.map((n) => `${n} ${cell(summary(keepingUp.threadsWithout[n] ?? [0]), 1)} → ${cell(summary(keepingUp.threadsWith[n]), 1)}`).join(", "));
   say("  the overflow case, node subscribers in the benchmark's own process (they fall behind, so events are dropped):");
   const atBar = cpuAtBar.without.map((w, r) => (w && cpuAtBar.with[r] ? w / cpuAtBar.with[r] : null)).filter((x) => x);
   say(`  at ${barRate} req/s (${cell(summary(evRateAtBar), 0)} events/s to each subscriber): sluice CPU per request ` +
@@ -380,6 +389,32 @@ async function controlSection() {
       `the data plane's capacity with / without ${cell(summary(atBar), 3)} [bar ≥ 0.95]`);
   say(`  (the subscribers run in the benchmark's node process, on the same 2 cores: it used ` +
       `${cell(summary(clientCpu), 0)} % of a core; one of them decodes every message, the others only count bytes)`);
+  // quality.md: dashboards left open cost next to nothing. Sluice with no traffic, measured alone and then
+  // with IDLE subscribers to events and providers (as the web app subscribes), each over idleSecs.
+  const IDLE = 100, idleSecs = quick ? 5 : 20;
+  const idleCpu = async () => {
+    const before = sl.ticks();
+    const t0 = Date.now();
+    await sleep(idleSecs * 1000);
+    return (((sl.ticks() - before) / CLK_TCK) / ((Date.now() - t0) / 1000)) * 100;
+  };
+  const idle = { alone: [], with: [] };
+  for (let r = 0; r < rounds; r++) {
+    idle.alone.push(await idleCpu());
+    const subs = [];
+    for (let i = 0; i < IDLE; i++) {
+      const c = await ControlClient.connect(sl.controlPort, { key: CONTROL_KEY });
+      const snap = await c.request({ kind: "subscribe", topics: ["events", "providers"] }, 10000);
+      if (snap.kind !== "snapshot") problem(`subscribe answered ${JSON.stringify(snap)}`);
+      subs.push(c);
+    }
+    await sleep(1000);
+    idle.with.push(await idleCpu());
+    await Promise.all(subs.map((c) => c.close()));
+  }
+  say(`  idle: sluice without traffic used ${cell(summary(idle.alone), 2)} % of a core alone, ` +
+      `${cell(summary(idle.with), 2)} % with ${IDLE} subscribers connected (events and providers) ` +
+      `[bar: the ${IDLE} cost ≤ 1 %]; ${idleSecs} s per measurement`);
   writeReport();
 }
 

@@ -697,6 +697,7 @@ static void *
 cluster_main(void *arg)
 {
     sl_cluster_t *c = arg;
+    pthread_setname_np(pthread_self(), "sl-cluster");
     for (;;) {
         bool stopping;
         cmd_t *q = take_queue(c, &stopping);

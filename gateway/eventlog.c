@@ -1,3 +1,4 @@
+#define _GNU_SOURCE /* pthread_setname_np */
 #include "eventlog.h"
 
 #include <pthread.h>
@@ -121,6 +122,7 @@ static void *
 eventlog_main(void *arg)
 {
     sl_eventlog_t *log = arg;
+    pthread_setname_np(pthread_self(), "sl-eventlog");
     for (;;) {
         pthread_mutex_lock(&log->lock);
         while (!log->pending && !log->stopping)

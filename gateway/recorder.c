@@ -1,3 +1,4 @@
+#define _GNU_SOURCE /* pthread_setname_np */
 #include "recorder.h"
 
 #include <assert.h>
@@ -460,6 +461,7 @@ static void *
 writer_main(void *arg)
 {
     sl_recorder_t *rec = arg;
+    pthread_setname_np(pthread_self(), "sl-writer");
     sl_request_row_t **batch = sl_xmalloc(rec->batch_max * sizeof *batch);
     pthread_mutex_lock(&rec->lock);
     for (;;) {

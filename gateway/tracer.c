@@ -1,3 +1,4 @@
+#define _GNU_SOURCE /* pthread_setname_np */
 #include "tracer.h"
 
 #include <errno.h>
@@ -247,6 +248,7 @@ static void *
 exporter_main(void *arg)
 {
     sl_tracer_t *t = arg;
+    pthread_setname_np(pthread_self(), "sl-tracer");
     sl_request_span_t **batch = sl_xcalloc(SL_TRACER_BATCH, sizeof(*batch));
     pthread_mutex_lock(&t->lock);
     for (;;) {

@@ -114,34 +114,70 @@ sl_auth_guard_succeeded(sl_auth_guard_t *g, const char *addr)
 /* ---- shared encoded bytes --------------------------------------------------------------------- */
 
 sl_blob_t *
-sl_blob_new(const char *data, size_t len)
+sl_blob_new(void)
 {
-    sl_blob_t *b = sl_xmalloc(sizeof(*b) + len);
+    sl_blob_t *b = sl_xcalloc(1, sizeof(*b));
     b->refs = 1;
-    b->len = len;
-    memcpy(b->data, data, len);
     return b;
+}
+
+void
+sl_blob_add(sl_blob_t *b, const char *data, size_t len)
+{
+    if (b->n == b->ends_cap) {
+        b->ends_cap = b->ends_cap ? b->ends_cap * 2 : 16;
+        b->ends = sl_xrealloc(b->ends, b->ends_cap * sizeof(*b->ends));
+    }
+    if (b->len + len > b->cap) {
+        b->cap = b->len + len > 2 * b->cap ? b->len + len : 2 * b->cap;
+        b->data = sl_xrealloc(b->data, b->cap);
+    }
+    memcpy(b->data + b->len, data, len);
+    b->len += len;
+    b->ends[b->n++] = b->len;
 }
 
 void
 sl_blob_unref(sl_blob_t *b)
 {
-    if (b != NULL && --b->refs == 0)
+    if (b != NULL && --b->refs == 0) {
+        free(b->ends);
+        free(b->data);
         free(b);
+    }
+}
+
+/* Where message i of b starts, and its length. */
+static size_t
+blob_start(const sl_blob_t *b, size_t i)
+{
+    return i > 0 ? b->ends[i - 1] : 0;
+}
+
+static size_t
+blob_len(const sl_blob_t *b, size_t i)
+{
+    return b->ends[i] - blob_start(b, i);
 }
 
 /* ---- the outbound queue ----------------------------------------------------------------------- */
 
+/*
+ * A reply (one message of body), or a run of events: body's messages from
+ * first on, numbered from seq. One run per subscriber per drain, however
+ * many events it holds.
+ */
 typedef struct item {
     struct item *next;
     sl_blob_t *body;
-    unsigned char head[SL_OUTQ_EVENT_HEAD_MAX]; /* events: the envelope before body */
-    uint8_t head_len;
+    size_t first;
+    uint64_t seq;
+    size_t bytes; /* what is left to send, envelopes included */
     bool is_event;
 } item_t;
 
-/* Items freed are kept for reuse, up to this many: a push per event and subscriber stays off malloc. */
-#define SPARE_ITEMS_MAX 1024
+/* Items freed are kept for reuse, up to this many. */
+#define SPARE_ITEMS_MAX 256
 
 struct sl_outq {
     item_t *head, *tail;
@@ -157,12 +193,6 @@ sl_outq_t *
 sl_outq_new(void)
 {
     return sl_xcalloc(1, sizeof(sl_outq_t));
-}
-
-static size_t
-item_len(const item_t *it)
-{
-    return it->head_len + it->body->len;
 }
 
 static item_t *
@@ -216,9 +246,9 @@ append(sl_outq_t *q, item_t *it)
         q->head = it;
     q->tail = it;
     if (it->is_event)
-        q->event_bytes += item_len(it);
+        q->event_bytes += it->bytes;
     else
-        q->reply_bytes += item_len(it);
+        q->reply_bytes += it->bytes;
 }
 
 /* Unlinks it (whose predecessor is prev, NULL at the head) and frees it. */
@@ -232,9 +262,9 @@ remove_item(sl_outq_t *q, item_t *prev, item_t *it)
     if (q->tail == it)
         q->tail = prev;
     if (it->is_event)
-        q->event_bytes -= item_len(it);
+        q->event_bytes -= it->bytes;
     else
-        q->reply_bytes -= item_len(it);
+        q->reply_bytes -= it->bytes;
     item_free(q, it);
 }
 
@@ -244,69 +274,102 @@ sl_outq_push_reply(sl_outq_t *q, const char *data, size_t len)
     if (q->reply_bytes + len > SL_OUTQ_MAX_REPLY_BYTES)
         return false;
     item_t *it = item_new(q);
-    it->body = sl_blob_new(data, len);
+    it->body = sl_blob_new();
+    sl_blob_add(it->body, data, len);
+    it->bytes = len;
     append(q, it);
     return true;
 }
 
-/* A packer writing into a fixed buffer (the envelope never needs more than SL_OUTQ_EVENT_HEAD_MAX bytes). */
-typedef struct {
-    unsigned char *buf;
-    size_t len, cap;
-} fixed_buf_t;
-
-static int
-fixed_write(void *data, const char *bytes, size_t len)
+/* The length of the envelope sl_outq_event_head writes for seq. */
+static size_t
+event_head_len(uint64_t seq)
 {
-    fixed_buf_t *f = data;
-    if (f->len + len > f->cap)
-        return -1;
-    memcpy(f->buf + f->len, bytes, len);
-    f->len += len;
-    return 0;
+    size_t seq_len = seq < 0x80 ? 1 : seq <= 0xff ? 2 : seq <= 0xffff ? 3 : seq <= 0xffffffffu ? 5 : 9;
+    return 22 + seq_len;
+}
+
+/* Takes the first event off a run (sent or dropped): what it was worth in bytes. */
+static size_t
+run_pop(item_t *it)
+{
+    size_t n = event_head_len(it->seq) + blob_len(it->body, it->first);
+    it->first++;
+    it->seq++;
+    it->bytes -= n;
+    return n;
 }
 
 size_t
 sl_outq_event_head(uint64_t seq, unsigned char out[SL_OUTQ_EVENT_HEAD_MAX])
 {
-    fixed_buf_t f = {out, 0, SL_OUTQ_EVENT_HEAD_MAX};
-    msgpack_packer pk;
-    msgpack_packer_init(&pk, &f, fixed_write);
-    /* The map of sl_proto's `event` message: kind, seq, event — the event's bytes follow. */
-    msgpack_pack_map(&pk, 3);
-    msgpack_pack_str(&pk, 4);
-    msgpack_pack_str_body(&pk, "kind", 4);
-    msgpack_pack_str(&pk, 5);
-    msgpack_pack_str_body(&pk, "event", 5);
-    msgpack_pack_str(&pk, 3);
-    msgpack_pack_str_body(&pk, "seq", 3);
-    msgpack_pack_uint64(&pk, seq);
-    msgpack_pack_str(&pk, 5);
-    msgpack_pack_str_body(&pk, "event", 5);
-    return f.len;
+    /*
+     * The map of sl_proto's `event` message, {kind: "event", seq, event}, up to
+     * the event's own bytes, written by hand: the packer's calls cost more than
+     * the event's copy, once per event per subscriber. seq takes msgpack's
+     * shortest unsigned form, as msgpack_pack_uint64 writes it (the unit
+     * test compares with sl_proto_encode).
+     */
+    static const unsigned char prefix[] = "\x83\xa4kind\xa5"
+                                          "event\xa3seq";
+    static const unsigned char suffix[] = "\xa5"
+                                          "event";
+    size_t n = sizeof(prefix) - 1;
+    memcpy(out, prefix, n);
+    int bytes;
+    if (seq < 0x80) {
+        out[n++] = (unsigned char)seq;
+        bytes = 0;
+    } else if (seq <= 0xff) {
+        out[n++] = 0xcc;
+        bytes = 1;
+    } else if (seq <= 0xffff) {
+        out[n++] = 0xcd;
+        bytes = 2;
+    } else if (seq <= 0xffffffffu) {
+        out[n++] = 0xce;
+        bytes = 4;
+    } else {
+        out[n++] = 0xcf;
+        bytes = 8;
+    }
+    for (int i = bytes - 1; i >= 0; i--)
+        out[n++] = (unsigned char)(seq >> (8 * i));
+    memcpy(out + n, suffix, sizeof(suffix) - 1);
+    return n + sizeof(suffix) - 1;
 }
 
 void
 sl_outq_push_event(sl_outq_t *q, sl_blob_t *body)
 {
+    if (body->n == 0)
+        return;
     item_t *it = item_new(q);
     body->refs++;
     it->body = body;
     it->is_event = true;
-    it->head_len = (uint8_t)sl_outq_event_head(++q->seq, it->head);
+    it->seq = q->seq + 1;
+    it->bytes = body->len;
+    for (size_t i = 0; i < body->n; i++)
+        it->bytes += event_head_len(it->seq + i);
+    q->seq += body->n;
     append(q, it);
     /* Oldest events go first; replies stay where they are. */
     item_t *prev = NULL, *cur = q->head;
     while (q->event_bytes > SL_OUTQ_MAX_EVENT_BYTES && cur != NULL) {
         item_t *next = cur->next;
-        if (cur->is_event) {
-            remove_item(q, prev, cur);
-            q->dropped_pending++;
-            q->dropped_total++;
-        } else {
+        if (!cur->is_event) {
             prev = cur;
+            cur = next;
+            continue;
         }
-        cur = next;
+        q->event_bytes -= run_pop(cur);
+        q->dropped_pending++;
+        q->dropped_total++;
+        if (cur->first == cur->body->n) {
+            remove_item(q, prev, cur);
+            cur = next;
+        }
     }
 }
 
@@ -371,15 +434,31 @@ sl_outq_take(sl_outq_t *q, char *out, size_t cap, size_t *big)
     }
     while (q->head != NULL) {
         item_t *it = q->head;
-        size_t n = item_len(it);
-        if (len + n > cap) {
-            if (len == 0)
-                *big = n;
-            break;
+        if (!it->is_event) {
+            if (len + it->bytes > cap) {
+                if (len == 0)
+                    *big = it->bytes;
+                return len;
+            }
+            memcpy(out + len, it->body->data, it->bytes);
+            len += it->bytes;
+            remove_item(q, NULL, it);
+            continue;
         }
-        memcpy(out + len, it->head, it->head_len);
-        memcpy(out + len + it->head_len, it->body->data, it->body->len);
-        len += n;
+        while (it->first < it->body->n) {
+            size_t body_len = blob_len(it->body, it->first);
+            size_t n = event_head_len(it->seq) + body_len;
+            if (len + n > cap) {
+                if (len == 0)
+                    *big = n;
+                return len;
+            }
+            unsigned char *at = (unsigned char *)out + len;
+            size_t head = sl_outq_event_head(it->seq, at);
+            memcpy(at + head, it->body->data + blob_start(it->body, it->first), body_len);
+            len += n;
+            q->event_bytes -= run_pop(it);
+        }
         remove_item(q, NULL, it);
     }
     return len;

@@ -49,15 +49,23 @@ void sl_auth_guard_succeeded(sl_auth_guard_t *g, const char *addr);
 
 /* ---- shared encoded bytes --------------------------------------------------------------------- */
 
-/* Encoded bytes shared by several queues (one event sent to every subscriber). Control thread only. */
+/*
+ * Encoded messages back to back, shared by several queues: one drain's
+ * events, each encoded once, queued for every subscriber. Control thread only.
+ */
 typedef struct {
     size_t refs;
-    size_t len;
-    char data[];
+    size_t n;     /* messages */
+    size_t *ends; /* ends[i]: where message i ends in data; it starts where i - 1 ends (0 for the first) */
+    size_t ends_cap;
+    char *data;
+    size_t len, cap;
 } sl_blob_t;
 
-/* A blob holding a copy of data, with one reference (the caller's). */
-sl_blob_t *sl_blob_new(const char *data, size_t len);
+/* An empty blob with one reference (the caller's). */
+sl_blob_t *sl_blob_new(void);
+/* Appends a copy of one encoded message. */
+void sl_blob_add(sl_blob_t *b, const char *data, size_t len);
 void sl_blob_unref(sl_blob_t *b);
 
 /* ---- the outbound queue ----------------------------------------------------------------------- */
@@ -78,10 +86,11 @@ void sl_outq_free(sl_outq_t *q);
 bool sl_outq_push_reply(sl_outq_t *q, const char *data, size_t len);
 
 /*
- * Queues an encoded event (body: the Event alone, sl_proto_encode_event)
- * as the next `event {seq, event}` of this subscription, taking a reference
- * on body. When queued events then exceed SL_OUTQ_MAX_EVENT_BYTES, the
- * oldest are dropped (counted for the next events_dropped).
+ * Queues body's encoded events (each an Event alone, sl_proto_encode_event)
+ * as the next `event {seq, event}` messages of this subscription, taking a
+ * reference on body (nothing for an empty one). When queued events then
+ * exceed SL_OUTQ_MAX_EVENT_BYTES, the oldest are dropped (counted for the
+ * next events_dropped).
  */
 void sl_outq_push_event(sl_outq_t *q, sl_blob_t *body);
 
@@ -116,7 +125,8 @@ uint64_t sl_outq_dropped_total(const sl_outq_t *q);
 /* The longest envelope: map header, "kind" "event" "seq" <uint64> "event". */
 #define SL_OUTQ_EVENT_HEAD_MAX 32
 
-/* The `event {seq, event}` envelope around an encoded Event, as sl_proto_encode writes it (tests). */
+/* Writes the `event {seq, event}` envelope around an encoded Event, as sl_proto_encode would; returns its
+ * length. */
 size_t sl_outq_event_head(uint64_t seq, unsigned char out[SL_OUTQ_EVENT_HEAD_MAX]);
 
 #endif

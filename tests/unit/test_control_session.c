@@ -95,9 +95,23 @@ encoded_event(uint64_t id, size_t pad)
     msgpack_sbuffer sb;
     msgpack_sbuffer_init(&sb);
     cr_assert_eq(sl_proto_encode_event(&ev, &sb), 0);
-    sl_blob_t *b = sl_blob_new(sb.data, sb.size);
+    sl_blob_t *b = sl_blob_new();
+    sl_blob_add(b, sb.data, sb.size);
     msgpack_sbuffer_destroy(&sb);
     return b;
+}
+
+/* A blob of n events, ids from first_id on: one drain's batch. */
+static sl_blob_t *
+encoded_batch(uint64_t first_id, size_t n)
+{
+    sl_blob_t *batch = sl_blob_new();
+    for (size_t i = 0; i < n; i++) {
+        sl_blob_t *one = encoded_event(first_id + i, 0);
+        sl_blob_add(batch, one->data, one->len);
+        sl_blob_unref(one);
+    }
+    return batch;
 }
 
 /* Every message of a frame, decoded. */
@@ -126,7 +140,19 @@ free_all(sl_proto_message_t *m, size_t n)
 
 Test(outq, the_event_envelope_is_what_the_codec_writes_for_the_whole_message)
 {
-    const uint64_t seqs[] = {1, 127, 128, 65535, 70000, UINT64_C(1) << 40};
+    const uint64_t seqs[] = {0,
+                             1,
+                             127,
+                             128,
+                             255,
+                             256,
+                             65535,
+                             65536,
+                             70000,
+                             0xffffffffu,
+                             UINT64_C(1) << 32,
+                             UINT64_C(1) << 40,
+                             UINT64_MAX};
     for (size_t i = 0; i < sizeof(seqs) / sizeof(seqs[0]); i++) {
         sl_proto_message_t m;
         sl_proto_message_init(&m, SL_PROTO_MESSAGE_EVENT);
@@ -238,6 +264,89 @@ Test(outq, overflow_drops_the_oldest_events_and_says_so_first)
     cr_assert_eq(next.event.seq, dropped + 1, "the oldest went; the survivors keep their seq");
     sl_proto_message_free(&first);
     sl_proto_message_free(&next);
+    free(frame);
+    sl_outq_free(q);
+}
+
+Test(outq, one_batch_goes_to_every_queue_in_runs_split_across_frames_with_seq_continuous)
+{
+    /* More than a frame's worth: the run goes out in several takes, each frame whole messages. */
+    sl_blob_t *batch = encoded_batch(1, 5000);
+    cr_assert_gt(batch->len, SL_OUTQ_FRAME_BYTES);
+    sl_outq_t *a = sl_outq_new(), *b = sl_outq_new();
+    sl_blob_t *earlier = encoded_event(99, 0);
+    sl_outq_push_event(b, earlier); /* b's subscription is one event older: its seqs are shifted */
+    sl_blob_unref(earlier);
+    sl_outq_push_event(a, batch);
+    sl_outq_push_event(b, batch);
+    cr_assert_eq(batch->refs, 3, "shared, not copied");
+    sl_blob_unref(batch);
+    cr_assert_eq(sl_outq_seq(a), 5000);
+    cr_assert_eq(sl_outq_seq(b), 5001);
+    sl_outq_t *qs[] = {a, b};
+    char *frame = malloc(SL_OUTQ_FRAME_BYTES);
+    sl_proto_message_t *got = calloc(6000, sizeof(*got));
+    for (size_t k = 0; k < 2; k++) {
+        size_t total = 0, frames = 0, big;
+        size_t len;
+        while ((len = sl_outq_take(qs[k], frame, SL_OUTQ_FRAME_BYTES, &big)) > 0) {
+            size_t n = decode_all(frame, len, got + total, 6000 - total);
+            total += n;
+            frames++;
+        }
+        cr_assert_eq(big, 0);
+        cr_assert_eq(total, 5000 + k);
+        cr_assert_gt(frames, 1);
+        for (size_t i = 0; i < total; i++) {
+            cr_assert_eq(got[i].event.seq, i + 1);
+            cr_assert_eq(got[i].event.event.request_cancelled.id, k == 1 && i == 0 ? 99 : i + 1 - k);
+        }
+        cr_assert_not(sl_outq_pending(qs[k]));
+        free_all(got, total);
+    }
+    free(got);
+    free(frame);
+    sl_outq_free(a);
+    sl_outq_free(b);
+}
+
+Test(outq, a_batch_over_the_bound_loses_its_oldest_events_and_the_rest_keep_their_seq)
+{
+    sl_blob_t *one = encoded_event(1, 0);
+    size_t per = one->len + 28; /* a little more than an event with its envelope: enough to overflow */
+    sl_blob_unref(one);
+    size_t n = SL_OUTQ_MAX_EVENT_BYTES / per * 2;
+    sl_blob_t *batch = encoded_batch(1, n);
+    sl_outq_t *q = sl_outq_new();
+    sl_outq_push_event(q, batch);
+    sl_blob_unref(batch);
+    uint64_t dropped = sl_outq_dropped_total(q);
+    cr_assert_gt(dropped, n / 3);
+    cr_assert_lt(dropped, n);
+    char *frame = malloc(SL_OUTQ_FRAME_BYTES);
+    size_t big;
+    size_t len = sl_outq_take(q, frame, SL_OUTQ_FRAME_BYTES, &big);
+    sl_proto_message_t got[1];
+    sl_proto_error_t err;
+    size_t used;
+    cr_assert_eq(sl_proto_decode(frame, len, &got[0], &used, &err), 0);
+    cr_assert_eq(got[0].kind, SL_PROTO_MESSAGE_EVENTS_DROPPED);
+    cr_assert_eq(got[0].events_dropped.count, dropped);
+    sl_proto_message_t *rest = calloc(n, sizeof(*rest));
+    size_t events = decode_all(frame + used, len - used, rest, n);
+    cr_assert_eq(rest[0].event.seq, dropped + 1);
+    cr_assert_eq(rest[0].event.event.request_cancelled.id, dropped + 1);
+    free_all(rest, events);
+    while ((len = sl_outq_take(q, frame, SL_OUTQ_FRAME_BYTES, &big)) > 0) {
+        size_t k = decode_all(frame, len, rest, n);
+        cr_assert_eq(rest[k - 1].event.seq, dropped + events + k);
+        free_all(rest, k);
+        events += k;
+    }
+    cr_assert_eq(events, n - dropped, "every survivor is sent");
+    cr_assert_not(sl_outq_pending(q));
+    free(rest);
+    free_all(got, 1);
     free(frame);
     sl_outq_free(q);
 }

@@ -61,6 +61,9 @@ typedef struct ctl {
     bool rx_binary, rx_overflow;
 
     sl_cli_stream_t stream;
+    /* `events`: the lines of the frame being read, written when it ends (one write per frame, not per event).
+     */
+    sl_strbuf_t frame_out, frame_err;
 
     /* `metrics`: a plain HTTP GET of /metrics instead of a WebSocket session. */
     int http_status;
@@ -238,11 +241,19 @@ on_ok(ctl_t *c, const sl_proto_ok_msg_t *ok)
     finish(c, SL_CLI_EXIT_OK);
 }
 
+/* Writes the event stream's lines of the frame read so far. */
+static void
+flush_frame(ctl_t *c)
+{
+    flush_to(c, &c->frame_out, stdout);
+    flush_to(c, &c->frame_err, stderr);
+}
+
 /* The one dispatch point: every message from the server, by state and kind. */
 static void
 on_message(ctl_t *c, const sl_proto_message_t *m)
 {
-    sl_strbuf_t out = {0}, err = {0};
+    sl_strbuf_t err = {0};
     switch (c->state) {
     case CONN_HANDSHAKE:
         if (m->kind == SL_PROTO_MESSAGE_WELCOME)
@@ -259,6 +270,9 @@ on_message(ctl_t *c, const sl_proto_message_t *m)
         break;
     case CONN_WAITING:
     case CONN_STREAMING:
+        /* Events gather for the frame's one write; anything else comes after the lines before it. */
+        if (m->kind != SL_PROTO_MESSAGE_EVENT)
+            flush_frame(c);
         switch (m->kind) {
         case SL_PROTO_MESSAGE_OK:
             if (c->state == CONN_WAITING && m->ok.req == c->pending_req)
@@ -272,27 +286,27 @@ on_message(ctl_t *c, const sl_proto_message_t *m)
         case SL_PROTO_MESSAGE_SNAPSHOT:
             if (c->args.command != SL_CLI_EVENTS)
                 break;
-            sl_cli_stream_snapshot(&c->stream, &m->snapshot, &out, &err);
+            sl_cli_stream_snapshot(&c->stream, &m->snapshot, &c->frame_out, &c->frame_err);
             c->state = CONN_STREAMING;
             c->deadline = 0;
             break;
         case SL_PROTO_MESSAGE_EVENT:
             if (c->args.command == SL_CLI_EVENTS)
-                sl_cli_stream_event(&c->stream, &m->event, &out, &err);
+                sl_cli_stream_event(&c->stream, &m->event, &c->frame_out, &c->frame_err);
             break;
         case SL_PROTO_MESSAGE_EVENTS_DROPPED:
             if (c->args.command != SL_CLI_EVENTS)
                 break;
-            sl_cli_stream_dropped(&c->stream, m->events_dropped.count, &err);
+            sl_cli_stream_dropped(&c->stream, m->events_dropped.count, &c->frame_err);
             resubscribe(c);
             break;
         default:
             break;
         }
-        flush_to(c, &out, stdout);
-        flush_to(c, &err, stderr);
-        if (c->args.command == SL_CLI_EVENTS && sl_cli_stream_done(&c->stream))
+        if (c->args.command == SL_CLI_EVENTS && sl_cli_stream_done(&c->stream)) {
+            flush_frame(c);
             finish(c, SL_CLI_EXIT_OK);
+        }
         break;
     case CONN_CLOSING:
     case CONN_DONE:
@@ -302,9 +316,18 @@ on_message(ctl_t *c, const sl_proto_message_t *m)
         finish(c, c->exit_code);
 }
 
+static void read_frame(ctl_t *c, const unsigned char *buf, size_t len);
+
 /* One whole WebSocket message: a msgpack stream of protocol messages. */
 static void
 on_frame(ctl_t *c, const unsigned char *buf, size_t len)
+{
+    read_frame(c, buf, len);
+    flush_frame(c);
+}
+
+static void
+read_frame(ctl_t *c, const unsigned char *buf, size_t len)
 {
     size_t off = 0;
     while (off < len && c->state != CONN_CLOSING && c->state != CONN_DONE) {
@@ -312,6 +335,7 @@ on_frame(ctl_t *c, const unsigned char *buf, size_t len)
         sl_proto_error_t err;
         size_t used;
         if (sl_proto_decode((const char *)buf + off, len - off, &m, &used, &err) != 0) {
+            flush_frame(c);
             fail(c, SL_CLI_EXIT_USAGE, "cannot read the server's message (%s at \"%s\": %s)",
                  sl_proto_error_kind_slug(err.kind), err.path, err.detail);
             return;

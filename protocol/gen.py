@@ -446,8 +446,16 @@ def c_enc_value(t, expr, pointer=False):
     return f"enc_{snake(t.name)}(pk, {ref})"
 
 
+def c_packed_str(text):
+    """A TRY writing text as a msgpack str in one write: its header and bytes, known now."""
+    raw = text.encode()
+    assert len(raw) < 32, f"{text}: a key or kind is a fixstr"
+    body = "".join(c if c.isalnum() or c == "_" else f"\\x{ord(c):02x}" for c in text)
+    return f'TRY(sl__proto_pack_raw(pk, "\\x{0xa0 | len(raw):02x}" "{body}", {1 + len(raw)}));'
+
+
 def c_enc_field(f):
-    key = f"        TRY(sl__proto_pack_str(pk, \"{f.name}\"));\n"
+    key = f"        {c_packed_str(f.name)}\n"
     t, v = f.type, f"v->{f.name}"
     if t.kind == "array":
         body = (
@@ -471,7 +479,7 @@ def c_enc_aggregate(a):
     out = [f"static int\nenc_{name}(msgpack_packer *pk, const sl_proto_{name}_t *v)\n{{\n"]
     out.append(f"    TRY(msgpack_pack_map(pk, {count}));\n")
     if a.kind:
-        out.append(f"    TRY(sl__proto_pack_str(pk, \"kind\"));\n    TRY(sl__proto_pack_str(pk, \"{a.kind}\"));\n")
+        out.append(f"    {c_packed_str('kind')}\n    {c_packed_str(a.kind)}\n")
     out += [c_enc_field(f) for f in a.fields]
     out.append("    return 0;\n}\n\n")
     return "".join(out)

@@ -478,6 +478,12 @@ sl__proto_pack_str(msgpack_packer *pk, const char *s)
 }
 
 int
+sl__proto_pack_raw(msgpack_packer *pk, const char *bytes, size_t len)
+{
+    return pk->callback(pk->data, bytes, len);
+}
+
+int
 sl__proto_pack_slug(msgpack_packer *pk, const char *const *slugs, size_t count, int value)
 {
     if (value < 0 || (size_t)value >= count)

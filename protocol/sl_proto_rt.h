@@ -89,6 +89,8 @@ void sl__proto_free_map(sl_proto_map_entry_t *entries, size_t len);
 int sl__proto_pack_bool(msgpack_packer *pk, bool value);
 /* A NULL string cannot be sent: -1. */
 int sl__proto_pack_str(msgpack_packer *pk, const char *s);
+/* Bytes already in msgpack form (a key with its header, written by the generator): one write. */
+int sl__proto_pack_raw(msgpack_packer *pk, const char *bytes, size_t len);
 /* A value outside [0, count) cannot be sent: -1. */
 int sl__proto_pack_slug(msgpack_packer *pk, const char *const *slugs, size_t count, int value);
 int sl__proto_pack_map(msgpack_packer *pk, const sl_proto_map_entry_t *entries, size_t len);

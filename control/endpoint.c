@@ -252,26 +252,39 @@ anyone_watches(const sl_control_t *ctl)
     return watched;
 }
 
+/* Schedules a delivery SL_CONTROL_DELIVERY_MS from now, unless one is due already. */
 static void
-delivery_tick(sl_control_t *ctl, int64_t now)
+schedule_delivery(sl_control_t *ctl)
 {
+    if (ctl->delivery_due == 0) {
+        ctl->delivery_due = mono_ms() + SL_CONTROL_DELIVERY_MS;
+        arm_timer(ctl);
+    }
+}
+
+/* The drain leaves the bus empty: its next flush wakes this thread, which schedules the next delivery. */
+static void
+delivery_tick(sl_control_t *ctl)
+{
+    ctl->delivery_due = 0;
     drain_bus(ctl);
-    ctl->delivery_due = anyone_watches(ctl) ? now + SL_CONTROL_DELIVERY_MS : 0;
 }
 
 /*
- * While anyone watches, the bus is drained every SL_CONTROL_DELIVERY_MS;
- * otherwise on the provider tick, and before any request reads the in-flight
- * table. Either way the bus wakes this thread early only when it fills up to
- * a quarter (sl_bus_wants_wake), never per event.
+ * While anyone watches, a flush into an empty bus wakes this thread, and
+ * what comes in the next SL_CONTROL_DELIVERY_MS goes out in one drain: one
+ * frame per subscriber per delivery, and no tick at all without events.
+ * Otherwise the bus is drained on the provider tick, and before any request
+ * reads the in-flight table, and wakes this thread early only when a
+ * quarter full (sl_bus_wants_wake), never per event.
  */
 static void
 update_eagerness(sl_control_t *ctl)
 {
-    if (ctl->delivery_due == 0 && anyone_watches(ctl)) {
-        ctl->delivery_due = mono_ms() + SL_CONTROL_DELIVERY_MS;
-        arm_timer(ctl);
-    }
+    bool watched = anyone_watches(ctl);
+    sl_bus_set_eager(ctl->bus, watched);
+    if (watched)
+        schedule_delivery(ctl); /* for what is pending already: it woke nobody */
 }
 
 static void
@@ -509,7 +522,7 @@ on_timer(sl_control_t *ctl)
         sl_log_warn("control: its timer could not be read: %s", strerror(errno));
     int64_t now = mono_ms();
     if (ctl->delivery_due != 0 && now >= ctl->delivery_due)
-        delivery_tick(ctl, now);
+        delivery_tick(ctl);
     if (now >= ctl->providers_due)
         providers_tick(ctl, now);
     if (now >= ctl->stats_due)
@@ -883,7 +896,10 @@ callback_control(struct lws *wsi, enum lws_callback_reasons reason, void *user, 
             ctl->timer_wsi = NULL;
         return 0;
     case LWS_CALLBACK_EVENT_WAIT_CANCELLED:
-        if (ctl != NULL)
+        /* The bus woke us (or a stop): events to gather for a delivery, or a lazy bus filling up. */
+        if (ctl != NULL && anyone_watches(ctl))
+            schedule_delivery(ctl);
+        else if (ctl != NULL)
             drain_bus(ctl);
         return 0;
     default:
@@ -912,6 +928,7 @@ control_main(void *arg)
     pthread_setname_np(pthread_self(), "sl-control");
     while (!atomic_load(&ctl->stopping))
         lws_service(ctl->ctx, 0);
+    drain_bus(ctl); /* the last requests' events, for the debug log: the workers have stopped */
     return NULL;
 }
 
@@ -1001,9 +1018,7 @@ sl_control_start(const sl_control_options_t *o, char *err, size_t err_size)
     int port = ctl->vhost != NULL ? lws_get_vhost_listen_port(ctl->vhost) : l->port;
     ctl->port = port > 0 ? (uint16_t)port : l->port;
     /* The bus is consumed from before the first connection: the in-flight log must see every start. */
-    /* Drained on this thread's own ticks (update_eagerness): the bus wakes it only when a quarter full. */
-    sl_bus_set_eager(o->bus, false);
-    update_eagerness(ctl);
+    update_eagerness(ctl); /* nobody watches yet but the debug log: lazy */
     sl_bus_set_wake(o->bus, wake, ctl);
     sl_bus_set_active(o->bus, true);
     if (pthread_create(&ctl->tid, NULL, control_main, ctl) != 0) {

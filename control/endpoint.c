@@ -216,14 +216,6 @@ on_hello(sl_control_t *ctl, conn_t *c, const sl_proto_hello_msg_t *hello)
 
 static void drain_bus(sl_control_t *ctl);
 
-static int64_t
-mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 /* Sets the timerfd to the earliest of the ticks' deadlines. */
 static void
 arm_timer(sl_control_t *ctl)
@@ -257,7 +249,7 @@ static void
 schedule_delivery(sl_control_t *ctl)
 {
     if (ctl->delivery_due == 0) {
-        ctl->delivery_due = mono_ms() + SL_CONTROL_DELIVERY_MS;
+        ctl->delivery_due = sl_now_ms() + SL_CONTROL_DELIVERY_MS;
         arm_timer(ctl);
     }
 }
@@ -520,7 +512,7 @@ on_timer(sl_control_t *ctl)
     uint64_t expirations; /* not needed: the deadlines decide (EAGAIN when a re-arm came first) */
     if (read(ctl->timer_fd, &expirations, sizeof(expirations)) < 0 && errno != EAGAIN)
         sl_log_warn("control: its timer could not be read: %s", strerror(errno));
-    int64_t now = mono_ms();
+    int64_t now = sl_now_ms();
     if (ctl->delivery_due != 0 && now >= ctl->delivery_due)
         delivery_tick(ctl);
     if (now >= ctl->providers_due)
@@ -1011,7 +1003,7 @@ sl_control_start(const sl_control_options_t *o, char *err, size_t err_size)
         sl_control_stop(ctl);
         return NULL;
     }
-    int64_t mono = mono_ms();
+    int64_t mono = sl_now_ms();
     ctl->providers_due = mono + SL_CONTROL_PROVIDER_MS;
     schedule_stats(ctl, mono);
     arm_timer(ctl);

@@ -281,12 +281,30 @@ sl_outq_push_reply(sl_outq_t *q, const char *data, size_t len)
     return true;
 }
 
+/*
+ * The map of sl_proto's `event` message, {kind: "event", seq, event}, around
+ * the event's own bytes, written by hand: the packer's calls cost more than
+ * the event's copy, once per event per subscriber. seq takes msgpack's
+ * shortest unsigned form, as msgpack_pack_uint64 writes it (the unit test
+ * compares with sl_proto_encode).
+ */
+static const unsigned char event_head_prefix[] = "\x83\xa4kind\xa5"
+                                                 "event\xa3seq";
+static const unsigned char event_head_suffix[] = "\xa5"
+                                                 "event";
+
+/* The bytes after seq's marker byte (0 when seq is a positive fixint). */
+static int
+seq_extra_bytes(uint64_t seq)
+{
+    return seq < 0x80 ? 0 : seq <= 0xff ? 1 : seq <= 0xffff ? 2 : seq <= 0xffffffffu ? 4 : 8;
+}
+
 /* The length of the envelope sl_outq_event_head writes for seq. */
 static size_t
 event_head_len(uint64_t seq)
 {
-    size_t seq_len = seq < 0x80 ? 1 : seq <= 0xff ? 2 : seq <= 0xffff ? 3 : seq <= 0xffffffffu ? 5 : 9;
-    return 22 + seq_len;
+    return sizeof(event_head_prefix) - 1 + 1 + (size_t)seq_extra_bytes(seq) + sizeof(event_head_suffix) - 1;
 }
 
 /* Takes the first event off a run (sent or dropped): what it was worth in bytes. */
@@ -303,40 +321,15 @@ run_pop(item_t *it)
 size_t
 sl_outq_event_head(uint64_t seq, unsigned char out[SL_OUTQ_EVENT_HEAD_MAX])
 {
-    /*
-     * The map of sl_proto's `event` message, {kind: "event", seq, event}, up to
-     * the event's own bytes, written by hand: the packer's calls cost more than
-     * the event's copy, once per event per subscriber. seq takes msgpack's
-     * shortest unsigned form, as msgpack_pack_uint64 writes it (the unit
-     * test compares with sl_proto_encode).
-     */
-    static const unsigned char prefix[] = "\x83\xa4kind\xa5"
-                                          "event\xa3seq";
-    static const unsigned char suffix[] = "\xa5"
-                                          "event";
-    size_t n = sizeof(prefix) - 1;
-    memcpy(out, prefix, n);
-    int bytes;
-    if (seq < 0x80) {
-        out[n++] = (unsigned char)seq;
-        bytes = 0;
-    } else if (seq <= 0xff) {
-        out[n++] = 0xcc;
-        bytes = 1;
-    } else if (seq <= 0xffff) {
-        out[n++] = 0xcd;
-        bytes = 2;
-    } else if (seq <= 0xffffffffu) {
-        out[n++] = 0xce;
-        bytes = 4;
-    } else {
-        out[n++] = 0xcf;
-        bytes = 8;
-    }
-    for (int i = bytes - 1; i >= 0; i--)
+    static const unsigned char marker[9] = {[1] = 0xcc, [2] = 0xcd, [4] = 0xce, [8] = 0xcf};
+    size_t n = sizeof(event_head_prefix) - 1;
+    memcpy(out, event_head_prefix, n);
+    int extra = seq_extra_bytes(seq);
+    out[n++] = extra == 0 ? (unsigned char)seq : marker[extra];
+    for (int i = extra - 1; i >= 0; i--)
         out[n++] = (unsigned char)(seq >> (8 * i));
-    memcpy(out + n, suffix, sizeof(suffix) - 1);
-    return n + sizeof(suffix) - 1;
+    memcpy(out + n, event_head_suffix, sizeof(event_head_suffix) - 1);
+    return n + sizeof(event_head_suffix) - 1;
 }
 
 void

@@ -448,10 +448,8 @@ def c_enc_value(t, expr, pointer=False):
 
 def c_packed_str(text):
     """A TRY writing text as a msgpack str in one write: its header and bytes, known now."""
-    raw = text.encode()
-    assert len(raw) < 32, f"{text}: a key or kind is a fixstr"
-    body = "".join(c if c.isalnum() or c == "_" else f"\\x{ord(c):02x}" for c in text)
-    return f'TRY(sl__proto_pack_raw(pk, "\\x{0xa0 | len(raw):02x}" "{body}", {1 + len(raw)}));'
+    assert re.fullmatch(r"[a-z0-9_]{1,31}", text), f"{text}: keys and kinds are snake_case fixstrs"
+    return f'TRY(sl__proto_pack_raw(pk, "\\x{0xa0 | len(text):02x}" "{text}", {1 + len(text)}));'
 
 
 def c_enc_field(f):

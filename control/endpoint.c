@@ -94,8 +94,6 @@ struct sl_control {
     bool metrics_open;            /* GET /metrics without the key (listen.control.metrics: open) */
     char *frame;                  /* LWS_PRE headroom + one frame */
     size_t frame_cap;
-    msgpack_sbuffer
-        event_bytes;    /* reused for each event encoded: a fresh one was an 8 KiB malloc per event */
     sl_blob_t *drained; /* the events of the drain under way, for the events topic; NULL = nobody watches */
     sl_stats_t *stats;  /* the stats topic's intervals */
     sl_metrics_counts_t *counts; /* scratch for each close */
@@ -214,7 +212,7 @@ on_hello(sl_control_t *ctl, conn_t *c, const sl_proto_hello_msg_t *hello)
 
 /* ---- subscriptions ------------------------------------------------------------------------------ */
 
-static void drain_bus(sl_control_t *ctl);
+static size_t drain_bus(sl_control_t *ctl);
 
 /* Sets the timerfd to the earliest of the ticks' deadlines. */
 static void
@@ -244,7 +242,10 @@ anyone_watches(const sl_control_t *ctl)
     return watched;
 }
 
-/* Schedules a delivery SL_CONTROL_DELIVERY_MS from now, unless one is due already. */
+/*
+ * Schedules a delivery SL_CONTROL_DELIVERY_MS from now, unless one is due
+ * already. Until it runs no flush needs to wake this thread: the bus is lazy.
+ */
 static void
 schedule_delivery(sl_control_t *ctl)
 {
@@ -252,31 +253,41 @@ schedule_delivery(sl_control_t *ctl)
         ctl->delivery_due = sl_now_ms() + SL_CONTROL_DELIVERY_MS;
         arm_timer(ctl);
     }
+    sl_bus_set_eager(ctl->bus, false);
 }
 
-/* The drain leaves the bus empty: its next flush wakes this thread, which schedules the next delivery. */
+/*
+ * A delivery that found events schedules the next one: under steady
+ * traffic the timer alone wakes this thread, once per delivery. One that
+ * found none stops, leaving the bus eager: its first flush wakes this
+ * thread, which schedules a delivery. The bus turns eager before the drain,
+ * so a flush right after it is not missed.
+ */
 static void
 delivery_tick(sl_control_t *ctl)
 {
     ctl->delivery_due = 0;
-    drain_bus(ctl);
+    bool watched = anyone_watches(ctl);
+    sl_bus_set_eager(ctl->bus, watched);
+    if (drain_bus(ctl) > 0 && watched)
+        schedule_delivery(ctl);
 }
 
 /*
- * While anyone watches, a flush into an empty bus wakes this thread, and
- * what comes in the next SL_CONTROL_DELIVERY_MS goes out in one drain: one
- * frame per subscriber per delivery, and no tick at all without events.
- * Otherwise the bus is drained on the provider tick, and before any request
- * reads the in-flight table, and wakes this thread early only when a
- * quarter full (sl_bus_wants_wake), never per event.
+ * While anyone watches, what comes in goes out every SL_CONTROL_DELIVERY_MS
+ * in one drain (delivery_tick): one frame per subscriber per delivery, and
+ * no tick at all without events. Otherwise the bus is drained on the
+ * provider tick, and before any request reads the in-flight table, and
+ * wakes this thread early only when a quarter full (sl_bus_wants_wake),
+ * never per event.
  */
 static void
 update_eagerness(sl_control_t *ctl)
 {
-    bool watched = anyone_watches(ctl);
-    sl_bus_set_eager(ctl->bus, watched);
-    if (watched)
+    if (anyone_watches(ctl))
         schedule_delivery(ctl); /* for what is pending already: it woke nobody */
+    else
+        sl_bus_set_eager(ctl->bus, false);
 }
 
 static void
@@ -334,13 +345,10 @@ topic_watched(const sl_control_t *ctl, sl_proto_topic_t topic)
 
 /* Encodes ev once and appends it to batch. */
 static void
-batch_add(sl_control_t *ctl, sl_blob_t *batch, const sl_proto_event_t *ev)
+batch_add(sl_blob_t *batch, const sl_proto_event_t *ev)
 {
-    msgpack_sbuffer_clear(&ctl->event_bytes);
-    if (sl_proto_encode_event(ev, &ctl->event_bytes) != 0)
+    if (sl_blob_add_event(batch, ev) != 0)
         sl_log_error("control: a %s event could not be encoded", sl_proto_event_kind_slug(ev->kind));
-    else
-        sl_blob_add(batch, ctl->event_bytes.data, ctl->event_bytes.size);
 }
 
 /* Queues batch's events, in one run, for every ready subscriber of topic. */
@@ -364,7 +372,7 @@ fan_out_one(sl_control_t *ctl, sl_proto_topic_t topic, const sl_proto_event_t *e
     if (!topic_watched(ctl, topic))
         return;
     sl_blob_t *batch = sl_blob_new();
-    batch_add(ctl, batch, ev);
+    batch_add(batch, ev);
     fan_out(ctl, topic, batch);
     sl_blob_unref(batch);
 }
@@ -392,17 +400,18 @@ on_bus_event(void *ctx, sl_proto_event_t *ev)
                                (int64_t)ev->throttle_changed.at_ms);
     /* The bus carries the events topic's events (ProviderChanged comes from providers_tick). */
     if (ctl->drained != NULL)
-        batch_add(ctl, ctl->drained, ev);
+        batch_add(ctl->drained, ev);
     sl_inflight_apply(ctl->inflight, ev);
 }
 
-static void
+/* Returns how many events the bus held. */
+static size_t
 drain_bus(sl_control_t *ctl)
 {
     uint64_t dropped = 0;
     /* Each event is encoded once, into one batch queued whole for every subscriber: a run per subscriber. */
     ctl->drained = topic_watched(ctl, SL_PROTO_TOPIC_EVENTS) ? sl_blob_new() : NULL;
-    sl_bus_drain(ctl->bus, on_bus_event, ctl, &dropped);
+    size_t n = sl_bus_drain(ctl->bus, on_bus_event, ctl, &dropped);
     if (ctl->drained != NULL) {
         fan_out(ctl, SL_PROTO_TOPIC_EVENTS, ctl->drained);
         sl_blob_unref(ctl->drained);
@@ -410,7 +419,7 @@ drain_bus(sl_control_t *ctl)
     }
     request_writes(ctl);
     if (dropped == 0)
-        return;
+        return n;
     sl_log_warn("control: %llu event(s) dropped before they reached the subscribers",
                 (unsigned long long)dropped);
     for (conn_t *c = ctl->conns; c != NULL; c = c->next) {
@@ -419,6 +428,7 @@ drain_bus(sl_control_t *ctl)
             lws_callback_on_writable(c->wsi);
         }
     }
+    return n;
 }
 
 /* ---- ProviderChanged ---------------------------------------------------------------------------- */
@@ -962,7 +972,6 @@ sl_control_start(const sl_control_options_t *o, char *err, size_t err_size)
     ctl->guard = sl_auth_guard_new();
     ctl->frame_cap = SL_OUTQ_FRAME_BYTES;
     ctl->frame = sl_xmalloc(LWS_PRE + ctl->frame_cap);
-    msgpack_sbuffer_init(&ctl->event_bytes);
     if (l->n_allow_from > 0) {
         ctl->allow_from = sl_xcalloc(l->n_allow_from, sizeof(*ctl->allow_from));
         memcpy(ctl->allow_from, l->allow_from, l->n_allow_from * sizeof(*ctl->allow_from));
@@ -1054,7 +1063,6 @@ sl_control_stop(sl_control_t *ctl)
     sl_stats_free(ctl->stats);
     free(ctl->counts);
     free(ctl->frame);
-    msgpack_sbuffer_destroy(&ctl->event_bytes);
     free(ctl->allow_from);
     free(ctl->key);
     free(ctl->server_name);

@@ -121,20 +121,32 @@ sl_blob_new(void)
     return b;
 }
 
-void
-sl_blob_add(sl_blob_t *b, const char *data, size_t len)
+/* Records that a message ends where the bytes end now. */
+static void
+blob_end_message(sl_blob_t *b)
 {
     if (b->n == b->ends_cap) {
         b->ends_cap = b->ends_cap ? b->ends_cap * 2 : 16;
         b->ends = sl_xrealloc(b->ends, b->ends_cap * sizeof(*b->ends));
     }
-    if (b->len + len > b->cap) {
-        b->cap = b->len + len > 2 * b->cap ? b->len + len : 2 * b->cap;
-        b->data = sl_xrealloc(b->data, b->cap);
-    }
-    memcpy(b->data + b->len, data, len);
-    b->len += len;
-    b->ends[b->n++] = b->len;
+    b->ends[b->n++] = b->bytes.size;
+}
+
+void
+sl_blob_add(sl_blob_t *b, const char *data, size_t len)
+{
+    if (sl__proto_put(&b->bytes, data, len) != 0)
+        abort();
+    blob_end_message(b);
+}
+
+int
+sl_blob_add_event(sl_blob_t *b, const sl_proto_event_t *ev)
+{
+    if (sl_proto_encode_event(ev, &b->bytes) != 0)
+        return -1;
+    blob_end_message(b);
+    return 0;
 }
 
 void
@@ -142,7 +154,7 @@ sl_blob_unref(sl_blob_t *b)
 {
     if (b != NULL && --b->refs == 0) {
         free(b->ends);
-        free(b->data);
+        msgpack_sbuffer_destroy(&b->bytes);
         free(b);
     }
 }
@@ -342,7 +354,7 @@ sl_outq_push_event(sl_outq_t *q, sl_blob_t *body)
     it->body = body;
     it->is_event = true;
     it->seq = q->seq + 1;
-    it->bytes = body->len;
+    it->bytes = body->bytes.size;
     for (size_t i = 0; i < body->n; i++)
         it->bytes += event_head_len(it->seq + i);
     q->seq += body->n;
@@ -433,7 +445,7 @@ sl_outq_take(sl_outq_t *q, char *out, size_t cap, size_t *big)
                     *big = it->bytes;
                 return len;
             }
-            memcpy(out + len, it->body->data, it->bytes);
+            memcpy(out + len, it->body->bytes.data, it->bytes);
             len += it->bytes;
             remove_item(q, NULL, it);
             continue;
@@ -448,7 +460,7 @@ sl_outq_take(sl_outq_t *q, char *out, size_t cap, size_t *big)
             }
             unsigned char *at = (unsigned char *)out + len;
             size_t head = sl_outq_event_head(it->seq, at);
-            memcpy(at + head, it->body->data + blob_start(it->body, it->first), body_len);
+            memcpy(at + head, it->body->bytes.data + blob_start(it->body, it->first), body_len);
             len += n;
             q->event_bytes -= run_pop(it);
         }

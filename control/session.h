@@ -56,16 +56,17 @@ void sl_auth_guard_succeeded(sl_auth_guard_t *g, const char *addr);
 typedef struct {
     size_t refs;
     size_t n;     /* messages */
-    size_t *ends; /* ends[i]: where message i ends in data; it starts where i - 1 ends (0 for the first) */
+    size_t *ends; /* ends[i]: where message i ends in bytes; it starts where i - 1 ends (0 for the first) */
     size_t ends_cap;
-    char *data;
-    size_t len, cap;
+    msgpack_sbuffer bytes;
 } sl_blob_t;
 
 /* An empty blob with one reference (the caller's). */
 sl_blob_t *sl_blob_new(void);
 /* Appends a copy of one encoded message. */
 void sl_blob_add(sl_blob_t *b, const char *data, size_t len);
+/* Encodes ev straight into the blob as one more message; -1 (the blob unchanged) when it cannot be sent. */
+int sl_blob_add_event(sl_blob_t *b, const sl_proto_event_t *ev);
 void sl_blob_unref(sl_blob_t *b);
 
 /* ---- the outbound queue ----------------------------------------------------------------------- */

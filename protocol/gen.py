@@ -434,22 +434,25 @@ def c_enc_value(t, expr, pointer=False):
     """A C expression packing the value expr of type t; 0 on success."""
     ref = expr if pointer else f"&{expr}"
     if t.kind == "bool":
-        return f"sl__proto_pack_bool(pk, {expr})"
-    if t.kind == "u32":
-        return f"msgpack_pack_uint32(pk, {expr})"
-    if t.kind == "u64":
-        return f"msgpack_pack_uint64(pk, {expr})"
+        return f"sl__proto_put_bool(out, {expr})"
+    if t.kind in ("u32", "u64"):
+        return f"sl__proto_put_uint(out, {expr})"
     if t.kind == "str":
-        return f"sl__proto_pack_str(pk, {expr})"
+        return f"sl__proto_put_str(out, {expr})"
     if t.kind == "enum":
-        return f"sl__proto_pack_slug(pk, {snake(t.name)}_slugs, SL_PROTO_{upper(t.name)}_COUNT, (int){expr})"
-    return f"enc_{snake(t.name)}(pk, {ref})"
+        return f"sl__proto_put_slug(out, {snake(t.name)}_packed, SL_PROTO_{upper(t.name)}_COUNT, (int){expr})"
+    return f"enc_{snake(t.name)}(out, {ref})"
 
 
 def c_packed_str(text):
     """A TRY writing text as a msgpack str in one write: its header and bytes, known now."""
-    assert re.fullmatch(r"[a-z0-9_]{1,31}", text), f"{text}: keys and kinds are snake_case fixstrs"
-    return f'TRY(sl__proto_pack_raw(pk, "\\x{0xa0 | len(text):02x}" "{text}", {1 + len(text)}));'
+    return f"TRY(sl__proto_put(out, {c_packed_literal(text)}, {1 + len(text)}));"
+
+
+def c_packed_literal(text):
+    """text as a msgpack fixstr, a C string literal: its header byte, then the text."""
+    assert re.fullmatch(r"[a-z0-9_]{1,31}", text), f"{text}: keys, kinds and slugs are snake_case fixstrs"
+    return f'"\\x{0xa0 | len(text):02x}" "{text}"'
 
 
 def c_enc_field(f):
@@ -457,12 +460,12 @@ def c_enc_field(f):
     t, v = f.type, f"v->{f.name}"
     if t.kind == "array":
         body = (
-            f"        TRY(msgpack_pack_array(pk, {v}_len));\n"
+            f"        TRY(sl__proto_put_array_head(out, {v}_len));\n"
             f"        for (size_t i = 0; i < {v}_len; i++)\n"
             f"            TRY({c_enc_value(t.item, f'{v}[i]')});\n"
         )
     elif t.kind == "map":
-        body = f"        TRY(sl__proto_pack_map(pk, {v}, {v}_len));\n"
+        body = f"        TRY(sl__proto_put_map(out, {v}, {v}_len));\n"
     else:
         body = f"        TRY({c_enc_value(t, v, pointer=t.kind == 'struct' and f.optional)});\n"
     if not f.optional:
@@ -474,8 +477,8 @@ def c_enc_aggregate(a):
     name = cname(a)
     required = sum(1 for f in a.fields if not f.optional) + (1 if a.kind else 0)
     count = " + ".join([str(required)] + [f"({presence(f)})" for f in a.fields if f.optional])
-    out = [f"static int\nenc_{name}(msgpack_packer *pk, const sl_proto_{name}_t *v)\n{{\n"]
-    out.append(f"    TRY(msgpack_pack_map(pk, {count}));\n")
+    out = [f"static int\nenc_{name}(msgpack_sbuffer *out, const sl_proto_{name}_t *v)\n{{\n"]
+    out.append(f"    TRY(sl__proto_put_map_head(out, (uint32_t)({count})));\n")
     if a.kind:
         out.append(f"    {c_packed_str('kind')}\n    {c_packed_str(a.kind)}\n")
     out += [c_enc_field(f) for f in a.fields]
@@ -485,9 +488,9 @@ def c_enc_aggregate(a):
 
 def c_enc_union(u):
     lo = snake(u.name)
-    out = [f"static int\nenc_{lo}(msgpack_packer *pk, const sl_proto_{lo}_t *v)\n{{\n    switch (v->kind) {{\n"]
+    out = [f"static int\nenc_{lo}(msgpack_sbuffer *out, const sl_proto_{lo}_t *v)\n{{\n    switch (v->kind) {{\n"]
     for var in u.variants:
-        out.append(f"    case {union_kind_const(u, var)}:\n        return enc_{cname(var)}(pk, &v->{var.kind});\n")
+        out.append(f"    case {union_kind_const(u, var)}:\n        return enc_{cname(var)}(out, &v->{var.kind});\n")
     out.append("    }\n    return -1;\n}\n\n")
     return "".join(out)
 
@@ -614,6 +617,11 @@ def c_slug_table(name, values):
     return f"static const char *const {name}[] = {{{items}}};\n"
 
 
+def c_packed_table(name, values):
+    items = ", ".join(f"{{{c_packed_literal(v)}, {1 + len(v)}}}" for v in values)
+    return f"static const sl__proto_packed_t {name}[] = {{{items}}};\n"
+
+
 def c_enum_funcs(e):
     lo, up = snake(e.name), upper(e.name)
     return (
@@ -632,10 +640,8 @@ def c_enum_funcs(e):
 C_SOURCE_TAIL = """int
 sl_proto_encode(const sl_proto_message_t *m, msgpack_sbuffer *out)
 {
-    msgpack_packer pk;
     size_t start = out->size;
-    msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
-    if (enc_message(&pk, m) != 0) {
+    if (enc_message(out, m) != 0) {
         out->size = start;
         return -1;
     }
@@ -645,10 +651,8 @@ sl_proto_encode(const sl_proto_message_t *m, msgpack_sbuffer *out)
 int
 sl_proto_encode_event(const sl_proto_event_t *e, msgpack_sbuffer *out)
 {
-    msgpack_packer pk;
     size_t start = out->size;
-    msgpack_packer_init(&pk, out, msgpack_sbuffer_write);
-    if (enc_event(&pk, e) != 0) {
+    if (enc_event(out, e) != 0) {
         out->size = start;
         return -1;
     }
@@ -698,16 +702,17 @@ def c_source(schema):
     out.append("    } while (0)\n\n")
     for e in schema.enums.values():
         out.append(c_slug_table(f"{snake(e.name)}_slugs", e.values))
+        out.append(c_packed_table(f"{snake(e.name)}_packed", e.values))
     for u in schema.unions():
         out.append(c_slug_table(f"{snake(u.name)}_kinds", [v.kind for v in u.variants]))
     out.append("\n")
     for a in schema.aggregates():
         name = cname(a)
-        out.append(f"static int enc_{name}(msgpack_packer *pk, const sl_proto_{name}_t *v);\n")
+        out.append(f"static int enc_{name}(msgpack_sbuffer *out, const sl_proto_{name}_t *v);\n")
         out.append(f"static int dec_{name}(const msgpack_object *o, sl_proto_{name}_t *v, sl_proto_error_t *err);\n")
     for u in schema.unions():
         lo = snake(u.name)
-        out.append(f"static int enc_{lo}(msgpack_packer *pk, const sl_proto_{lo}_t *v);\n")
+        out.append(f"static int enc_{lo}(msgpack_sbuffer *out, const sl_proto_{lo}_t *v);\n")
         out.append(f"static int dec_{lo}(const msgpack_object *o, sl_proto_{lo}_t *v, sl_proto_error_t *err);\n")
     out.append("\n")
     for e in schema.enums.values():

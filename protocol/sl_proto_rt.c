@@ -461,43 +461,28 @@ sl__proto_free_map(sl_proto_map_entry_t *entries, size_t len)
 /* --- encoding --- */
 
 int
-sl__proto_pack_bool(msgpack_packer *pk, bool value)
+sl__proto_grow(msgpack_sbuffer *out, size_t n)
 {
-    return value ? msgpack_pack_true(pk) : msgpack_pack_false(pk);
-}
-
-int
-sl__proto_pack_str(msgpack_packer *pk, const char *s)
-{
-    if (s == NULL)
+    if (n > SIZE_MAX / 2 - out->size)
         return -1;
-    size_t n = strlen(s);
-    if (msgpack_pack_str(pk, n) != 0)
+    size_t alloc = out->alloc != 0 ? out->alloc : MSGPACK_SBUFFER_INIT_SIZE;
+    while (alloc - out->size < n)
+        alloc *= 2;
+    char *data = realloc(out->data, alloc);
+    if (data == NULL)
         return -1;
-    return msgpack_pack_str_body(pk, s, n);
+    out->data = data;
+    out->alloc = alloc;
+    return 0;
 }
 
 int
-sl__proto_pack_raw(msgpack_packer *pk, const char *bytes, size_t len)
+sl__proto_put_map(msgpack_sbuffer *out, const sl_proto_map_entry_t *entries, size_t len)
 {
-    return pk->callback(pk->data, bytes, len);
-}
-
-int
-sl__proto_pack_slug(msgpack_packer *pk, const char *const *slugs, size_t count, int value)
-{
-    if (value < 0 || (size_t)value >= count)
-        return -1;
-    return sl__proto_pack_str(pk, slugs[value]);
-}
-
-int
-sl__proto_pack_map(msgpack_packer *pk, const sl_proto_map_entry_t *entries, size_t len)
-{
-    if (msgpack_pack_map(pk, len) != 0)
+    if (len > UINT32_MAX || sl__proto_put_map_head(out, (uint32_t)len) != 0)
         return -1;
     for (size_t i = 0; i < len; i++)
-        if (sl__proto_pack_str(pk, entries[i].key) != 0 || sl__proto_pack_str(pk, entries[i].value) != 0)
+        if (sl__proto_put_str(out, entries[i].key) != 0 || sl__proto_put_str(out, entries[i].value) != 0)
             return -1;
     return 0;
 }

@@ -10,6 +10,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 /* Why a message could not be decoded. */
 typedef enum sl_proto_error_kind {
@@ -85,14 +86,135 @@ int sl__proto_dec_map(const msgpack_object *o, sl_proto_map_entry_t **entries, s
                       sl_proto_error_t *err);
 void sl__proto_free_map(sl_proto_map_entry_t *entries, size_t len);
 
-/* Each returns 0, or -1 when the buffer could not grow or the value cannot be sent. */
-int sl__proto_pack_bool(msgpack_packer *pk, bool value);
+/*
+ * The encoder writes straight into a msgpack_sbuffer's bytes (no callback
+ * per value): the hot ones are inline, so an event is a run of small copies.
+ * Each returns 0, or -1 when the buffer could not grow or the value cannot
+ * be sent. The forms are msgpack-c's (the smallest that holds the value).
+ */
+
+/* Makes room for n more bytes (doubling, as msgpack_sbuffer_write does). */
+int sl__proto_grow(msgpack_sbuffer *out, size_t n);
+
+static inline int
+sl__proto_put(msgpack_sbuffer *out, const void *bytes, size_t n)
+{
+    if (out->alloc - out->size < n && sl__proto_grow(out, n) != 0)
+        return -1;
+    memcpy(out->data + out->size, bytes, n);
+    out->size += n;
+    return 0;
+}
+
+/* A header of a str, map or array of n: fix (n < fixmax), else big16 or big32 with n big-endian. */
+static inline int
+sl__proto_put_head(msgpack_sbuffer *out, uint32_t n, unsigned fix, uint32_t fixmax, unsigned big8,
+                   unsigned big16, unsigned big32)
+{
+    unsigned char b[5];
+    size_t len;
+    if (n < fixmax) {
+        b[0] = (unsigned char)(fix | n);
+        len = 1;
+    } else if (big8 != 0 && n < 256) {
+        b[0] = (unsigned char)big8;
+        b[1] = (unsigned char)n;
+        len = 2;
+    } else if (n < 65536) {
+        b[0] = (unsigned char)big16;
+        b[1] = (unsigned char)(n >> 8);
+        b[2] = (unsigned char)n;
+        len = 3;
+    } else {
+        b[0] = (unsigned char)big32;
+        b[1] = (unsigned char)(n >> 24);
+        b[2] = (unsigned char)(n >> 16);
+        b[3] = (unsigned char)(n >> 8);
+        b[4] = (unsigned char)n;
+        len = 5;
+    }
+    return sl__proto_put(out, b, len);
+}
+
+static inline int
+sl__proto_put_map_head(msgpack_sbuffer *out, uint32_t n)
+{
+    return sl__proto_put_head(out, n, 0x80, 16, 0, 0xde, 0xdf);
+}
+
+static inline int
+sl__proto_put_array_head(msgpack_sbuffer *out, size_t n)
+{
+    return n > UINT32_MAX ? -1 : sl__proto_put_head(out, (uint32_t)n, 0x90, 16, 0, 0xdc, 0xdd);
+}
+
+static inline int
+sl__proto_put_bool(msgpack_sbuffer *out, bool value)
+{
+    unsigned char b = value ? 0xc3 : 0xc2;
+    return sl__proto_put(out, &b, 1);
+}
+
+static inline int
+sl__proto_put_uint(msgpack_sbuffer *out, uint64_t v)
+{
+    unsigned char b[9];
+    if (v < 128) {
+        b[0] = (unsigned char)v;
+        return sl__proto_put(out, b, 1);
+    }
+    if (v < 256) {
+        b[0] = 0xcc;
+        b[1] = (unsigned char)v;
+        return sl__proto_put(out, b, 2);
+    }
+    if (v < 65536) {
+        b[0] = 0xcd;
+        b[1] = (unsigned char)(v >> 8);
+        b[2] = (unsigned char)v;
+        return sl__proto_put(out, b, 3);
+    }
+    if (v <= UINT32_MAX) {
+        b[0] = 0xce;
+        b[1] = (unsigned char)(v >> 24);
+        b[2] = (unsigned char)(v >> 16);
+        b[3] = (unsigned char)(v >> 8);
+        b[4] = (unsigned char)v;
+        return sl__proto_put(out, b, 5);
+    }
+    b[0] = 0xcf;
+    for (int i = 0; i < 8; i++)
+        b[1 + i] = (unsigned char)(v >> (56 - 8 * i));
+    return sl__proto_put(out, b, 9);
+}
+
 /* A NULL string cannot be sent: -1. */
-int sl__proto_pack_str(msgpack_packer *pk, const char *s);
-/* Bytes already in msgpack form (a key with its header, written by the generator): one write. */
-int sl__proto_pack_raw(msgpack_packer *pk, const char *bytes, size_t len);
+static inline int
+sl__proto_put_str(msgpack_sbuffer *out, const char *s)
+{
+    if (s == NULL)
+        return -1;
+    size_t n = strlen(s);
+    if (n > UINT32_MAX || sl__proto_put_head(out, (uint32_t)n, 0xa0, 32, 0xd9, 0xda, 0xdb) != 0)
+        return -1;
+    return sl__proto_put(out, s, n);
+}
+
+/* An enum slug or union kind, already in msgpack form (header and bytes). */
+typedef struct sl__proto_packed {
+    const char *bytes;
+    size_t len;
+} sl__proto_packed_t;
+
 /* A value outside [0, count) cannot be sent: -1. */
-int sl__proto_pack_slug(msgpack_packer *pk, const char *const *slugs, size_t count, int value);
-int sl__proto_pack_map(msgpack_packer *pk, const sl_proto_map_entry_t *entries, size_t len);
+static inline int
+sl__proto_put_slug(msgpack_sbuffer *out, const sl__proto_packed_t *slugs, size_t count, int value)
+{
+    if (value < 0 || (size_t)value >= count)
+        return -1;
+    return sl__proto_put(out, slugs[value].bytes, slugs[value].len);
+}
+
+int sl__proto_put_map(msgpack_sbuffer *out, const sl_proto_map_entry_t *entries, size_t len);
 
 #endif

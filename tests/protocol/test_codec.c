@@ -172,6 +172,63 @@ Test(encode, refuses_what_cannot_be_sent_and_leaves_the_buffer_unchanged)
     msgpack_sbuffer_destroy(&sb);
 }
 
+/* The encoder writes msgpack itself: each form must be the one msgpack-c's packer picks. */
+static void
+assert_same_bytes(const msgpack_sbuffer *ours, const msgpack_sbuffer *theirs, const char *what, uint64_t n)
+{
+    cr_assert_eq(ours->size, theirs->size, "%s %llu: %zu bytes, msgpack-c %zu", what, (unsigned long long)n,
+                 ours->size, theirs->size);
+    cr_assert(memcmp(ours->data, theirs->data, ours->size) == 0, "%s %llu differs from msgpack-c", what,
+              (unsigned long long)n);
+}
+
+Test(encode, the_direct_writer_picks_msgpack_cs_form_at_every_boundary)
+{
+    static const uint64_t ints[] = {0,     1,     127,        128,        255,        256,
+                                    65535, 65536, UINT32_MAX, 1ull << 32, 1ull << 53, UINT64_MAX};
+    static const uint32_t sizes[] = {0, 1, 15, 16, 31, 32, 255, 256, 65535, 65536, 70000};
+    msgpack_sbuffer ours, theirs;
+    msgpack_packer pk;
+    msgpack_sbuffer_init(&ours);
+    msgpack_sbuffer_init(&theirs);
+    msgpack_packer_init(&pk, &theirs, msgpack_sbuffer_write);
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) {
+        msgpack_sbuffer_clear(&ours);
+        msgpack_sbuffer_clear(&theirs);
+        cr_assert_eq(sl__proto_put_uint(&ours, ints[i]), 0);
+        msgpack_pack_uint64(&pk, ints[i]);
+        assert_same_bytes(&ours, &theirs, "uint", ints[i]);
+    }
+    char *text = malloc(70001);
+    cr_assert_not_null(text);
+    memset(text, 'a', 70000);
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        uint32_t n = sizes[i];
+        msgpack_sbuffer_clear(&ours);
+        msgpack_sbuffer_clear(&theirs);
+        cr_assert_eq(sl__proto_put_map_head(&ours, n), 0);
+        cr_assert_eq(sl__proto_put_array_head(&ours, n), 0);
+        text[n] = '\0';
+        cr_assert_eq(sl__proto_put_str(&ours, text), 0);
+        text[n] = 'a';
+        msgpack_pack_map(&pk, n);
+        msgpack_pack_array(&pk, n);
+        msgpack_pack_str(&pk, n);
+        msgpack_pack_str_body(&pk, text, n);
+        assert_same_bytes(&ours, &theirs, "map, array and str of", n);
+    }
+    msgpack_sbuffer_clear(&ours);
+    msgpack_sbuffer_clear(&theirs);
+    cr_assert_eq(sl__proto_put_bool(&ours, true), 0);
+    cr_assert_eq(sl__proto_put_bool(&ours, false), 0);
+    msgpack_pack_true(&pk);
+    msgpack_pack_false(&pk);
+    assert_same_bytes(&ours, &theirs, "bools", 2);
+    free(text);
+    msgpack_sbuffer_destroy(&ours);
+    msgpack_sbuffer_destroy(&theirs);
+}
+
 Test(decode, every_truncation_of_every_sample_is_an_error)
 {
     for (size_t i = 0; i < sl_proto_sample_count(); i++) {

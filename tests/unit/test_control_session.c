@@ -85,19 +85,21 @@ Test(guard, a_full_table_forgets_the_address_that_failed_longest_ago)
 
 /* ---- the outbound queue ------------------------------------------------------------------------- */
 
+static void
+event_cancelled(sl_proto_event_t *ev, uint64_t id, size_t pad)
+{
+    sl_proto_event_init(ev, SL_PROTO_EVENT_REQUEST_CANCELLED);
+    ev->request_cancelled.id = id;
+    ev->request_cancelled.duration_ms = pad;
+}
+
 static sl_blob_t *
 encoded_event(uint64_t id, size_t pad)
 {
     sl_proto_event_t ev;
-    sl_proto_event_init(&ev, SL_PROTO_EVENT_REQUEST_CANCELLED);
-    ev.request_cancelled.id = id;
-    ev.request_cancelled.duration_ms = pad;
-    msgpack_sbuffer sb;
-    msgpack_sbuffer_init(&sb);
-    cr_assert_eq(sl_proto_encode_event(&ev, &sb), 0);
+    event_cancelled(&ev, id, pad);
     sl_blob_t *b = sl_blob_new();
-    sl_blob_add(b, sb.data, sb.size);
-    msgpack_sbuffer_destroy(&sb);
+    cr_assert_eq(sl_blob_add_event(b, &ev), 0);
     return b;
 }
 
@@ -107,11 +109,27 @@ encoded_batch(uint64_t first_id, size_t n)
 {
     sl_blob_t *batch = sl_blob_new();
     for (size_t i = 0; i < n; i++) {
-        sl_blob_t *one = encoded_event(first_id + i, 0);
-        sl_blob_add(batch, one->data, one->len);
-        sl_blob_unref(one);
+        sl_proto_event_t ev;
+        event_cancelled(&ev, first_id + i, 0);
+        cr_assert_eq(sl_blob_add_event(batch, &ev), 0);
     }
     return batch;
+}
+
+Test(blob, events_are_encoded_back_to_back_and_one_that_cannot_be_sent_leaves_it_unchanged)
+{
+    sl_blob_t *b = encoded_batch(1, 2);
+    size_t two = b->bytes.size;
+    sl_proto_event_t bad;
+    sl_proto_event_init(&bad, SL_PROTO_EVENT_REQUEST_FAILED);
+    bad.request_failed.id = 3;
+    bad.request_failed.source = (sl_proto_failure_source_t)99; /* written after id and at_ms */
+    cr_assert_eq(sl_blob_add_event(b, &bad), -1);
+    cr_assert_eq(b->n, 2);
+    cr_assert_eq(b->bytes.size, two);
+    cr_assert_eq(b->ends[1], two);
+    cr_assert_eq(b->ends[0] * 2, two, "two events of the same size");
+    sl_blob_unref(b);
 }
 
 /* Every message of a frame, decoded. */
@@ -240,7 +258,7 @@ Test(outq, overflow_drops_the_oldest_events_and_says_so_first)
 {
     sl_outq_t *q = sl_outq_new();
     sl_blob_t *b = encoded_event(1, 0);
-    size_t per = b->len + 11; /* the envelope is at most 11 bytes for these seqs */
+    size_t per = b->bytes.size + 11; /* the envelope is at most 11 bytes for these seqs */
     size_t fill = SL_OUTQ_MAX_EVENT_BYTES / per + 50;
     cr_assert(sl_outq_push_reply(q, "\x80", 1));
     for (size_t i = 0; i < fill; i++)
@@ -272,7 +290,7 @@ Test(outq, one_batch_goes_to_every_queue_in_runs_split_across_frames_with_seq_co
 {
     /* More than a frame's worth: the run goes out in several takes, each frame whole messages. */
     sl_blob_t *batch = encoded_batch(1, 5000);
-    cr_assert_gt(batch->len, SL_OUTQ_FRAME_BYTES);
+    cr_assert_gt(batch->bytes.size, SL_OUTQ_FRAME_BYTES);
     sl_outq_t *a = sl_outq_new(), *b = sl_outq_new();
     sl_blob_t *earlier = encoded_event(99, 0);
     sl_outq_push_event(b, earlier); /* b's subscription is one event older: its seqs are shifted */
@@ -313,7 +331,7 @@ Test(outq, one_batch_goes_to_every_queue_in_runs_split_across_frames_with_seq_co
 Test(outq, a_batch_over_the_bound_loses_its_oldest_events_and_the_rest_keep_their_seq)
 {
     sl_blob_t *one = encoded_event(1, 0);
-    size_t per = one->len + 28; /* a little more than an event with its envelope: enough to overflow */
+    size_t per = one->bytes.size + 28; /* a little more than an event with its envelope: enough to overflow */
     sl_blob_unref(one);
     size_t n = SL_OUTQ_MAX_EVENT_BYTES / per * 2;
     sl_blob_t *batch = encoded_batch(1, n);

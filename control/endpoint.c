@@ -24,6 +24,8 @@
 #include "session.h"
 #include "stats.h"
 
+_Static_assert(LWS_PRE <= SL_OUTQ_HEADROOM, "lws writes a frame's header into the headroom before it");
+
 typedef enum { CONN_AWAIT_HELLO, CONN_HELLO_DELAYED, CONN_READY, CONN_CLOSING } conn_state_t;
 
 /* One WebSocket connection. */
@@ -92,7 +94,7 @@ struct sl_control {
     int64_t last_expire_ms;
     uint64_t events_dropped_gone; /* events the subscribers that disconnected did not get */
     bool metrics_open;            /* GET /metrics without the key (listen.control.metrics: open) */
-    char *frame;                  /* LWS_PRE headroom + one frame */
+    char *frame;                  /* SL_OUTQ_HEADROOM (>= LWS_PRE) + one frame */
     size_t frame_cap;
     sl_blob_t *drained; /* the events of the drain under way, for the events topic; NULL = nobody watches */
     sl_stats_t *stats;  /* the stats topic's intervals */
@@ -136,14 +138,15 @@ send_error(conn_t *c, uint32_t req, sl_msg_t message)
 static int
 write_pending(sl_control_t *ctl, conn_t *c)
 {
-    size_t big = 0;
-    size_t len = sl_outq_take(c->out, ctl->frame + LWS_PRE, ctl->frame_cap, &big);
+    size_t big = 0, len;
+    char *frame = sl_outq_take(c->out, ctl->frame + SL_OUTQ_HEADROOM, ctl->frame_cap, &len, &big);
     if (big > 0) {
         ctl->frame_cap = big;
-        ctl->frame = sl_xrealloc(ctl->frame, LWS_PRE + big);
-        len = sl_outq_take(c->out, ctl->frame + LWS_PRE, ctl->frame_cap, &big);
+        ctl->frame = sl_xrealloc(ctl->frame, SL_OUTQ_HEADROOM + big);
+        frame = sl_outq_take(c->out, ctl->frame + SL_OUTQ_HEADROOM, ctl->frame_cap, &len, &big);
     }
-    if (len > 0 && lws_write(c->wsi, (unsigned char *)ctl->frame + LWS_PRE, len, LWS_WRITE_BINARY) < (int)len)
+    /* lws writes the frame's header into the headroom; what it cannot send now it copies. */
+    if (frame != NULL && lws_write(c->wsi, (unsigned char *)frame, len, LWS_WRITE_BINARY) < (int)len)
         return -1;
     if (sl_outq_pending(c->out)) {
         lws_callback_on_writable(c->wsi);
@@ -971,7 +974,7 @@ sl_control_start(const sl_control_options_t *o, char *err, size_t err_size)
     ctl->inflight = sl_inflight_new();
     ctl->guard = sl_auth_guard_new();
     ctl->frame_cap = SL_OUTQ_FRAME_BYTES;
-    ctl->frame = sl_xmalloc(LWS_PRE + ctl->frame_cap);
+    ctl->frame = sl_xmalloc(SL_OUTQ_HEADROOM + ctl->frame_cap);
     if (l->n_allow_from > 0) {
         ctl->allow_from = sl_xcalloc(l->n_allow_from, sizeof(*ctl->allow_from));
         memcpy(ctl->allow_from, l->allow_from, l->n_allow_from * sizeof(*ctl->allow_from));

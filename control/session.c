@@ -155,6 +155,8 @@ sl_blob_unref(sl_blob_t *b)
     if (b != NULL && --b->refs == 0) {
         free(b->ends);
         msgpack_sbuffer_destroy(&b->bytes);
+        for (int w = 0; w < SL_SEQ_WIDTHS; w++)
+            free(b->framed[w]);
         free(b);
     }
 }
@@ -199,6 +201,7 @@ struct sl_outq {
     uint64_t seq;
     uint64_t dropped_pending; /* to announce with events_dropped */
     uint64_t dropped_total;
+    sl_blob_t *lent; /* the batch the last frame taken points into: kept until the next take */
 };
 
 sl_outq_t *
@@ -242,6 +245,7 @@ sl_outq_free(sl_outq_t *q)
         sl_blob_unref(it->body);
         free(it);
     }
+    sl_blob_unref(q->lent);
     for (item_t *it = q->spare, *next; it != NULL; it = next) {
         next = it->next;
         free(it);
@@ -305,18 +309,61 @@ static const unsigned char event_head_prefix[] = "\x83\xa4kind\xa5"
 static const unsigned char event_head_suffix[] = "\xa5"
                                                  "event";
 
-/* The bytes after seq's marker byte (0 when seq is a positive fixint). */
+/* Which of the SL_SEQ_WIDTHS seq takes, and how many bytes each is after the marker byte. */
+static const int width_bytes[SL_SEQ_WIDTHS] = {0, 1, 2, 4, 8};
+/* The first seq too large for each width but the last. */
+static const uint64_t width_end[SL_SEQ_WIDTHS - 1] = {0x80, 0x100, 0x10000, UINT64_C(0x100000000)};
+
 static int
-seq_extra_bytes(uint64_t seq)
+seq_width(uint64_t seq)
 {
-    return seq < 0x80 ? 0 : seq <= 0xff ? 1 : seq <= 0xffff ? 2 : seq <= 0xffffffffu ? 4 : 8;
+    int w = 0;
+    while (w < SL_SEQ_WIDTHS - 1 && seq >= width_end[w])
+        w++;
+    return w;
+}
+
+/* The length of the envelope around an event whose seq takes width w. */
+static size_t
+width_head_len(int w)
+{
+    return sizeof(event_head_prefix) - 1 + 1 + (size_t)width_bytes[w] + sizeof(event_head_suffix) - 1;
 }
 
 /* The length of the envelope sl_outq_event_head writes for seq. */
 static size_t
 event_head_len(uint64_t seq)
 {
-    return sizeof(event_head_prefix) - 1 + 1 + (size_t)seq_extra_bytes(seq) + sizeof(event_head_suffix) - 1;
+    return width_head_len(seq_width(seq));
+}
+
+/* The envelopes of n events numbered from seq, together: per width, not per event. */
+static size_t
+heads_len(uint64_t seq, size_t n)
+{
+    size_t total = 0;
+    while (n > 0) {
+        int w = seq_width(seq);
+        size_t k = n;
+        if (w < SL_SEQ_WIDTHS - 1 && width_end[w] - seq < k)
+            k = (size_t)(width_end[w] - seq);
+        total += k * width_head_len(w);
+        seq += k;
+        n -= k;
+    }
+    return total;
+}
+
+/* Writes seq, which takes width w, where the envelope has it: its marker byte (or the fixint), then
+ * big-endian. */
+static void
+write_seq(unsigned char *at, uint64_t seq, int w)
+{
+    static const unsigned char marker[SL_SEQ_WIDTHS] = {0, 0xcc, 0xcd, 0xce, 0xcf};
+    int extra = width_bytes[w];
+    at[0] = w == 0 ? (unsigned char)seq : marker[w];
+    for (int i = 0; i < extra; i++)
+        at[1 + i] = (unsigned char)(seq >> (8 * (extra - 1 - i)));
 }
 
 /* Takes the first event off a run (sent or dropped): what it was worth in bytes. */
@@ -333,15 +380,37 @@ run_pop(item_t *it)
 size_t
 sl_outq_event_head(uint64_t seq, unsigned char out[SL_OUTQ_EVENT_HEAD_MAX])
 {
-    static const unsigned char marker[9] = {[1] = 0xcc, [2] = 0xcd, [4] = 0xce, [8] = 0xcf};
+    int w = seq_width(seq);
     size_t n = sizeof(event_head_prefix) - 1;
     memcpy(out, event_head_prefix, n);
-    int extra = seq_extra_bytes(seq);
-    out[n++] = extra == 0 ? (unsigned char)seq : marker[extra];
-    for (int i = extra - 1; i >= 0; i--)
-        out[n++] = (unsigned char)(seq >> (8 * i));
+    write_seq(out + n, seq, w);
+    n += 1 + (size_t)width_bytes[w];
     memcpy(out + n, event_head_suffix, sizeof(event_head_suffix) - 1);
     return n + sizeof(event_head_suffix) - 1;
+}
+
+/*
+ * b's events as whole messages for seqs of width w, laid out once: message
+ * i starts at SL_OUTQ_HEADROOM + blob_start(b, i) + i * width_head_len(w),
+ * its seq sizeof(event_head_prefix) - 1 bytes in (written by each sender).
+ */
+static char *
+framed_layout(sl_blob_t *b, int w)
+{
+    if (b->framed[w] != NULL)
+        return b->framed[w];
+    size_t head = width_head_len(w);
+    uint64_t placeholder = w == 0 ? 0 : width_end[w - 1]; /* a seq of width w */
+    char *f = sl_xmalloc(SL_OUTQ_HEADROOM + b->bytes.size + b->n * head);
+    unsigned char *at = (unsigned char *)f + SL_OUTQ_HEADROOM;
+    for (size_t i = 0; i < b->n; i++) {
+        size_t body_len = blob_len(b, i);
+        sl_outq_event_head(placeholder, at);
+        memcpy(at + head, b->bytes.data + blob_start(b, i), body_len);
+        at += head + body_len;
+    }
+    b->framed[w] = f;
+    return f;
 }
 
 void
@@ -354,9 +423,7 @@ sl_outq_push_event(sl_outq_t *q, sl_blob_t *body)
     it->body = body;
     it->is_event = true;
     it->seq = q->seq + 1;
-    it->bytes = body->bytes.size;
-    for (size_t i = 0; i < body->n; i++)
-        it->bytes += event_head_len(it->seq + i);
+    it->bytes = body->bytes.size + heads_len(it->seq, body->n);
     q->seq += body->n;
     append(q, it);
     /* Oldest events go first; replies stay where they are. */
@@ -419,11 +486,60 @@ sl_outq_dropped_total(const sl_outq_t *q)
     return q->dropped_total;
 }
 
-size_t
-sl_outq_take(sl_outq_t *q, char *out, size_t cap, size_t *big)
+/*
+ * The run at the head, from the start of its batch, as a frame of the
+ * batch's laid-out messages with this queue's seqs written in: as many
+ * events as fit in cap and keep the first one's seq width. NULL when not
+ * even one does (the copy path then says how big it is).
+ */
+static char *
+take_shared(sl_outq_t *q, item_t *it, size_t cap, size_t *len)
+{
+    sl_blob_t *b = it->body;
+    int w = seq_width(it->seq);
+    size_t head = width_head_len(w), k = 0, n = b->n;
+    if (w < SL_SEQ_WIDTHS - 1 && width_end[w] - it->seq < n)
+        n = (size_t)(width_end[w] - it->seq); /* the seqs of this width left */
+    while (k < n && b->ends[k] + (k + 1) * head <= cap)
+        k++;
+    if (k == 0)
+        return NULL;
+    char *frame = framed_layout(b, w) + SL_OUTQ_HEADROOM;
+    unsigned char *seq_at = (unsigned char *)frame + sizeof(event_head_prefix) - 1;
+    for (size_t i = 0; i < k; i++)
+        write_seq(seq_at + blob_start(b, i) + i * head, it->seq + i, w);
+    *len = b->ends[k - 1] + k * head;
+    b->refs++;
+    q->lent = b;
+    it->first = k;
+    it->seq += k;
+    it->bytes -= *len;
+    q->event_bytes -= *len;
+    if (it->first == b->n)
+        remove_item(q, NULL, it);
+    return frame;
+}
+
+static char *
+copied_frame(char *out, size_t len, size_t *len_out)
+{
+    *len_out = len;
+    return len > 0 ? out : NULL;
+}
+
+char *
+sl_outq_take(sl_outq_t *q, char *out, size_t cap, size_t *len_out, size_t *big)
 {
     size_t len = 0;
     *big = 0;
+    *len_out = 0;
+    sl_blob_unref(q->lent);
+    q->lent = NULL;
+    if (q->dropped_pending == 0 && q->head != NULL && q->head->is_event && q->head->first == 0) {
+        char *frame = take_shared(q, q->head, cap, len_out);
+        if (frame != NULL)
+            return frame;
+    }
     if (q->dropped_pending > 0) {
         sl_proto_message_t m;
         sl_proto_message_init(&m, SL_PROTO_MESSAGE_EVENTS_DROPPED);
@@ -443,7 +559,7 @@ sl_outq_take(sl_outq_t *q, char *out, size_t cap, size_t *big)
             if (len + it->bytes > cap) {
                 if (len == 0)
                     *big = it->bytes;
-                return len;
+                return copied_frame(out, len, len_out);
             }
             memcpy(out + len, it->body->bytes.data, it->bytes);
             len += it->bytes;
@@ -456,7 +572,7 @@ sl_outq_take(sl_outq_t *q, char *out, size_t cap, size_t *big)
             if (len + n > cap) {
                 if (len == 0)
                     *big = n;
-                return len;
+                return copied_frame(out, len, len_out);
             }
             unsigned char *at = (unsigned char *)out + len;
             size_t head = sl_outq_event_head(it->seq, at);
@@ -466,5 +582,5 @@ sl_outq_take(sl_outq_t *q, char *out, size_t cap, size_t *big)
         }
         remove_item(q, NULL, it);
     }
-    return len;
+    return copied_frame(out, len, len_out);
 }

@@ -53,12 +53,26 @@ void sl_auth_guard_succeeded(sl_auth_guard_t *g, const char *addr);
  * Encoded messages back to back, shared by several queues: one drain's
  * events, each encoded once, queued for every subscriber. Control thread only.
  */
+/* The widths a seq takes after its msgpack marker: 0 (a positive fixint), 1, 2, 4 or 8 bytes. */
+#define SL_SEQ_WIDTHS 5
+
+/* Writable bytes before every frame sl_outq_take returns (for the WebSocket header: at least lws's LWS_PRE).
+ */
+#define SL_OUTQ_HEADROOM 16
+
 typedef struct {
     size_t refs;
     size_t n;     /* messages */
     size_t *ends; /* ends[i]: where message i ends in bytes; it starts where i - 1 ends (0 for the first) */
     size_t ends_cap;
     msgpack_sbuffer bytes;
+    /*
+     * The events as whole `event {seq, event}` messages whose seqs all take
+     * width w, laid out once when a queue first sends them from the start
+     * (SL_OUTQ_HEADROOM bytes, then the messages); each queue writes its own
+     * seqs in before it sends them. NULL until then.
+     */
+    char *framed[SL_SEQ_WIDTHS];
 } sl_blob_t;
 
 /* An empty blob with one reference (the caller's). */
@@ -111,14 +125,19 @@ uint64_t sl_outq_seq(const sl_outq_t *q);
 bool sl_outq_pending(const sl_outq_t *q);
 
 /*
- * Writes the next frame into out (room for cap bytes; cap >=
- * SL_OUTQ_FRAME_BYTES) and removes what it wrote: events_dropped first when
- * events were dropped, then messages in order, back to back, while they fit.
- * A message larger than cap is not written: *big is set to its size and the
- * caller calls again with that much room. Returns the frame's length (0
- * when nothing waits or *big was set).
+ * The next frame, removed from the queue: events_dropped first when events
+ * were dropped, then messages in order, back to back, while they fit in cap
+ * (>= SL_OUTQ_FRAME_BYTES). A run of events from the start of one drain's
+ * batch whose seqs all take the same width is not copied: the frame is the
+ * batch's own laid-out messages with this queue's seqs written in, shared
+ * with the other queues and valid until the next take on any of them.
+ * Anything else is written into out (cap bytes, with SL_OUTQ_HEADROOM
+ * before it). Returns the frame with SL_OUTQ_HEADROOM writable bytes before
+ * it and *len its length, or NULL when nothing waits or when the next
+ * message is larger than cap: then *big is its size and the caller calls
+ * again with that much room.
  */
-size_t sl_outq_take(sl_outq_t *q, char *out, size_t cap, size_t *big);
+char *sl_outq_take(sl_outq_t *q, char *out, size_t cap, size_t *len, size_t *big);
 
 /* Events dropped since the queue was made (for logs and tests). */
 uint64_t sl_outq_dropped_total(const sl_outq_t *q);

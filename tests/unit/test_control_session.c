@@ -212,10 +212,12 @@ Test(outq, replies_and_events_go_in_order_in_one_frame_with_seq_counting_from_on
     cr_assert_eq(sl_outq_seq(q), 3);
     char frame[SL_OUTQ_FRAME_BYTES];
     size_t big;
-    size_t len = sl_outq_take(q, frame, sizeof(frame), &big);
+    size_t len;
+    const char *f = sl_outq_take(q, frame, sizeof(frame), &len, &big);
     cr_assert_eq(big, 0);
+    cr_assert_eq(f, frame, "a reply first: copied");
     sl_proto_message_t got[8];
-    size_t n = decode_all(frame, len, got, 8);
+    size_t n = decode_all(f, len, got, 8);
     cr_assert_eq(n, 4);
     cr_assert_eq(got[0].kind, SL_PROTO_MESSAGE_OK);
     cr_assert_eq(got[0].ok.req, 4);
@@ -244,10 +246,11 @@ Test(outq, a_restart_drops_the_old_subscriptions_events_but_keeps_replies)
     sl_blob_unref(b);
     char frame[SL_OUTQ_FRAME_BYTES];
     size_t big;
-    size_t len = sl_outq_take(q, frame, sizeof(frame), &big);
-    cr_assert_eq((unsigned char)frame[0], 0x80, "the reply stayed, first");
+    size_t len;
+    const char *f = sl_outq_take(q, frame, sizeof(frame), &len, &big);
+    cr_assert_eq((unsigned char)f[0], 0x80, "the reply stayed, first");
     sl_proto_message_t got[4];
-    size_t n = decode_all(frame + 1, len - 1, got, 4);
+    size_t n = decode_all(f + 1, len - 1, got, 4);
     cr_assert_eq(n, 1);
     cr_assert_eq(got[0].event.seq, 1, "the new subscription counts from 1");
     free_all(got, n);
@@ -269,16 +272,17 @@ Test(outq, overflow_drops_the_oldest_events_and_says_so_first)
     cr_assert_eq(sl_outq_seq(q), fill);
     char *frame = malloc(SL_OUTQ_FRAME_BYTES);
     size_t big;
-    size_t len = sl_outq_take(q, frame, SL_OUTQ_FRAME_BYTES, &big);
+    size_t len;
+    const char *f = sl_outq_take(q, frame, SL_OUTQ_FRAME_BYTES, &len, &big);
     sl_proto_message_t first;
     sl_proto_error_t err;
     size_t used;
-    cr_assert_eq(sl_proto_decode(frame, len, &first, &used, &err), 0);
+    cr_assert_eq(sl_proto_decode(f, len, &first, &used, &err), 0);
     cr_assert_eq(first.kind, SL_PROTO_MESSAGE_EVENTS_DROPPED);
     cr_assert_eq(first.events_dropped.count, dropped);
-    cr_assert_eq((unsigned char)frame[used], 0x80, "the reply was not dropped");
+    cr_assert_eq((unsigned char)f[used], 0x80, "the reply was not dropped");
     sl_proto_message_t next;
-    cr_assert_eq(sl_proto_decode(frame + used + 1, len - used - 1, &next, NULL, &err), 0);
+    cr_assert_eq(sl_proto_decode(f + used + 1, len - used - 1, &next, NULL, &err), 0);
     cr_assert_eq(next.event.seq, dropped + 1, "the oldest went; the survivors keep their seq");
     sl_proto_message_free(&first);
     sl_proto_message_free(&next);
@@ -307,8 +311,9 @@ Test(outq, one_batch_goes_to_every_queue_in_runs_split_across_frames_with_seq_co
     for (size_t k = 0; k < 2; k++) {
         size_t total = 0, frames = 0, big;
         size_t len;
-        while ((len = sl_outq_take(qs[k], frame, SL_OUTQ_FRAME_BYTES, &big)) > 0) {
-            size_t n = decode_all(frame, len, got + total, 6000 - total);
+        const char *f;
+        while ((f = sl_outq_take(qs[k], frame, SL_OUTQ_FRAME_BYTES, &len, &big)) != NULL) {
+            size_t n = decode_all(f, len, got + total, 6000 - total);
             total += n;
             frames++;
         }
@@ -328,6 +333,110 @@ Test(outq, one_batch_goes_to_every_queue_in_runs_split_across_frames_with_seq_co
     sl_outq_free(b);
 }
 
+/* What sl_proto_encode makes of events ids first_id.. numbered from seq, back to back. */
+static void
+expected_events(msgpack_sbuffer *out, uint64_t first_id, uint64_t seq, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        sl_proto_message_t m;
+        sl_proto_message_init(&m, SL_PROTO_MESSAGE_EVENT);
+        m.event.seq = seq + i;
+        event_cancelled(&m.event.event, first_id + i, 0);
+        cr_assert_eq(sl_proto_encode(&m, out), 0);
+    }
+}
+
+/* Takes every frame of q into one buffer (the shared ones last only until the next take). */
+static void
+take_all(sl_outq_t *q, msgpack_sbuffer *out, size_t *frames)
+{
+    char *frame = malloc(SL_OUTQ_FRAME_BYTES);
+    size_t len, big;
+    const char *f;
+    while ((f = sl_outq_take(q, frame, SL_OUTQ_FRAME_BYTES, &len, &big)) != NULL) {
+        msgpack_sbuffer_write(out, f, len);
+        (*frames)++;
+    }
+    cr_assert_eq(big, 0);
+    free(frame);
+}
+
+Test(outq, a_batch_from_its_start_is_sent_from_shared_bytes_with_each_queues_seqs_written_in)
+{
+    sl_outq_t *fresh = sl_outq_new(), *older = sl_outq_new(), *oldest = sl_outq_new();
+    msgpack_sbuffer got, want;
+    msgpack_sbuffer_init(&got);
+    msgpack_sbuffer_init(&want);
+    size_t frames = 0;
+    /* older has sent 10 events (its seqs stay one byte), oldest 300 (its seqs take two after the marker). */
+    sl_blob_t *before = encoded_batch(1000, 300);
+    sl_outq_push_event(oldest, before);
+    sl_blob_unref(before);
+    before = encoded_batch(1000, 10);
+    sl_outq_push_event(older, before);
+    sl_blob_unref(before);
+    take_all(older, &got, &frames);
+    take_all(oldest, &got, &frames);
+    msgpack_sbuffer_clear(&got);
+
+    sl_blob_t *batch = encoded_batch(1, 50);
+    sl_outq_push_event(fresh, batch);
+    sl_outq_push_event(older, batch);
+    sl_outq_push_event(oldest, batch);
+    sl_blob_unref(batch);
+    char *frame = malloc(SL_OUTQ_FRAME_BYTES);
+    size_t len, big;
+    const struct {
+        sl_outq_t *q;
+        uint64_t seq;
+    } subs[] = {{fresh, 1}, {older, 11}, {oldest, 301}};
+    const char *shared_small = NULL;
+    for (size_t k = 0; k < 3; k++) {
+        const char *f = sl_outq_take(subs[k].q, frame, SL_OUTQ_FRAME_BYTES, &len, &big);
+        cr_assert_not_null(f);
+        cr_assert_neq(f, frame, "not copied");
+        if (k == 0)
+            shared_small = f;
+        if (k == 1)
+            cr_assert_eq(f, shared_small, "seqs of the same width share one layout");
+        if (k == 2)
+            cr_assert_neq(f, shared_small, "wider seqs have their own");
+        msgpack_sbuffer_clear(&want);
+        expected_events(&want, 1, subs[k].seq, 50);
+        cr_assert_eq(len, want.size, "queue %zu", k);
+        cr_assert(memcmp(f, want.data, len) == 0, "queue %zu: what sl_proto_encode writes", k);
+        cr_assert_not(sl_outq_pending(subs[k].q));
+        cr_assert_null(sl_outq_take(subs[k].q, frame, SL_OUTQ_FRAME_BYTES, &len, &big));
+    }
+    free(frame);
+    msgpack_sbuffer_destroy(&got);
+    msgpack_sbuffer_destroy(&want);
+    sl_outq_free(fresh);
+    sl_outq_free(older);
+    sl_outq_free(oldest);
+}
+
+Test(outq, a_run_across_a_seq_width_is_sent_whole_and_as_sl_proto_encode_writes_it)
+{
+    /* seqs 1..300: one byte up to 127, two up to 255, three after; frames split where the width changes. */
+    sl_outq_t *q = sl_outq_new();
+    sl_blob_t *batch = encoded_batch(1, 300);
+    sl_outq_push_event(q, batch);
+    sl_blob_unref(batch);
+    msgpack_sbuffer got, want;
+    msgpack_sbuffer_init(&got);
+    msgpack_sbuffer_init(&want);
+    size_t frames = 0;
+    take_all(q, &got, &frames);
+    expected_events(&want, 1, 1, 300);
+    cr_assert_eq(got.size, want.size);
+    cr_assert(memcmp(got.data, want.data, got.size) == 0);
+    cr_assert_eq(frames, 2, "127 from the shared layout, the rest copied");
+    msgpack_sbuffer_destroy(&got);
+    msgpack_sbuffer_destroy(&want);
+    sl_outq_free(q);
+}
+
 Test(outq, a_batch_over_the_bound_loses_its_oldest_events_and_the_rest_keep_their_seq)
 {
     sl_blob_t *one = encoded_event(1, 0);
@@ -343,20 +452,21 @@ Test(outq, a_batch_over_the_bound_loses_its_oldest_events_and_the_rest_keep_thei
     cr_assert_lt(dropped, n);
     char *frame = malloc(SL_OUTQ_FRAME_BYTES);
     size_t big;
-    size_t len = sl_outq_take(q, frame, SL_OUTQ_FRAME_BYTES, &big);
+    size_t len;
+    const char *f = sl_outq_take(q, frame, SL_OUTQ_FRAME_BYTES, &len, &big);
     sl_proto_message_t got[1];
     sl_proto_error_t err;
     size_t used;
-    cr_assert_eq(sl_proto_decode(frame, len, &got[0], &used, &err), 0);
+    cr_assert_eq(sl_proto_decode(f, len, &got[0], &used, &err), 0);
     cr_assert_eq(got[0].kind, SL_PROTO_MESSAGE_EVENTS_DROPPED);
     cr_assert_eq(got[0].events_dropped.count, dropped);
     sl_proto_message_t *rest = calloc(n, sizeof(*rest));
-    size_t events = decode_all(frame + used, len - used, rest, n);
+    size_t events = decode_all(f + used, len - used, rest, n);
     cr_assert_eq(rest[0].event.seq, dropped + 1);
     cr_assert_eq(rest[0].event.event.request_cancelled.id, dropped + 1);
     free_all(rest, events);
-    while ((len = sl_outq_take(q, frame, SL_OUTQ_FRAME_BYTES, &big)) > 0) {
-        size_t k = decode_all(frame, len, rest, n);
+    while ((f = sl_outq_take(q, frame, SL_OUTQ_FRAME_BYTES, &len, &big)) != NULL) {
+        size_t k = decode_all(f, len, rest, n);
         cr_assert_eq(rest[k - 1].event.seq, dropped + events + k);
         free_all(rest, k);
         events += k;
@@ -377,12 +487,14 @@ Test(outq, a_message_larger_than_the_frame_is_asked_for_with_its_size)
     cr_assert(sl_outq_push_reply(q, "\x80", 1));
     cr_assert(sl_outq_push_reply(q, reply, size));
     char *frame = malloc(size);
-    size_t big;
-    cr_assert_eq(sl_outq_take(q, frame, SL_OUTQ_FRAME_BYTES, &big), 1, "the small one goes alone");
+    size_t big, len;
+    cr_assert_not_null(sl_outq_take(q, frame, SL_OUTQ_FRAME_BYTES, &len, &big));
+    cr_assert_eq(len, 1, "the small one goes alone");
     cr_assert_eq(big, 0);
-    cr_assert_eq(sl_outq_take(q, frame, SL_OUTQ_FRAME_BYTES, &big), 0);
+    cr_assert_null(sl_outq_take(q, frame, SL_OUTQ_FRAME_BYTES, &len, &big));
     cr_assert_eq(big, size);
-    cr_assert_eq(sl_outq_take(q, frame, size, &big), size);
+    cr_assert_not_null(sl_outq_take(q, frame, size, &len, &big));
+    cr_assert_eq(len, size);
     cr_assert_not(sl_outq_pending(q));
     free(frame);
     free(reply);
@@ -409,10 +521,11 @@ Test(outq, drops_before_the_queue_are_announced_too)
     cr_assert(sl_outq_pending(q));
     char frame[SL_OUTQ_FRAME_BYTES];
     size_t big;
-    size_t len = sl_outq_take(q, frame, sizeof(frame), &big);
+    size_t len;
+    const char *f = sl_outq_take(q, frame, sizeof(frame), &len, &big);
     sl_proto_message_t m;
     sl_proto_error_t err;
-    cr_assert_eq(sl_proto_decode(frame, len, &m, NULL, &err), 0);
+    cr_assert_eq(sl_proto_decode(f, len, &m, NULL, &err), 0);
     cr_assert_eq(m.kind, SL_PROTO_MESSAGE_EVENTS_DROPPED);
     cr_assert_eq(m.events_dropped.count, 7);
     cr_assert_eq(sl_outq_dropped_total(q), 7);

@@ -60,12 +60,13 @@ export async function startUpstream(dir, { workers = 2 } = {}) {
   fs.writeFileSync(path.join(www, "sse.txt"), sseAnswer(SSE_EVENTS));
   fs.writeFileSync(path.join(www, "small.txt"), sseAnswer(3));
   const port = await freePort();
+  const h2port = await freePort(); // the same server over cleartext HTTP/2 (prior knowledge)
   const file = (f) => `alias ${www}/${f}; error_page 405 =200 $uri;`;
   const conf =
     nginxCommon(dir, "upstream").replace("daemon off;", `daemon off;\nworker_processes ${workers};`) +
     "http {\n" +
     nginxHttpCommon(dir, "upstream") +
-    `  server {\n    listen 127.0.0.1:${port} backlog=8192;\n` +
+    `  server {\n    listen 127.0.0.1:${port} backlog=8192;\n    listen 127.0.0.1:${h2port} http2 backlog=8192;\n` +
     `    location = /json/v1/chat/completions { default_type application/json; return 200 '${JSON_ANSWER}'; }\n` +
     `    location = /sse/v1/chat/completions { default_type text/event-stream; ${file("sse.txt")} }\n` +
     `    location = /small/v1/chat/completions { default_type text/event-stream; ${file("small.txt")} }\n` +
@@ -80,6 +81,7 @@ export async function startUpstream(dir, { workers = 2 } = {}) {
     proc: p,
     base: `http://127.0.0.1:${port}`,
     url: (kind) => `http://127.0.0.1:${port}/${kind}/v1/chat/completions`,
+    h2url: (kind) => `http://127.0.0.1:${h2port}/${kind}/v1/chat/completions`,
     headers: () => ({ "content-type": "application/json", authorization: "Bearer sk-bench-upstream" }),
     ticks: () => treeTicks(p.pid),
   };
@@ -88,13 +90,14 @@ export async function startUpstream(dir, { workers = 2 } = {}) {
 // nginx proxy_pass to the mock with keepalive connections to it, one worker per core.
 export async function startNginxProxy(dir, upstream) {
   const port = await freePort();
+  const h2port = await freePort(); // clients over cleartext HTTP/2 (prior knowledge); HTTP/1.1 to the mock
   const proxy = "proxy_pass http://mock; proxy_http_version 1.1; proxy_set_header Connection \"\";";
   const conf =
     nginxCommon(dir, "nginx-proxy").replace("daemon off;", "daemon off;\nworker_processes auto;") +
     "http {\n" +
     nginxHttpCommon(dir, "nginx-proxy") +
     `  upstream mock { server 127.0.0.1:${upstream.port}; keepalive 256; keepalive_requests 100000000; keepalive_timeout 300s; }\n` +
-    `  server {\n    listen 127.0.0.1:${port} backlog=8192;\n` +
+    `  server {\n    listen 127.0.0.1:${port} backlog=8192;\n    listen 127.0.0.1:${h2port} http2 backlog=8192;\n` +
     `    location / { ${proxy} }\n` +
     // Streams go out as they come in, as a gateway must send them.
     `    location /sse/ { ${proxy} proxy_buffering off; }\n` +
@@ -106,6 +109,7 @@ export async function startNginxProxy(dir, upstream) {
     port,
     proc: p,
     url: (kind) => `http://127.0.0.1:${port}/${kind}/v1/chat/completions`,
+    h2url: (kind) => `http://127.0.0.1:${h2port}/${kind}/v1/chat/completions`,
     headers: () => ({ "content-type": "application/json", authorization: "Bearer sk-bench-upstream" }),
     ticks: () => treeTicks(p.pid),
   };
@@ -186,6 +190,7 @@ export async function startSluice(dir, upstream, { args = [], wrapper = null, ex
     controlPort,
     proc: p,
     url: () => `http://127.0.0.1:${port}/v1/chat/completions`,
+    h2url: () => `http://127.0.0.1:${port}/v1/chat/completions`, // h2o takes HTTP/2 with prior knowledge on the same port
     headers: () => ({ "content-type": "application/json", authorization: `Bearer ${GATEWAY_KEY}` }),
     model: (kind) => `bench-${kind}`,
     ticks: () => cpuTicks(p.pid),

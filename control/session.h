@@ -49,17 +49,16 @@ void sl_auth_guard_succeeded(sl_auth_guard_t *g, const char *addr);
 
 /* ---- shared encoded bytes --------------------------------------------------------------------- */
 
+/* The widths a seq takes after its msgpack marker: 0 (a positive fixint), 1, 2, 4 or 8 bytes. */
+#define SL_SEQ_WIDTHS 5
+
+/* Writable bytes before every frame sl_outq_take returns: room for the WebSocket header (lws's LWS_PRE). */
+#define SL_OUTQ_HEADROOM 16
+
 /*
  * Encoded messages back to back, shared by several queues: one drain's
  * events, each encoded once, queued for every subscriber. Control thread only.
  */
-/* The widths a seq takes after its msgpack marker: 0 (a positive fixint), 1, 2, 4 or 8 bytes. */
-#define SL_SEQ_WIDTHS 5
-
-/* Writable bytes before every frame sl_outq_take returns (for the WebSocket header: at least lws's LWS_PRE).
- */
-#define SL_OUTQ_HEADROOM 16
-
 typedef struct {
     size_t refs;
     size_t n;     /* messages */

@@ -1,21 +1,34 @@
-#define _GNU_SOURCE /* memmem */
 #include "hop.h"
 
+#include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 
-#include <h2o/http1client.h>
-
+#include "core/cidr.h"
+#include "core/http1.h"
 #include "core/xalloc.h"
+#include "keepalive.h"
 
-typedef enum { HOP_CONNECTING, HOP_WAITING_HEAD, HOP_READING_BODY, HOP_ENDED } hop_state_t;
+/* libh2o exports picohttpparser, whose header Debian does not ship; its phr_header is sl_http1_field_t. */
+int phr_parse_response(const char *buf, size_t len, int *minor_version, int *status, const char **msg,
+                       size_t *msg_len, sl_http1_field_t *headers, size_t *num_headers, size_t last_len);
+
+/* Header fields read from one response head, as h2o's server takes from a request. */
+#define MAX_FIELDS 100
+
+typedef enum { HOP_RESOLVING, HOP_CONNECTING, HOP_WAITING_HEAD, HOP_READING_BODY, HOP_ENDED } hop_state_t;
 
 struct sl_hop {
     sl_worker_io_t *io;
-    h2o_http1client_t *client; /* NULL once h2o has freed it or we cancelled it */
+    sl_upconn_t *conn; /* the connection in use; NULL before it is made and once the hop let go of it */
+    h2o_hostinfo_getaddr_req_t *resolving;
     sl_hop_params_t params;
     sl_hop_callbacks_t cb;
     void *data;
@@ -23,18 +36,18 @@ struct sl_hop {
     hop_state_t state;
     sl_timer_t connect_timer, idle_timer, total_timer;
     sl_timer_t deferred_end; /* reports an end that happened inside sl_hop_start */
-    sl_timer_t head_guard;   /* wraps h2o's head reader once it reads (see guard_head_read) */
-    h2o_socket_cb head_reader;
-    bool head_too_large;
     sl_hop_end_t pending_how;
     const char *pending_detail;
+    sl_http1_framing_t framing;
+    sl_chunked_t chunked;
+    uint64_t body_left; /* SL_HTTP1_LENGTH: bytes still to come */
     bool starting, in_callback, cancelled, paused;
-    bool reused;        /* the connection came from the pool (h2o hands a pooled one over at once) */
+    bool writing;       /* the request's bytes are not all written yet */
+    bool reusable;      /* the connection can carry the next request once the answer is read */
+    bool reused;        /* the connection was kept alive from an earlier request */
     bool any_byte;      /* something of an answer arrived */
     int64_t written_ms; /* when the request's bytes were handed to the connection; 0 = not yet */
     int64_t ended_ms;
-    bool rcvbuf_capped;
-    h2o_socket_cb saved_reader;
 };
 
 int64_t
@@ -75,6 +88,57 @@ sl_hop_end_name(sl_hop_end_t how)
     return how <= SL_HOP_END_TOTAL_TIMEOUT ? names[how] : "unknown";
 }
 
+/* ---- peers ---------------------------------------------------------------------------------- */
+
+sl_peer_t *
+sl_peer_new(const char *host, uint16_t port, bool is_tls)
+{
+    sl_peer_t *p = sl_xcalloc(1, sizeof(*p));
+    p->host = sl_xstrdup(host);
+    snprintf(p->serv, sizeof(p->serv), "%u", port);
+    p->is_tls = is_tls;
+    int family;
+    uint8_t addr[16];
+    /* An address literal needs no resolver thread; a name is resolved for every new connection. */
+    p->by_address = sl_ip_parse(host, &family, addr);
+    if (p->by_address && family == AF_INET) {
+        struct sockaddr_in *sin = (struct sockaddr_in *)&p->addr;
+        sin->sin_family = AF_INET;
+        sin->sin_port = htons(port);
+        memcpy(&sin->sin_addr, addr, 4);
+        p->addr_len = sizeof(*sin);
+    } else if (p->by_address) {
+        struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&p->addr;
+        sin6->sin6_family = AF_INET6;
+        sin6->sin6_port = htons(port);
+        memcpy(&sin6->sin6_addr, addr, 16);
+        p->addr_len = sizeof(*sin6);
+    }
+    return p;
+}
+
+sl_peer_t *
+sl_peer_at(const struct sockaddr *addr, socklen_t len)
+{
+    sl_peer_t *p = sl_xcalloc(1, sizeof(*p));
+    p->host = sl_xstrdup("");
+    p->by_address = true;
+    memcpy(&p->addr, addr, len);
+    p->addr_len = len;
+    return p;
+}
+
+void
+sl_peer_free(sl_peer_t *peer)
+{
+    if (peer == NULL)
+        return;
+    free(peer->host);
+    free(peer);
+}
+
+/* ---- the hop's end ----------------------------------------------------------------------------- */
+
 static void
 stop_timers(sl_hop_t *hop)
 {
@@ -82,13 +146,38 @@ stop_timers(sl_hop_t *hop)
     sl_timer_cancel(&hop->io->timers, &hop->idle_timer);
     sl_timer_cancel(&hop->io->timers, &hop->total_timer);
     sl_timer_cancel(&hop->io->timers, &hop->deferred_end);
-    sl_timer_cancel(&hop->io->timers, &hop->head_guard);
+}
+
+/*
+ * The hop is done with its connection: kept for the next request when the
+ * answer was read to its end on a connection that allows it, with nothing
+ * pending on it; closed otherwise.
+ */
+static void
+let_go_of_connection(sl_hop_t *hop, bool keep)
+{
+    if (hop->resolving != NULL) {
+        h2o_hostinfo_getaddr_cancel(hop->resolving);
+        hop->resolving = NULL;
+    }
+    sl_upconn_t *c = hop->conn;
+    if (c == NULL)
+        return;
+    hop->conn = NULL;
+    c->hop = NULL;
+    if (!keep || !hop->reusable || c->sock->input->size > 0)
+        sl_upconn_close(c);
+    else if (!hop->writing)
+        sl_keepalive_put(c, hop->ended_ms);
+    /* Else h2o reports the write done only after its next poll, often after the answer: on_written keeps it.
+     */
 }
 
 static void
 free_hop(sl_hop_t *hop)
 {
     stop_timers(hop);
+    let_go_of_connection(hop, false);
     free(hop);
 }
 
@@ -101,14 +190,15 @@ on_deferred_end(sl_timer_t *t)
     free_hop(hop);
 }
 
-/* The hop is over; h2o's client is already gone. Reports it unless the owner cancelled. */
+/* The hop is over: its connection is let go of first, then the end is reported (unless the owner cancelled).
+ */
 static void
 finish(sl_hop_t *hop, sl_hop_end_t how, const char *detail)
 {
     hop->ended_ms = sl_now_ms();
-    hop->client = NULL;
     hop->state = HOP_ENDED;
     stop_timers(hop);
+    let_go_of_connection(hop, how == SL_HOP_END_EOS);
     if (hop->cancelled) {
         free_hop(hop);
         return;
@@ -116,7 +206,7 @@ finish(sl_hop_t *hop, sl_hop_end_t how, const char *detail)
     if (hop->starting) {
         hop->pending_how = how;
         hop->pending_detail = detail;
-        sl_timer_arm(&hop->io->timers, &hop->deferred_end, sl_now_ms(), on_deferred_end);
+        sl_timer_arm(&hop->io->timers, &hop->deferred_end, hop->ended_ms, on_deferred_end);
         return;
     }
     hop->in_callback = true;
@@ -125,38 +215,31 @@ finish(sl_hop_t *hop, sl_hop_end_t how, const char *detail)
 }
 
 static void
-on_timer(sl_hop_t *hop, sl_hop_end_t how, const char *detail)
-{
-    if (hop->client != NULL)
-        h2o_http1client_cancel(hop->client);
-    finish(hop, how, detail);
-}
-
-static void
 on_connect_timeout(sl_timer_t *t)
 {
-    on_timer(H2O_STRUCT_FROM_MEMBER(sl_hop_t, connect_timer, t), SL_HOP_END_CONNECT_FAILED,
-             "connect timeout");
+    finish(H2O_STRUCT_FROM_MEMBER(sl_hop_t, connect_timer, t), SL_HOP_END_CONNECT_FAILED, "connect timeout");
 }
 
 static void
 on_idle_timeout(sl_timer_t *t)
 {
-    on_timer(H2O_STRUCT_FROM_MEMBER(sl_hop_t, idle_timer, t), SL_HOP_END_IDLE_TIMEOUT, "idle timeout");
+    finish(H2O_STRUCT_FROM_MEMBER(sl_hop_t, idle_timer, t), SL_HOP_END_IDLE_TIMEOUT, "idle timeout");
 }
 
 static void
 on_total_timeout(sl_timer_t *t)
 {
-    on_timer(H2O_STRUCT_FROM_MEMBER(sl_hop_t, total_timer, t), SL_HOP_END_TOTAL_TIMEOUT, "total timeout");
+    finish(H2O_STRUCT_FROM_MEMBER(sl_hop_t, total_timer, t), SL_HOP_END_TOTAL_TIMEOUT, "total timeout");
 }
 
 static void
-touch_idle(sl_hop_t *hop)
+touch_idle(sl_hop_t *hop, int64_t now_ms)
 {
     if (!hop->paused)
-        sl_timer_arm(&hop->io->timers, &hop->idle_timer, sl_now_ms() + hop->params.idle_ms, on_idle_timeout);
+        sl_timer_arm(&hop->io->timers, &hop->idle_timer, now_ms + hop->params.idle_ms, on_idle_timeout);
 }
+
+/* ---- reading the answer ---------------------------------------------------------------------------- */
 
 /*
  * h2o reads a socket until a read comes back short, into one buffer grown as
@@ -164,163 +247,355 @@ touch_idle(sl_hop_t *hop)
  * on the test machine) a fast upstream put 32 MiB and more into one read, and
  * request.c copies it. A fixed receive buffer bounds each read: measured on a
  * 2 GiB stream to a fast client, sluice's RSS peaked at 118 MiB before, 25 MiB
- * after. Set once a read brought more than it, not on every hop: a setsockopt
- * per request showed in the benchmark, and small answers never need it.
+ * after. Set once a read brought more than it, not on every connection: a
+ * setsockopt per request showed in the benchmark, and small answers never need it.
  */
 static void
-cap_receive_buffer(sl_hop_t *hop, h2o_socket_t *sock)
+cap_receive_buffer(sl_upconn_t *c)
 {
     int rcvbuf = SL_HOP_RCVBUF_BYTES;
-    setsockopt(h2o_socket_get_fd(sock), SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
-    hop->rcvbuf_capped = true;
+    setsockopt(h2o_socket_get_fd(c->sock), SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+    c->rcvbuf_capped = true;
 }
 
-static int
-on_body(h2o_http1client_t *client, const char *errstr)
+/* The body bytes in the connection's buffer, unframed: how far the body got, and whether it ended. */
+static sl_chunked_status_t
+unframe_body(sl_hop_t *hop, h2o_buffer_t *in, bool closed)
 {
-    sl_hop_t *hop = client->data;
-    /* The data comes first: the last bytes arrive together with the end. */
-    if (client->sock != NULL && client->sock->input->size > 0 && !hop->cancelled) {
-        if (!hop->rcvbuf_capped && client->sock->input->size > SL_HOP_RCVBUF_BYTES)
-            cap_receive_buffer(hop, client->sock);
+    switch (hop->framing.body) {
+    case SL_HTTP1_LENGTH:
+        if ((uint64_t)in->size >= hop->body_left) {
+            /* Bytes past the body are no answer to anything: dropped, and the connection is not kept. */
+            hop->reusable = hop->reusable && (uint64_t)in->size == hop->body_left;
+            in->size = (size_t)hop->body_left;
+            hop->body_left = 0;
+            return SL_CHUNKED_END;
+        }
+        hop->body_left -= in->size;
+        return SL_CHUNKED_MORE;
+    case SL_HTTP1_CHUNKED: {
+        size_t len = in->size, after = 0;
+        sl_chunked_status_t st = sl_chunked_decode(&hop->chunked, in->bytes, &len, &after);
+        in->size = len;
+        if (st == SL_CHUNKED_END && after > 0)
+            hop->reusable = false;
+        return st;
+    }
+    case SL_HTTP1_UNTIL_CLOSE:
+        return closed ? SL_CHUNKED_END : SL_CHUNKED_MORE;
+    case SL_HTTP1_NO_BODY:
+        break;
+    }
+    return SL_CHUNKED_END;
+}
+
+/* Body bytes (or the connection's end) arrived; err as h2o reports it, after the bytes it read. */
+static void
+read_body(sl_hop_t *hop, const char *err)
+{
+    h2o_buffer_t **in = &hop->conn->sock->input;
+    sl_chunked_status_t st = unframe_body(hop, *in, err == h2o_socket_error_closed);
+    if ((*in)->size > 0) {
+        if (!hop->conn->rcvbuf_capped && (*in)->size > SL_HOP_RCVBUF_BYTES)
+            cap_receive_buffer(hop->conn);
         hop->in_callback = true;
-        hop->cb.on_body(hop->data, &client->sock->input, errstr == h2o_http1client_error_is_eos);
+        hop->cb.on_body(hop->data, in, st == SL_CHUNKED_END);
         hop->in_callback = false;
+        if (hop->cancelled) {
+            free_hop(hop);
+            return;
+        }
+        /* A chunked body is unframed in place: bytes left here would be unframed twice. */
+        if (hop->conn != NULL && (*in)->size > 0)
+            h2o_buffer_consume(in, (*in)->size);
     }
-    if (hop->cancelled) {
-        /* With errstr set, h2o frees the client itself; else -1 asks it to close. */
-        free_hop(hop);
-        return errstr != NULL ? 0 : -1;
-    }
-    if (errstr != NULL) {
-        finish(hop, errstr == h2o_http1client_error_is_eos ? SL_HOP_END_EOS : SL_HOP_END_BROKEN, errstr);
-        return 0;
-    }
-    touch_idle(hop);
-    return 0;
+    if (st == SL_CHUNKED_END)
+        finish(hop, SL_HOP_END_EOS, "end of stream");
+    else if (st == SL_CHUNKED_BAD)
+        finish(hop, SL_HOP_END_BROKEN, "the upstream's chunked body is malformed");
+    else if (err != NULL)
+        finish(hop, SL_HOP_END_BROKEN,
+               err == h2o_socket_error_closed ? "the upstream closed the connection before the body's end"
+                                              : err);
+    else
+        touch_idle(hop, sl_now_ms());
 }
 
-/*
- * h2o's client reads a response head into one buffer with no bound, parsing
- * it again after every read: an upstream whose head never ends would take all
- * memory until the idle timeout (measured: 600 MB in 10 s on loopback). Its
- * head reader is wrapped by this guard, which ends the hop as a connection
- * broken before the head once SL_HOP_MAX_HEAD_BYTES arrived without a blank
- * line. Once the head is parsed h2o installs its body reader in the guard's
- * place.
- */
+/* A head the hop cannot use: the connection broke before a head, in the stale rule's terms too. */
 static void
-guard_head_read(h2o_socket_t *sock, const char *err)
+bad_head(sl_hop_t *hop, const char *detail)
 {
-    h2o_http1client_t *client = sock->data;
-    sl_hop_t *hop = client->data;
-    if (err == NULL && sock->input->size > SL_HOP_MAX_HEAD_BYTES &&
-        memmem(sock->input->bytes, SL_HOP_MAX_HEAD_BYTES, "\r\n\r\n", 4) == NULL) {
-        hop->head_too_large = true;
-        /* h2o's own path for a read error before the head: it reports it (on_head) and closes. */
-        err = h2o_socket_error_closed;
-    }
-    hop->head_reader(sock, err);
+    finish(hop, SL_HOP_END_BROKEN_BEFORE_HEAD, detail);
 }
 
-/* h2o starts reading the head only once the request is written: the guard goes in when it does. */
 static void
-on_head_guard(sl_timer_t *t)
+read_head(sl_hop_t *hop, const char *err)
 {
-    sl_hop_t *hop = H2O_STRUCT_FROM_MEMBER(sl_hop_t, head_guard, t);
-    if (hop->state != HOP_WAITING_HEAD || hop->client == NULL || hop->client->sock == NULL)
+    h2o_buffer_t **in = &hop->conn->sock->input;
+    sl_http1_field_t fields[MAX_FIELDS];
+    size_t n_fields;
+    int minor, status, head_len;
+    for (;;) {
+        if ((*in)->size == 0) {
+            if (err != NULL)
+                bad_head(hop, err == h2o_socket_error_closed ? "the upstream closed the connection" : err);
+            else
+                touch_idle(hop, sl_now_ms());
+            return;
+        }
+        hop->any_byte = true;
+        const char *msg;
+        size_t msg_len;
+        n_fields = MAX_FIELDS;
+        head_len = phr_parse_response((*in)->bytes, (*in)->size, &minor, &status, &msg, &msg_len, fields,
+                                      &n_fields, 0);
+        if (head_len == -2) {
+            /* Without this bound an upstream whose head never ends would take all memory until the idle
+             * timeout. */
+            if ((*in)->size > SL_HOP_MAX_HEAD_BYTES)
+                bad_head(hop, "the response head is larger than 64 KiB");
+            else if (err != NULL)
+                bad_head(hop, "the upstream closed the connection inside the response head");
+            else
+                touch_idle(hop, sl_now_ms());
+            return;
+        }
+        if (head_len < 0) {
+            bad_head(hop, "the response head is not HTTP/1.x (or has more than 100 fields)");
+            return;
+        }
+        if ((size_t)head_len > SL_HOP_MAX_HEAD_BYTES) {
+            bad_head(hop, "the response head is larger than 64 KiB");
+            return;
+        }
+        /* An interim answer (100 Continue, 103 Early Hints) is not the answer. */
+        if (status < 100 || status > 199 || status == 101)
+            break;
+        h2o_buffer_consume(in, (size_t)head_len);
+    }
+    h2o_header_t headers[MAX_FIELDS];
+    h2o_iovec_t names[MAX_FIELDS];
+    for (size_t i = 0; i < n_fields; i++) {
+        if (fields[i].name == NULL) {
+            bad_head(hop, "the response head folds a field over several lines");
+            return;
+        }
+        /* Lowercased in the connection's buffer, as every reader of the head compares them. */
+        h2o_strtolower((char *)fields[i].name, fields[i].name_len);
+        names[i] = h2o_iovec_init(fields[i].name, fields[i].name_len);
+        headers[i] =
+            (h2o_header_t){.name = &names[i], .value = h2o_iovec_init(fields[i].value, fields[i].value_len)};
+    }
+    if (!sl_http1_framing(minor, status, fields, n_fields, &hop->framing)) {
+        bad_head(hop, "the response head's Content-Length is malformed or conflicting");
         return;
-    h2o_socket_t *sock = hop->client->sock;
-    if (sock->_cb.read == NULL) {
-        sl_timer_arm(&hop->io->timers, &hop->head_guard, sl_now_ms() + 1, on_head_guard);
-    } else if (sock->_cb.read != guard_head_read) {
-        hop->head_reader = sock->_cb.read;
-        sock->_cb.read = guard_head_read;
-    }
-}
-
-static h2o_http1client_body_cb
-on_head(h2o_http1client_t *client, const char *errstr, int minor_version, int status, h2o_iovec_t msg,
-        h2o_header_t *headers, size_t num_headers, int rlen)
-{
-    (void)minor_version;
-    (void)msg;
-    (void)rlen;
-    sl_hop_t *hop = client->data;
-    if (errstr != NULL && errstr != h2o_http1client_error_is_eos) {
-        hop->any_byte = hop->any_byte || (client->sock != NULL && client->sock->input->size > 0);
-        finish(hop, SL_HOP_END_BROKEN_BEFORE_HEAD,
-               hop->head_too_large ? "the response head is larger than 64 KiB" : errstr);
-        return NULL;
     }
     hop->state = HOP_READING_BODY;
-    hop->any_byte = true;
+    hop->reusable = hop->framing.keep_alive;
+    hop->body_left = hop->framing.content_length;
     hop->in_callback = true;
-    hop->cb.on_head(hop->data, status, headers, num_headers);
+    hop->cb.on_head(hop->data, status, headers, n_fields);
     hop->in_callback = false;
     if (hop->cancelled) {
         free_hop(hop);
-        return NULL;
+        return;
     }
-    if (errstr == h2o_http1client_error_is_eos) {
-        /* A head without a body (204, 304). */
-        finish(hop, SL_HOP_END_EOS, errstr);
-        return NULL;
+    h2o_buffer_consume(in, (size_t)head_len);
+    if (hop->framing.body == SL_HTTP1_NO_BODY ||
+        (hop->framing.body == SL_HTTP1_LENGTH && hop->framing.content_length == 0)) {
+        finish(hop, SL_HOP_END_EOS, "end of stream");
+        return;
     }
-    touch_idle(hop);
-    return on_body;
+    if ((*in)->size > 0 || err != NULL)
+        read_body(hop, err);
+    else
+        touch_idle(hop, sl_now_ms());
 }
 
-static h2o_http1client_head_cb
-on_connect(h2o_http1client_t *client, const char *errstr, h2o_iovec_t **reqbufs, size_t *reqbufcnt,
-           int *method_is_head)
+static void
+on_readable(h2o_socket_t *sock, const char *err)
 {
-    sl_hop_t *hop = client->data;
-    if (errstr != NULL) {
-        finish(hop, SL_HOP_END_CONNECT_FAILED, errstr);
-        return NULL;
+    sl_upconn_t *c = sock->data;
+    sl_hop_t *hop = c->hop;
+    if (hop == NULL) {
+        /* Bytes no request asked for while the connection waits for its write to be reported. */
+        sl_upconn_close(c);
+        return;
     }
+    if (hop->state == HOP_WAITING_HEAD)
+        read_head(hop, err);
+    else
+        read_body(hop, err);
+}
+
+/* ---- sending the request ------------------------------------------------------------------------ */
+
+static void
+on_written(h2o_socket_t *sock, const char *err)
+{
+    sl_upconn_t *c = sock->data;
+    sl_hop_t *hop = c->hop;
+    if (hop == NULL) {
+        /* The answer was read to its end before the write was reported (let_go_of_connection). */
+        if (err == NULL)
+            sl_keepalive_put(c, sl_now_ms());
+        else
+            sl_upconn_close(c);
+        return;
+    }
+    hop->writing = false;
+    if (err == NULL)
+        return;
+    /* After a head the reading side tells how the answer ends; the connection is not kept. */
+    hop->reusable = false;
+    if (hop->state == HOP_WAITING_HEAD)
+        bad_head(hop, err);
+}
+
+/*
+ * A plaintext request goes out in one sendmsg of our own when the socket
+ * takes it all, as it does but for large bodies: h2o's write reports its
+ * end only after the loop's next poll, with the socket polled for writing
+ * meanwhile (two epoll_ctl and a poll per request, measured), since hops
+ * start from a timer, outside h2o's pending work. What the socket does not
+ * take, and every TLS request, goes through h2o_socket_write.
+ */
+static void
+write_request(sl_hop_t *hop)
+{
+    h2o_iovec_t *bufs = hop->reqbufs;
+    size_t n = hop->params.body.len > 0 ? 2 : 1;
+    h2o_socket_t *sock = hop->conn->sock;
+    if (sock->ssl == NULL) {
+        struct iovec iov[2];
+        size_t total = 0;
+        for (size_t i = 0; i < n; i++) {
+            iov[i] = (struct iovec){.iov_base = bufs[i].base, .iov_len = bufs[i].len};
+            total += bufs[i].len;
+        }
+        struct msghdr msg = {.msg_iov = iov, .msg_iovlen = n};
+        ssize_t sent;
+        while ((sent = sendmsg(h2o_socket_get_fd(sock), &msg, MSG_NOSIGNAL)) < 0 && errno == EINTR)
+            ;
+        if (sent == (ssize_t)total)
+            return;
+        /* The rest (or, on an error, all of it: h2o meets the same error and reports it) goes through h2o. */
+        for (size_t done = sent > 0 ? (size_t)sent : 0; done > 0 && n > 0;) {
+            size_t step = done < bufs->len ? done : bufs->len;
+            bufs->base += step;
+            bufs->len -= step;
+            done -= step;
+            if (bufs->len == 0) {
+                bufs++;
+                n--;
+            }
+        }
+    }
+    hop->writing = true;
+    h2o_socket_write(sock, bufs, n, on_written);
+}
+
+/* Writes the request and reads at once: a kept connection the upstream closed shows as soon as possible. */
+static void
+send_request(sl_hop_t *hop, int64_t now_ms)
+{
     sl_timer_cancel(&hop->io->timers, &hop->connect_timer);
-    /* h2o's pool hands an idle connection over inside the connect call; a new one comes later. */
-    hop->reused = hop->starting;
-    hop->written_ms = sl_now_ms();
     hop->state = HOP_WAITING_HEAD;
+    hop->written_ms = now_ms;
     hop->reqbufs[0] = hop->params.head;
     hop->reqbufs[1] = hop->params.body;
-    *reqbufs = hop->reqbufs;
-    *reqbufcnt = hop->params.body.len > 0 ? 2 : 1;
-    *method_is_head = 0;
-    touch_idle(hop);
-    sl_timer_arm(&hop->io->timers, &hop->head_guard, sl_now_ms(), on_head_guard);
+    write_request(hop);
+    h2o_socket_read_start(hop->conn->sock, on_readable);
+    touch_idle(hop, now_ms);
     if (hop->cb.on_sent != NULL) {
         hop->in_callback = true;
         hop->cb.on_sent(hop->data);
         hop->in_callback = false;
-        if (hop->cancelled) {
+        /* Inside sl_hop_start nobody holds the hop yet to cancel it; sl_hop_start frees it all the same. */
+        if (hop->cancelled && !hop->starting)
             free_hop(hop);
-            return NULL;
-        }
     }
-    return on_head;
 }
 
-/* A connection of its own to the pool's peer (h2o's client then closes it after the answer). */
+/* ---- connecting ------------------------------------------------------------------------------------- */
+
 static void
-connect_fresh(sl_hop_t *hop, h2o_http1client_ctx_t *ctx)
+on_handshake(h2o_socket_t *sock, const char *err)
 {
-    const h2o_socketpool_t *pool = hop->params.pool;
-    uint16_t port = 0;
-    if (pool->type == H2O_SOCKETPOOL_TYPE_NAMED) {
-        port = (uint16_t)strtoul(pool->peer.named_serv.base, NULL, 10);
-    } else {
-        const struct sockaddr *sa = (const struct sockaddr *)&pool->peer.sockaddr.bytes;
-        if (sa->sa_family == AF_INET)
-            port = ntohs(((const struct sockaddr_in *)sa)->sin_port);
-        else if (sa->sa_family == AF_INET6)
-            port = ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
-    }
-    h2o_http1client_connect(&hop->client, hop, ctx, pool->peer.host, port, pool->is_ssl, on_connect);
+    sl_upconn_t *c = sock->data;
+    if (err != NULL)
+        finish(c->hop, SL_HOP_END_CONNECT_FAILED, err);
+    else
+        send_request(c->hop, sl_now_ms());
 }
+
+static void
+on_connected(h2o_socket_t *sock, const char *err)
+{
+    sl_upconn_t *c = sock->data;
+    sl_hop_t *hop = c->hop;
+    if (err != NULL) {
+        finish(hop, SL_HOP_END_CONNECT_FAILED, err);
+        return;
+    }
+    const sl_peer_t *p = hop->params.peer;
+    if (p->addr.ss_family == AF_INET || p->addr.ss_family == AF_INET6 || !p->by_address) {
+        /* The request goes out in one write, but a kept connection's next one must not wait for an ACK. */
+        int on = 1;
+        setsockopt(h2o_socket_get_fd(sock), IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
+    }
+    if (p->is_tls) {
+        /* The server name is checked against the certificate by the context's verify callback (tls.h). */
+        SSL_CTX *ctx = p->by_address ? hop->io->upstream_ssl_by_address : hop->io->upstream_ssl;
+        h2o_socket_ssl_handshake(sock, ctx, p->host, on_handshake);
+        return;
+    }
+    send_request(hop, sl_now_ms());
+}
+
+static void
+connect_to(sl_hop_t *hop, struct sockaddr *addr, socklen_t len)
+{
+    hop->state = HOP_CONNECTING;
+    h2o_socket_t *sock = h2o_socket_connect(hop->io->loop, addr, len, on_connected);
+    if (sock == NULL) {
+        finish(hop, SL_HOP_END_CONNECT_FAILED, h2o_socket_error_conn_fail);
+        return;
+    }
+    hop->conn = sl_upconn_new(sock, hop->params.peer, &hop->io->keepalive);
+    hop->conn->hop = hop;
+}
+
+static void
+on_resolved(h2o_hostinfo_getaddr_req_t *req, const char *errstr, struct addrinfo *res, void *data)
+{
+    (void)req;
+    sl_hop_t *hop = data;
+    hop->resolving = NULL;
+    if (errstr != NULL) {
+        finish(hop, SL_HOP_END_CONNECT_FAILED, errstr);
+        return;
+    }
+    struct addrinfo *ai = h2o_hostinfo_select_one(res);
+    connect_to(hop, ai->ai_addr, ai->ai_addrlen);
+}
+
+static void
+start_connect(sl_hop_t *hop)
+{
+    const sl_peer_t *p = hop->params.peer;
+    if (p->by_address) {
+        connect_to(hop, (struct sockaddr *)&p->addr, p->addr_len);
+        return;
+    }
+    hop->state = HOP_RESOLVING;
+    hop->resolving =
+        h2o_hostinfo_getaddr(&hop->io->getaddr_receiver, h2o_iovec_init(p->host, strlen(p->host)),
+                             h2o_iovec_init(p->serv, strlen(p->serv)), AF_UNSPEC, SOCK_STREAM, IPPROTO_TCP,
+                             AI_ADDRCONFIG | AI_NUMERICSERV, on_resolved, hop);
+}
+
+/* ---- the hop's API -------------------------------------------------------------------------------- */
 
 void
 sl_hop_rebind(sl_hop_t *hop, const sl_hop_callbacks_t *cb, void *data)
@@ -337,18 +612,24 @@ sl_hop_start(sl_worker_io_t *io, const sl_hop_params_t *params, const sl_hop_cal
     hop->params = *params;
     hop->cb = *cb;
     hop->data = data;
-    hop->state = HOP_CONNECTING;
     hop->starting = true;
     int64_t now = sl_now_ms();
-    sl_timer_arm(&io->timers, &hop->connect_timer, now + params->connect_ms, on_connect_timeout);
     sl_timer_arm(&io->timers, &hop->total_timer, now + params->total_ms, on_total_timeout);
-    h2o_http1client_ctx_t *ctx = params->by_address ? &io->client_ctx_by_address : &io->client_ctx;
-    if (params->fresh)
-        connect_fresh(hop, ctx);
-    else
-        h2o_http1client_connect_with_pool(&hop->client, hop, ctx, params->pool, on_connect);
+    hop->conn = params->fresh ? NULL : sl_keepalive_take(&io->keepalive, params->peer);
+    if (hop->conn != NULL) {
+        hop->conn->hop = hop;
+        hop->reused = true;
+        send_request(hop, now);
+    } else {
+        sl_timer_arm(&io->timers, &hop->connect_timer, now + params->connect_ms, on_connect_timeout);
+        start_connect(hop);
+    }
     /* A connect error may already have ended it: then finish() deferred the report. */
     hop->starting = false;
+    if (hop->cancelled) {
+        free_hop(hop);
+        return NULL;
+    }
     return hop;
 }
 
@@ -364,26 +645,19 @@ sl_hop_connection_facts(const sl_hop_t *hop, sl_connection_facts_t *out)
 void
 sl_hop_cancel(sl_hop_t *hop)
 {
-    if (hop->in_callback) {
-        /* The callback's caller closes the connection (or is ending anyway) and frees the hop. */
-        hop->cancelled = true;
-        return;
-    }
     hop->cancelled = true;
-    if (hop->client != NULL)
-        h2o_http1client_cancel(hop->client);
-    free_hop(hop);
+    /* Inside a callback, its caller closes the connection (or is ending anyway) and frees the hop. */
+    if (!hop->in_callback)
+        free_hop(hop);
 }
 
 void
 sl_hop_pause_reading(sl_hop_t *hop)
 {
-    if (hop->paused || hop->client == NULL || hop->client->sock == NULL || hop->state != HOP_READING_BODY)
+    if (hop->paused || hop->conn == NULL || hop->state != HOP_READING_BODY)
         return;
     hop->paused = true;
-    /* h2o 2.2.5 has no pause for its client; its reader is kept and restored. */
-    hop->saved_reader = hop->client->sock->_cb.read;
-    h2o_socket_read_stop(hop->client->sock);
+    h2o_socket_read_stop(hop->conn->sock);
     sl_timer_cancel(&hop->io->timers, &hop->idle_timer);
 }
 
@@ -393,7 +667,7 @@ sl_hop_resume_reading(sl_hop_t *hop)
     if (!hop->paused)
         return;
     hop->paused = false;
-    if (hop->client != NULL && hop->client->sock != NULL && hop->saved_reader != NULL)
-        h2o_socket_read_start(hop->client->sock, hop->saved_reader);
-    touch_idle(hop);
+    if (hop->conn != NULL)
+        h2o_socket_read_start(hop->conn->sock, on_readable);
+    touch_idle(hop, sl_now_ms());
 }

@@ -1,21 +1,42 @@
 /*
- * One upstream attempt on h2o_http1client: connect (through the upstream's
- * keep-alive pool), send the request, report the head, the body bytes and
- * how it ended. Owns its timers: connect, idle (no byte for idle_ms, the
- * first byte included) and total. Knows nothing of dialects or failover:
- * request.c decides what each outcome means.
+ * One upstream attempt over HTTP/1.1 on the worker's own loop: take an idle
+ * connection to the peer from the worker's keep-alive store (keepalive.h)
+ * or connect (resolve, TCP, TLS), send the request, read the response head
+ * (picohttpparser) and its body (Content-Length, chunked, or until close),
+ * report them, and keep the connection for the next request when the
+ * response allows it. Owns its timers: connect, idle (no byte for idle_ms,
+ * the first byte included) and total. Knows nothing of dialects or
+ * failover: request.c decides what each outcome means.
  */
 #ifndef SL_HOP_H
 #define SL_HOP_H
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include <h2o.h>
-#include <h2o/socketpool.h>
 
 #include "core/next_step.h"
 #include "worker.h"
+
+/* Where hops connect to: made once per upstream origin, compared by address by the keep-alive store. */
+typedef struct sl_peer {
+    char *host;   /* the name to resolve, or the address as text: the TLS server name either way */
+    char serv[8]; /* the port as text, for the resolver */
+    bool is_tls;
+    bool by_address; /* addr is where to connect (no resolver) and TLS uses the TLS 1.3-only context */
+    struct sockaddr_storage addr;
+    socklen_t addr_len;
+} sl_peer_t;
+
+/* A peer named by host (resolved on every new connection) or by an IP address literal (bracketless). */
+sl_peer_t *sl_peer_new(const char *host, uint16_t port, bool is_tls);
+
+/* A peer at a socket address (an internal UNIX socket, say), never TLS. */
+sl_peer_t *sl_peer_at(const struct sockaddr *addr, socklen_t len);
+
+void sl_peer_free(sl_peer_t *peer);
 
 typedef enum {
     SL_HOP_END_EOS,                /* the answer ended cleanly */
@@ -34,7 +55,8 @@ typedef struct {
     /* The head arrived. headers are valid during the call only. */
     void (*on_head)(void *data, int status, const h2o_header_t *headers, size_t n_headers);
     /*
-     * Body bytes are in *input (de-chunked); take what you need and h2o_buffer_consume it.
+     * Body bytes are in *input (de-chunked): the connection's own buffer, so take them all
+     * (h2o_buffer_consume); the hop drops what is left when the callback returns.
      * end_follows: these are the last bytes and on_end (SL_HOP_END_EOS) comes right after.
      */
     void (*on_body)(void *data, h2o_buffer_t **input, bool end_follows);
@@ -43,24 +65,24 @@ typedef struct {
 } sl_hop_callbacks_t;
 
 typedef struct {
-    h2o_socketpool_t *pool;
-    bool by_address;  /* the upstream is named by an IP address: the TLS 1.3-only client context */
-    bool fresh;       /* connect anew to the pool's peer, never taking an idle connection of the pool */
-    h2o_iovec_t head; /* request line and headers; must stay valid until on_end or sl_hop_cancel */
+    const sl_peer_t *peer; /* must outlive the hop and every connection kept to it */
+    bool fresh;            /* connect anew, never taking an idle connection */
+    h2o_iovec_t head;      /* request line and headers; must stay valid until on_end or sl_hop_cancel */
     h2o_iovec_t body;
     uint32_t connect_ms, idle_ms, total_ms;
 } sl_hop_params_t;
 
 /*
- * Starts a hop. Callbacks are never called from inside this function: a
- * connect failure is reported on a later loop turn.
+ * Starts a hop. Only on_sent may be called from inside this function (a kept
+ * connection is written at once); a connect failure is reported on a later
+ * loop turn.
  */
 sl_hop_t *sl_hop_start(sl_worker_io_t *io, const sl_hop_params_t *params, const sl_hop_callbacks_t *cb,
                        void *data);
 
 /*
  * How the hop's connection was used, for the stale keep-alive rule
- * (core/next_step.h): whether it came from the pool, how long after the
+ * (core/next_step.h): whether it was kept alive from an earlier request, how long after the
  * request's bytes went out it broke, and whether any answer byte came back.
  * Valid inside the hop's callbacks.
  */

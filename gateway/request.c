@@ -315,10 +315,8 @@ sl__send_hop(request_t *r)
     sl__reset_answer(r);
     sl__set_phase(r, PHASE_WAITING_HEAD);
     const sl_failover_t *fo = &r->config->failover;
-    bool by_address = false;
     sl_hop_params_t params = {
-        .pool = sl_upstream_pool(up, r->io->loop, &by_address),
-        .by_address = by_address,
+        .peer = sl_upstream_peer(up),
         .fresh = r->fresh,
         .head = h2o_iovec_init(r->head, strlen(r->head)),
         .body = r->body,

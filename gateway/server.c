@@ -28,6 +28,7 @@
 #include "cluster.h"
 #include "cluster_lane.h"
 #include "linger.h"
+#include "hop.h"
 #include "log.h"
 #include "refusal.h"
 #include "request.h"
@@ -218,8 +219,8 @@ on_turns_accept(h2o_socket_t *listener, const char *err)
 
 /*
  * A worker's internal socket for Responses WebSocket turns (wsturns.h): an
- * abstract UNIX socket, named by process and worker, and the pool the turns
- * connect through.
+ * abstract UNIX socket, named by process and worker, and the peer the turns
+ * connect to.
  */
 static void
 open_turns_socket(worker_t *w)
@@ -238,10 +239,7 @@ open_turns_socket(worker_t *w)
     w->turns_listener = h2o_evloop_socket_create(w->ctx.loop, fd, H2O_SOCKET_FLAG_DONT_READ);
     w->turns_listener->data = w;
     h2o_socket_read_start(w->turns_listener, on_turns_accept);
-    h2o_socketpool_t *pool = sl_xcalloc(1, sizeof(*pool));
-    h2o_socketpool_init_by_address(pool, (struct sockaddr *)&addr, len, 0, SIZE_MAX);
-    h2o_socketpool_set_timeout(pool, w->ctx.loop, 20000);
-    w->io.turns_pool = pool;
+    w->io.turns_peer = sl_peer_at((struct sockaddr *)&addr, len);
 }
 
 /* Where sl_accept_start hands a connection once its protocol is known. */
@@ -374,6 +372,9 @@ worker_main(void *arg)
         if (w->io.events.len > 0)
             sl_bus_flush(w->server->gateway->bus, &w->io.events);
     }
+    /* One more turn of the loop frees the sockets just closed. */
+    sl_keepalive_close_all(&w->io.keepalive);
+    h2o_evloop_run(w->ctx.loop, 0);
     /*
      * Park instead of returning: h2o keeps per-thread caches of buffers with no
      * way to free them, so the thread stays (idle, signals blocked) until the
@@ -434,26 +435,19 @@ bound_port(int fd)
                                          : ((struct sockaddr_in6 *)&ss)->sin6_port);
 }
 
-/* Upstream connections: the hop runs its own timers, so h2o's single I/O timeout is only a backstop. */
 static void
 init_worker_io(sl_worker_io_t *io, h2o_loop_t *loop, h2o_multithread_queue_t *queue, SSL_CTX *upstream_ssl,
                SSL_CTX *upstream_ssl_by_address)
 {
     io->loop = loop;
     h2o_linklist_init_anchor(&io->requests);
-    h2o_timeout_init(loop, &io->io_timeout, 24 * 3600 * 1000);
     h2o_multithread_register_receiver(queue, &io->getaddr_receiver, h2o_hostinfo_getaddr_receiver);
-    io->client_ctx = (h2o_http1client_ctx_t){
-        .loop = loop,
-        .getaddr_receiver = &io->getaddr_receiver,
-        .io_timeout = &io->io_timeout,
-        .ssl_ctx = upstream_ssl,
-    };
-    io->client_ctx_by_address = io->client_ctx;
+    io->upstream_ssl = upstream_ssl;
+    io->upstream_ssl_by_address = upstream_ssl_by_address;
+    sl_keepalive_init(&io->keepalive, &io->timers);
     io->watch = sl_watch_new(loop);
     io->inbox = sl_waitq_inbox_new(queue, sl_request_wake);
     io->shared_inbox = sl_shared_inbox_new(queue);
-    io->client_ctx_by_address.ssl_ctx = upstream_ssl_by_address;
 }
 
 static void

@@ -13,8 +13,11 @@ struct sl_upstreams {
     pthread_mutex_t lock;
     sl_upstream_t **items;
     size_t n, cap;
-    /* Pools replaced by a reload stay alive: requests in flight may still hold their sockets. */
-    h2o_socketpool_t **retired;
+    /*
+     * Peers replaced by a reload stay alive: hops in flight use them, and idle connections are kept
+     * under their address (a new peer at a freed one's address would be handed the old origin's).
+     */
+    sl_peer_t **retired;
     size_t n_retired;
 };
 
@@ -26,10 +29,9 @@ sl_upstreams_new(void)
     return reg;
 }
 
-static h2o_socketpool_t *
-make_pool(const sl_base_url_t *url, bool *by_address)
+static sl_peer_t *
+make_peer(const sl_base_url_t *url)
 {
-    h2o_socketpool_t *pool = sl_xcalloc(1, sizeof(*pool));
     char host[256];
     snprintf(host, sizeof(host), "%.*s", (int)url->host_len, url->host);
     /* IPv6 literals come bracketed in URLs. */
@@ -38,32 +40,7 @@ make_pool(const sl_base_url_t *url, bool *by_address)
         bare++;
         bare[strlen(bare) - 1] = '\0';
     }
-    int family;
-    uint8_t addr[16];
-    /* An address literal needs no resolver thread; a name goes through h2o's getaddrinfo. */
-    *by_address = sl_ip_parse(bare, &family, addr);
-    if (*by_address) {
-        struct sockaddr_storage ss = {0};
-        socklen_t len;
-        if (family == AF_INET) {
-            struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
-            sin->sin_family = AF_INET;
-            sin->sin_port = htons(url->port);
-            memcpy(&sin->sin_addr, addr, 4);
-            len = sizeof(*sin);
-        } else {
-            struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
-            sin6->sin6_family = AF_INET6;
-            sin6->sin6_port = htons(url->port);
-            memcpy(&sin6->sin6_addr, addr, 16);
-            len = sizeof(*sin6);
-        }
-        h2o_socketpool_init_by_address(pool, (struct sockaddr *)&ss, len, url->is_tls, SIZE_MAX);
-    } else {
-        h2o_socketpool_init_by_hostport(pool, h2o_iovec_init(bare, strlen(bare)), url->port, url->is_tls,
-                                        SIZE_MAX);
-    }
-    return pool;
+    return sl_peer_new(bare, url->port, url->is_tls);
 }
 
 static char *
@@ -84,15 +61,12 @@ find_or_create(sl_upstreams_t *reg, const sl_provider_t *p, const sl_base_url_t 
         if (strcmp(u->name, p->name) != 0)
             continue;
         if (strcmp(u->origin, origin) != 0) {
-            bool by_address;
-            h2o_socketpool_t *pool = make_pool(url, &by_address);
+            sl_peer_t *peer = make_peer(url);
             reg->retired = sl_xrealloc(reg->retired, (reg->n_retired + 1) * sizeof(*reg->retired));
-            /* Workers read these under the upstream's lock. */
+            /* Workers read it under the upstream's lock. */
             pthread_mutex_lock(&u->lock);
-            reg->retired[reg->n_retired++] = u->pool;
-            u->pool = pool;
-            u->by_address = by_address;
-            u->pool_ready = false;
+            reg->retired[reg->n_retired++] = u->peer;
+            u->peer = peer;
             pthread_mutex_unlock(&u->lock);
             free(u->origin);
             u->origin = origin;
@@ -104,7 +78,7 @@ find_or_create(sl_upstreams_t *reg, const sl_provider_t *p, const sl_base_url_t 
     sl_upstream_t *u = sl_xcalloc(1, sizeof(*u));
     u->name = sl_xstrdup(p->name);
     u->origin = origin;
-    u->pool = make_pool(url, &u->by_address);
+    u->peer = make_peer(url);
     pthread_mutex_init(&u->lock, NULL);
     if (reg->n == reg->cap) {
         reg->cap = reg->cap ? reg->cap * 2 : 8;
@@ -132,18 +106,13 @@ sl_upstreams_bind(sl_upstreams_t *reg, const sl_config_t *config)
     return out;
 }
 
-h2o_socketpool_t *
-sl_upstream_pool(sl_upstream_t *up, h2o_loop_t *loop, bool *by_address)
+const sl_peer_t *
+sl_upstream_peer(sl_upstream_t *up)
 {
     pthread_mutex_lock(&up->lock);
-    h2o_socketpool_t *pool = up->pool;
-    *by_address = up->by_address;
-    if (!up->pool_ready) {
-        h2o_socketpool_set_timeout(pool, loop, SL_UPSTREAM_IDLE_KEEPALIVE_MS);
-        up->pool_ready = true;
-    }
+    const sl_peer_t *peer = up->peer;
     pthread_mutex_unlock(&up->lock);
-    return pool;
+    return peer;
 }
 
 void
@@ -190,17 +159,14 @@ sl_upstreams_free(sl_upstreams_t *reg)
 {
     for (size_t i = 0; i < reg->n; i++) {
         sl_upstream_t *u = reg->items[i];
-        h2o_socketpool_dispose(u->pool);
-        free(u->pool);
+        sl_peer_free(u->peer);
         free(u->origin);
         free(u->name);
         pthread_mutex_destroy(&u->lock);
         free(u);
     }
-    for (size_t i = 0; i < reg->n_retired; i++) {
-        h2o_socketpool_dispose(reg->retired[i]);
-        free(reg->retired[i]);
-    }
+    for (size_t i = 0; i < reg->n_retired; i++)
+        sl_peer_free(reg->retired[i]);
     free(reg->retired);
     free(reg->items);
     pthread_mutex_destroy(&reg->lock);

@@ -1,6 +1,7 @@
 /*
- * Per-upstream state shared by every worker: the keep-alive pool, the
- * breaker, the requests in flight. Keyed by provider name, so a reload keeps
+ * Per-upstream state shared by every worker: where it is (its peer; each
+ * worker keeps its own idle connections to it, keepalive.h), the breaker,
+ * the requests in flight. Keyed by provider name, so a reload keeps
  * the state of upstreams that keep their name (config.md, hot reload).
  */
 #ifndef SL_UPSTREAM_H
@@ -12,21 +13,19 @@
 #include <stdint.h>
 
 #include <h2o.h>
-#include <h2o/socketpool.h>
 
 #include "config.h"
 #include "core/breaker.h"
 #include "core/probe_turn.h"
 #include "core/throttle.h"
+#include "hop.h"
 #include "waitq.h"
 
 typedef struct {
     char *name;
-    /* Shared by all threads (h2o locks it); replaced when the base URL's origin changes. */
-    h2o_socketpool_t *pool;
-    bool pool_ready; /* h2o_socketpool_set_timeout has run (on the loop of the first hop) */
-    bool by_address; /* the base URL names an IP address, not a host */
-    char *origin;    /* "https://host:port" of the pool */
+    /* Read by every worker under the lock; replaced when the base URL's origin changes. */
+    sl_peer_t *peer;
+    char *origin; /* "https://host:port" of the peer */
     /* The shared state of this process (shared_local.c) keeps these, under the wait lock (waitq.h). */
     sl_throttle_t throttle;
     sl_probe_turn_t probe_turn; /* a cluster's: the probe's turn among instances */
@@ -52,12 +51,8 @@ sl_upstreams_t *sl_upstreams_new(void);
  */
 sl_upstream_t **sl_upstreams_bind(sl_upstreams_t *reg, const sl_config_t *config);
 
-/*
- * The upstream's pool (and whether it is named by address), ready for a connect from loop. h2o needs the
- * pool's idle-expiry timer set on some loop before the first connect, and a loop may only be touched from its
- * own thread: the first hop's worker sets it.
- */
-h2o_socketpool_t *sl_upstream_pool(sl_upstream_t *up, h2o_loop_t *loop, bool *by_address);
+/* Where the upstream's hops connect to now. It lives as long as the registry (a reload keeps the old one). */
+const sl_peer_t *sl_upstream_peer(sl_upstream_t *up);
 
 /*
  * A reload changes the config: upstreams held because their credentials
@@ -74,8 +69,5 @@ void sl_upstreams_wake_all(sl_upstreams_t *reg);
 
 /* Frees the registry and every upstream in it, once no worker and no request uses them. */
 void sl_upstreams_free(sl_upstreams_t *reg);
-
-/* Idle keep-alive connections to an upstream are closed after this long. */
-#define SL_UPSTREAM_IDLE_KEEPALIVE_MS 20000
 
 #endif

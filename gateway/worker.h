@@ -1,6 +1,6 @@
 /*
  * What a worker thread offers the code running on its loop: the loop, the
- * timer heap the loop sleeps on, and the upstream client context.
+ * timer heap the loop sleeps on, and what upstream connections need.
  */
 #ifndef SL_WORKER_H
 #define SL_WORKER_H
@@ -8,29 +8,29 @@
 #include <stdint.h>
 
 #include <h2o.h>
-#include <h2o/http1client.h>
-#include <h2o/socketpool.h>
+#include <openssl/ssl.h>
 
 #include "bus.h"
 #include "core/timerheap.h"
+#include "keepalive.h"
 #include "waitq.h"
 #include "watch.h"
 
 typedef struct {
     h2o_loop_t *loop;
     sl_timerheap_t timers;
-    h2o_http1client_ctx_t client_ctx;
-    h2o_http1client_ctx_t client_ctx_by_address; /* upstreams named by an IP address (TLS 1.3 only) */
-    h2o_timeout_t io_timeout; /* a backstop: the hop arms its own connect / idle / total timers */
+    SSL_CTX *upstream_ssl;            /* verifies upstream certificates and host names (tls.h) */
+    SSL_CTX *upstream_ssl_by_address; /* the same for upstreams named by an IP address (TLS 1.3 only) */
+    sl_keepalive_t keepalive;         /* this worker's idle upstream connections */
     h2o_multithread_receiver_t getaddr_receiver;
     sl_bus_batch_t events;   /* this loop iteration's events, flushed to the bus once per iteration */
     sl_watch_t *watch;       /* HTTP/1.1 clients that leave before their response starts */
     sl_waitq_inbox_t *inbox; /* wake-ups of this worker's waiting requests */
     struct sl_shared_inbox *shared_inbox; /* answers of the shared state made on another thread */
     struct sl_cluster_lane
-        *cluster_lane;            /* this worker's own connection to the cluster's Redis; NULL: none */
-    h2o_socketpool_t *turns_pool; /* this worker's internal socket: Responses WebSocket turns (wsturns.h) */
-    h2o_linklist_t requests;      /* this worker's live requests (an operator may cancel one by id) */
+        *cluster_lane;          /* this worker's own connection to the cluster's Redis; NULL: none */
+    struct sl_peer *turns_peer; /* this worker's internal socket: Responses WebSocket turns (wsturns.h) */
+    h2o_linklist_t requests;    /* this worker's live requests (an operator may cancel one by id) */
     struct sl_metrics_worker *metrics; /* this worker's counters (metrics.h): only this thread writes them */
 } sl_worker_io_t;
 

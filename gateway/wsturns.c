@@ -188,8 +188,7 @@ start_next_turn(session_t *s)
     s->request = sl_strbuf_finish(&head);
     /* The gateway's own path bounds the turn (deadline, hold, idle timeouts); these are backstops. */
     sl_hop_params_t params = {
-        .pool = s->io->turns_pool,
-        .by_address = true,
+        .peer = s->io->turns_peer,
         .head = h2o_iovec_init(s->request, strlen(s->request)),
         .body = h2o_iovec_init(t->body, t->len),
         .connect_ms = 5000,

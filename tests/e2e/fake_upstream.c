@@ -279,6 +279,8 @@ answer(fake_upstream_t *f, conn_t *c, const fake_reply_t *r)
                      r->headers != NULL ? r->headers : "");
     if (r->chunked)
         n += snprintf(head + n, sizeof(head) - (size_t)n, "transfer-encoding: chunked\r\n\r\n");
+    else if (r->until_close)
+        n += snprintf(head + n, sizeof(head) - (size_t)n, "\r\n");
     else
         n += snprintf(head + n, sizeof(head) - (size_t)n, "content-length: %zu\r\n\r\n", len);
     if (r->action == FAKE_SILENT_AFTER_HEAD) {
@@ -288,7 +290,8 @@ answer(fake_upstream_t *f, conn_t *c, const fake_reply_t *r)
         pause_ms(f, 60000);
         return false;
     }
-    return conn_write(c, head, (size_t)n) && send_body(f, c, r, body, len, true);
+    return conn_write(c, head, (size_t)n) && send_body(f, c, r, body, len, true) && !r->until_close &&
+           !r->close_after;
 }
 
 static size_t
@@ -495,6 +498,15 @@ size_t
 fake_bytes_sent(fake_upstream_t *f)
 {
     return f->bytes_sent;
+}
+
+size_t
+fake_connections(fake_upstream_t *f)
+{
+    pthread_mutex_lock(&f->lock);
+    size_t n = f->n_conns;
+    pthread_mutex_unlock(&f->lock);
+    return n;
 }
 
 size_t

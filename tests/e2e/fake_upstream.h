@@ -36,6 +36,8 @@ typedef struct {
     size_t cut_after;    /* close the connection after this many body bytes (0 = send all) */
     uint64_t huge_bytes; /* FAKE_HUGE_STREAM: the stream's length (about: whole events) */
     bool cut_mid_chunk;  /* chunked: the cut falls inside a chunk (its size line announces the whole event) */
+    bool until_close;    /* neither content-length nor chunked: the body ends when the fake closes */
+    bool close_after;    /* close the connection once the reply is sent, without saying so beforehand */
 } fake_reply_t;
 
 typedef struct {
@@ -63,6 +65,8 @@ void fake_push(fake_upstream_t *f, fake_reply_t reply);
 void fake_set_default(fake_upstream_t *f, fake_reply_t reply);
 /* Bytes written to clients so far (heads and bodies). */
 size_t fake_bytes_sent(fake_upstream_t *f);
+/* How many connections the fake accepted so far. */
+size_t fake_connections(fake_upstream_t *f);
 /* How many requests arrived so far. */
 size_t fake_count(fake_upstream_t *f);
 /* Copies request i (0-based) into out; false when there is none. out->body stays owned by the fake. */

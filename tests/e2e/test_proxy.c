@@ -723,3 +723,92 @@ Test(proxy, a_client_that_never_reads_its_answer_is_disconnected_after_the_idle_
     up1 = NULL;
     free(body);
 }
+
+/* ---- the upstream client's connections (hop.c, keepalive.h) ------------------------------------------ */
+
+static const char json_answer[] =
+    "{\"id\":\"msg_1\",\"type\":\"message\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}";
+static const char json_body[] = "{\"model\":\"claude-x\",\"max_tokens\":5,\"messages\":[]}";
+
+/* After request `last` finished: every request took one attempt, none on a stale connection. */
+static void
+assert_one_attempt_each(int last)
+{
+    char finished[64];
+    snprintf(finished, sizeof(finished), "event request_finished id=%d status=200", last);
+    cr_assert(proc_wait_log(&proc, finished, 2000), "%s", proc.log);
+    size_t attempts = 0;
+    for (const char *at = proc.log; (at = strstr(at, "event attempt id=")) != NULL; at++)
+        attempts++;
+    cr_assert_eq(attempts, (size_t)last, "%s", proc.log);
+    cr_assert_null(strstr(proc.log, "stale_connection"), "%s", proc.log);
+}
+
+/* Sends one whole-answer request and asserts it was answered 200 with json_answer. */
+static void
+assert_json_served(int i)
+{
+    cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, json_body, &res), "request %d",
+              i);
+    cr_assert_eq(res.status, 200, "request %d: %s", i, res.body);
+    cr_assert_str_eq(res.body, json_answer, "request %d", i);
+}
+
+Test(proxy, kept_alive_connections_carry_the_next_requests)
+{
+    start_gateway("anthropic", NULL);
+    fake_reply_t whole = {
+        .status = 200, .headers = "content-type: application/json\r\n", .body = json_answer};
+    for (int i = 0; i < 4; i++) {
+        fake_push(up1, whole);
+        fake_push(up1, sse_reply("anthropic-ok.sse"));
+    }
+    for (int i = 0; i < 4; i++) {
+        assert_json_served(i);
+        cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, anthropic_body, &res));
+        cr_assert_eq(res.status, 200, "%s", res.body);
+        cr_assert_str_eq(res.body, fixture("anthropic-ok.sse", NULL));
+    }
+    cr_assert_eq(fake_count(up1), 8);
+    /* Each of the two workers keeps its own: content-length and chunked answers both leave it reusable. */
+    cr_assert_leq(fake_connections(up1), 2, "8 requests on %zu connections", fake_connections(up1));
+    assert_one_attempt_each(8);
+}
+
+Test(proxy, a_connection_the_answer_closes_is_not_used_again)
+{
+    start_gateway("anthropic", NULL);
+    fake_reply_t closing = {.status = 200,
+                            .headers = "content-type: application/json\r\nconnection: close\r\n",
+                            .body = json_answer,
+                            .close_after = true};
+    fake_reply_t until_close = {.status = 200,
+                                .headers = "content-type: application/json\r\n",
+                                .body = json_answer,
+                                .until_close = true};
+    fake_push(up1, closing);
+    fake_push(up1, until_close);
+    fake_push(up1, closing);
+    for (int i = 0; i < 3; i++)
+        assert_json_served(i);
+    cr_assert_eq(fake_connections(up1), 3);
+    assert_one_attempt_each(3);
+}
+
+Test(proxy, an_upstream_that_drops_an_idle_connection_costs_the_next_request_nothing)
+{
+    start_gateway("anthropic", NULL);
+    /* Closed after the answer without a word, as an upstream's own keep-alive timeout does. */
+    fake_set_default(up1, (fake_reply_t){.status = 200,
+                                         .headers = "content-type: application/json\r\n",
+                                         .body = json_answer,
+                                         .close_after = true});
+    for (int i = 0; i < 3; i++) {
+        assert_json_served(i);
+        /* Time for the close to arrive: the idle connection is dropped before anything is sent on it. */
+        usleep(100 * 1000);
+    }
+    cr_assert_eq(fake_count(up1), 3, "every request went out once");
+    cr_assert_eq(fake_connections(up1), 3);
+    assert_one_attempt_each(3);
+}

@@ -378,10 +378,19 @@ on_start(sl_timer_t *t)
 
 /* ---- a request's life in the pool ----------------------------------------------------------- */
 
+/*
+ * Freed requests a worker keeps for its next ones: a request_t is 11.7 KB,
+ * a large malloc whose free and allocation consolidate malloc's bins on
+ * every request otherwise. Requests end on the thread they began on.
+ */
+#define REQUESTS_KEPT 64
+static __thread h2o_mem_recycle_t request_recycle = {.max = REQUESTS_KEPT};
+
+/* The request's pool is being cleared: the request ends (if it had not) and its memory goes back. */
 static void
 on_request_disposed(void *p)
 {
-    request_t *r = p;
+    request_t *r = *(request_t **)p;
     h2o_linklist_unlink(&r->link);
     sl__unwatch_client(r);
     sl_timer_cancel(&r->io->timers, &r->out.stall_timer);
@@ -394,6 +403,7 @@ on_request_disposed(void *p)
     h2o_buffer_dispose(&r->out.tx);
     free(r->attempts);
     sl_snapshot_release(r->snapshot);
+    h2o_mem_free_recycle(&request_recycle, r);
 }
 
 bool
@@ -417,11 +427,12 @@ sl_request_peer_is_loopback(h2o_req_t *req)
     return sl_ip_is_loopback(mapped);
 }
 
-/* A request in the request's pool (freed with it), on the worker's list, with its own snapshot reference. */
+/* A request freed with the request's pool, on the worker's list, with its own snapshot reference. */
 static request_t *
 request_new(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapshot_t *snapshot)
 {
-    request_t *r = h2o_mem_alloc_shared(&req->pool, sizeof(*r), on_request_disposed);
+    request_t **holder = h2o_mem_alloc_shared(&req->pool, sizeof(*holder), on_request_disposed);
+    request_t *r = *holder = h2o_mem_alloc_recycle(&request_recycle, sizeof(*r));
     memset(r, 0, sizeof(*r)); /* phase PHASE_ROUTING, out.state OUT_NONE */
     r->req = req;
     r->io = io;

@@ -314,11 +314,22 @@ static void init_worker_io(sl_worker_io_t *io, h2o_loop_t *loop, h2o_multithread
  * their read buffers through the main thread's free list at once — a race
  * seen as a use-after-free inside h2o's read.
  */
+/*
+ * Buffers a worker's sockets and requests read into: h2o keeps 16 freed ones
+ * per thread, fewer than a busy worker's connections and requests free
+ * between two reads, so the rest went back to malloc, whose large frees and
+ * allocations consolidate its bins (6 % of a worker under load, measured).
+ * 8 KiB each: 2 MiB at most kept per worker.
+ */
+#define SOCKET_BUFFERS_KEPT 256
+
 static void
 init_worker(worker_t *w)
 {
     sl_server_t *s = w->server;
     this_worker = w;
+    h2o_socket_buffer_prototype.allocator.max =
+        SOCKET_BUFFERS_KEPT; /* this thread's (h2o keeps it per thread) */
     h2o_context_init(&w->ctx, h2o_evloop_create(), &s->globalconf);
     h2o_context_init(&w->ctx_h2, w->ctx.loop, &s->globalconf_h2);
     w->accept_ctx = (h2o_accept_ctx_t){.ctx = &w->ctx, .hosts = s->globalconf.hosts};

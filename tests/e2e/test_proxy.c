@@ -812,3 +812,50 @@ Test(proxy, an_upstream_that_drops_an_idle_connection_costs_the_next_request_not
     cr_assert_eq(fake_connections(up1), 3);
     assert_one_attempt_each(3);
 }
+
+/* An upstream's raw answer (FAKE_GARBAGE sends the bytes as they are, then closes). */
+static fake_reply_t
+raw_answer(const char *bytes)
+{
+    return (fake_reply_t){.action = FAKE_GARBAGE, .body = bytes};
+}
+
+Test(proxy, interim_heads_chunk_extensions_and_trailers_are_read_through)
+{
+    start_gateway("anthropic", NULL);
+    static const char answer[] = "HTTP/1.1 100 Continue\r\n\r\n"
+                                 "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                                 "Transfer-Encoding: chunked\r\n\r\n"
+                                 "11;ext=1\r\n{\"id\":\"msg_1\",\"ty\r\n"
+                                 "2f\r\npe\":\"message\",\"content\":[{\"type\":\"text\",\"text\":\r\n"
+                                 "6\r\n\"hi\"}]\r\n1\r\n}\r\n"
+                                 "0\r\nx-checksum: abc\r\n\r\n";
+    fake_push(up1, raw_answer(answer));
+    assert_json_served(0);
+    cr_assert_eq(fake_count(up2), 0);
+}
+
+Test(proxy, a_response_head_that_cannot_be_read_safely_fails_over_before_anything_is_sent)
+{
+    start_gateway("anthropic", NULL);
+    static const char *const heads[] = {
+        "HTTP/1.1 200 OK\r\ncontent-length: 5\r\ncontent-length: 6\r\n\r\nhello",
+        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\nx-folded: a\r\n  b\r\ncontent-length: "
+        "2\r\n\r\n{}",
+        "HTTP/1.1 200 OK\r\ncontent-length: 12abc\r\n\r\n{}",
+    };
+    fake_reply_t whole = {
+        .status = 200, .headers = "content-type: application/json\r\n", .body = json_answer};
+    for (size_t i = 0; i < sizeof(heads) / sizeof(heads[0]); i++) {
+        fake_push(up1, raw_answer(heads[i]));
+        fake_push(up2, whole);
+        assert_json_served((int)i);
+    }
+    cr_assert_eq(fake_count(up2), 3, "each was served by the next candidate");
+    cr_assert(proc_wait_log(&proc, "event request_finished id=3 status=200", 2000), "%s", proc.log);
+    for (int id = 1; id <= 3; id++) {
+        char line[96];
+        snprintf(line, sizeof(line), "event attempt id=%d provider=up1 outcome=error", id);
+        cr_assert(strstr(proc.log, line) != NULL, "request %d: %s", id, proc.log);
+    }
+}

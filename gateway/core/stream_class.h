@@ -129,13 +129,14 @@ sl_stream_feed(sl_stream_t *st, const sl_sse_event_t *ev, sl_stream_verdict_t *o
 }
 
 /*
- * Whether a stream that has ended (the upstream closed, h2o_http1client_error_is_eos)
- * was whole rather than cut: its completion marker arrived (Anthropic
- * message_stop, Responses response.completed or response.incomplete, Chat
- * [DONE], Bedrock messageStop) or, for Chat, a finish_reason did; Gemini has
- * no marker, so there a candidate's finishReason or promptFeedback's
- * blockReason does. h2o reports a truncated chunked body like a complete
- * one (stack-notes.md), so this is the only check.
+ * Whether a stream whose body ended (its HTTP framing's end, or the upstream
+ * closing a body without one) was whole rather than cut: its completion
+ * marker arrived (Anthropic message_stop, Responses response.completed or
+ * response.incomplete, Chat [DONE], Bedrock messageStop) or, for Chat, a
+ * finish_reason did; Gemini has no marker, so there a candidate's
+ * finishReason or promptFeedback's blockReason does. A body that ends
+ * cleanly can still be a stream cut short upstream, so this is the check
+ * that counts.
  * A whole stream may still hold no content (st->phase is then still held):
  * that is a stream that ended early (behaviour.md §5).
  */

@@ -427,13 +427,33 @@ sl_request_peer_is_loopback(h2o_req_t *req)
     return sl_ip_is_loopback(mapped);
 }
 
+/*
+ * All zero but its two SSE scratch buffers (8 KiB of the 11.7 KB), which the
+ * scanner writes before it reads them: zeroing the whole request was the
+ * largest single cost of a request in callgrind (11 700 of 100 700
+ * instructions).
+ */
+static void
+zero_request(request_t *r)
+{
+    const size_t first = offsetof(request_t, rd.scratch),
+                 second = offsetof(request_t, hedge.parked.rd.scratch);
+    const size_t len = sizeof(r->rd.scratch);
+    _Static_assert(offsetof(request_t, rd.scratch) + sizeof(((request_t *)0)->rd.scratch) <=
+                       offsetof(request_t, hedge.parked.rd.scratch),
+                   "the request's own scratch comes before the parked hop's");
+    memset(r, 0, first);
+    memset((char *)r + first + len, 0, second - (first + len));
+    memset((char *)r + second + len, 0, sizeof(*r) - (second + len));
+}
+
 /* A request freed with the request's pool, on the worker's list, with its own snapshot reference. */
 static request_t *
 request_new(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapshot_t *snapshot)
 {
     request_t **holder = h2o_mem_alloc_shared(&req->pool, sizeof(*holder), on_request_disposed);
     request_t *r = *holder = h2o_mem_alloc_recycle(&request_recycle, sizeof(*r));
-    memset(r, 0, sizeof(*r)); /* phase PHASE_ROUTING, out.state OUT_NONE */
+    zero_request(r); /* phase PHASE_ROUTING, out.state OUT_NONE */
     r->req = req;
     r->io = io;
     /* The shared state's answers come on this worker. */

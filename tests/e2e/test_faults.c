@@ -70,7 +70,8 @@ static struct {
     size_t len, cap;
     bool eof;
     uint16_t port, control_port;
-    char db[256]; /* the request DB's path */
+    char db[256];        /* the request DB's path */
+    const char *threads; /* workers of the next start (NULL: 2) */
 } gw = {.lock = PTHREAD_MUTEX_INITIALIZER, .grew = PTHREAD_COND_INITIALIZER};
 
 static fake_upstream_t *up1, *up2;
@@ -197,7 +198,7 @@ rss_kib(void)
 }
 
 /*
- * Starts $SLUICE_BIN on config at debug level with 2 workers, its output
+ * Starts $SLUICE_BIN on config at debug level with 2 workers (or gw.threads), its output
  * drained into gw.log. Unlike the harness's proc_start, the child dies with
  * the test (PR_SET_PDEATHSIG): a test that times out leaves no sluice behind.
  */
@@ -218,7 +219,8 @@ spawn(const char *config)
             _exit(126);
         dup2(fds[1], 1);
         dup2(fds[1], 2);
-        execl(bin, bin, "--config", config, "--log-level", "debug", "--threads", "2", (char *)NULL);
+        execl(bin, bin, "--config", config, "--log-level", "debug", "--threads",
+              gw.threads != NULL ? gw.threads : "2", (char *)NULL);
         _exit(127);
     }
     close(fds[1]);
@@ -709,11 +711,15 @@ Test(faults, an_upstream_that_resets_before_the_head)
     cr_assert_eq(fake_count(up1), 2);
 }
 
-/* Request 1 leaves a kept-alive connection in sluice's pool; the upstream then answers the next request on it
- * with close (after close_after_ms): the stale keep-alive race, or an upstream that held the request. */
+/*
+ * Request 1 leaves a kept-alive connection with sluice; the upstream then answers the next request on it
+ * with close (after close_after_ms): the stale keep-alive race, or an upstream that held the request.
+ * One worker: each keeps its own idle connections, and request 2 must meet request 1's.
+ */
 static void
 second_on_a_kept_alive_connection(int close_after_ms, answer_t *second)
 {
+    gw.threads = "1";
     start(NULL, NULL, NULL, NULL);
     fake_push(up1, ok_stream());
     fake_push(up1, (fake_reply_t){.action = FAKE_CLOSE_BEFORE_HEAD, .delay_ms = close_after_ms});

@@ -859,3 +859,23 @@ Test(proxy, a_response_head_that_cannot_be_read_safely_fails_over_before_anythin
         cr_assert(strstr(proc.log, line) != NULL, "request %d: %s", id, proc.log);
     }
 }
+
+Test(proxy, http_1_0_answers_and_bytes_past_a_body_end_the_connection_but_not_the_answer)
+{
+    start_gateway("anthropic", NULL);
+    static char until_close[512], extra[512];
+    snprintf(until_close, sizeof(until_close), "HTTP/1.0 200 OK\r\ncontent-type: application/json\r\n\r\n%s",
+             json_answer);
+    snprintf(extra, sizeof(extra),
+             "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: %zu\r\n\r\n%sHTTP/1.1 200 "
+             "OK\r\n",
+             strlen(json_answer), json_answer);
+    fake_push(up1, raw_answer(until_close));
+    fake_push(up1, raw_answer(extra));
+    fake_push(up1, (fake_reply_t){
+                       .status = 200, .headers = "content-type: application/json\r\n", .body = json_answer});
+    for (int i = 0; i < 3; i++)
+        assert_json_served(i);
+    cr_assert_eq(fake_connections(up1), 3, "neither of the first two connections carried another request");
+    assert_one_attempt_each(3);
+}

@@ -4,7 +4,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -97,23 +96,9 @@ sl_peer_new(const char *host, uint16_t port, bool is_tls)
     p->host = sl_xstrdup(host);
     snprintf(p->serv, sizeof(p->serv), "%u", port);
     p->is_tls = is_tls;
-    int family;
-    uint8_t addr[16];
     /* An address literal needs no resolver thread; a name is resolved for every new connection. */
-    p->by_address = sl_ip_parse(host, &family, addr);
-    if (p->by_address && family == AF_INET) {
-        struct sockaddr_in *sin = (struct sockaddr_in *)&p->addr;
-        sin->sin_family = AF_INET;
-        sin->sin_port = htons(port);
-        memcpy(&sin->sin_addr, addr, 4);
-        p->addr_len = sizeof(*sin);
-    } else if (p->by_address) {
-        struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&p->addr;
-        sin6->sin6_family = AF_INET6;
-        sin6->sin6_port = htons(port);
-        memcpy(&sin6->sin6_addr, addr, 16);
-        p->addr_len = sizeof(*sin6);
-    }
+    p->addr_len = sl_ip_sockaddr(host, port, &p->addr);
+    p->by_address = p->addr_len > 0;
     return p;
 }
 
@@ -349,23 +334,21 @@ read_head(sl_hop_t *hop, const char *err)
         n_fields = MAX_FIELDS;
         head_len = phr_parse_response((*in)->bytes, (*in)->size, &minor, &status, &msg, &msg_len, fields,
                                       &n_fields, 0);
-        if (head_len == -2) {
-            /* Without this bound an upstream whose head never ends would take all memory until the idle
-             * timeout. */
-            if ((*in)->size > SL_HOP_MAX_HEAD_BYTES)
-                bad_head(hop, "the response head is larger than 64 KiB");
-            else if (err != NULL)
-                bad_head(hop, "the upstream closed the connection inside the response head");
-            else
-                touch_idle(hop, sl_now_ms());
-            return;
-        }
-        if (head_len < 0) {
+        if (head_len == -1) {
             bad_head(hop, "the response head is not HTTP/1.x (or has more than 100 fields)");
             return;
         }
-        if ((size_t)head_len > SL_HOP_MAX_HEAD_BYTES) {
+        /* Without this bound an upstream whose head never ends would take all memory until the idle timeout.
+         */
+        if ((head_len == -2 ? (*in)->size : (size_t)head_len) > SL_HOP_MAX_HEAD_BYTES) {
             bad_head(hop, "the response head is larger than 64 KiB");
+            return;
+        }
+        if (head_len == -2) {
+            if (err != NULL)
+                bad_head(hop, "the upstream closed the connection inside the response head");
+            else
+                touch_idle(hop, sl_now_ms());
             return;
         }
         /* An interim answer (100 Continue, 103 Early Hints) is not the answer. */

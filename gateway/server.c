@@ -308,28 +308,27 @@ static void init_worker_io(sl_worker_io_t *io, h2o_loop_t *loop, h2o_multithread
                            SSL_CTX *upstream_ssl, SSL_CTX *upstream_ssl_by_address);
 
 /*
+ * Buffers a worker's sockets and requests read into: h2o keeps 16 freed ones
+ * per thread, fewer than a busy worker's connections and requests free
+ * between two reads, so the rest went back to malloc, whose large frees and
+ * allocations consolidate its bins. 8 KiB each: 2 MiB at most kept per worker.
+ */
+#define SOCKET_BUFFERS_KEPT 256
+
+/*
  * Everything of h2o a worker uses is made on the worker's own thread: a
  * socket takes the creating thread's buffer prototype (thread-local in h2o
  * 2.2.5), so a queue made on the main thread would have two workers recycle
  * their read buffers through the main thread's free list at once — a race
  * seen as a use-after-free inside h2o's read.
  */
-/*
- * Buffers a worker's sockets and requests read into: h2o keeps 16 freed ones
- * per thread, fewer than a busy worker's connections and requests free
- * between two reads, so the rest went back to malloc, whose large frees and
- * allocations consolidate its bins (6 % of a worker under load, measured).
- * 8 KiB each: 2 MiB at most kept per worker.
- */
-#define SOCKET_BUFFERS_KEPT 256
-
 static void
 init_worker(worker_t *w)
 {
     sl_server_t *s = w->server;
     this_worker = w;
-    h2o_socket_buffer_prototype.allocator.max =
-        SOCKET_BUFFERS_KEPT; /* this thread's (h2o keeps it per thread) */
+    /* This thread's: h2o's socket buffer prototype is thread-local. */
+    h2o_socket_buffer_prototype.allocator.max = SOCKET_BUFFERS_KEPT;
     h2o_context_init(&w->ctx, h2o_evloop_create(), &s->globalconf);
     h2o_context_init(&w->ctx_h2, w->ctx.loop, &s->globalconf_h2);
     w->accept_ctx = (h2o_accept_ctx_t){.ctx = &w->ctx, .hosts = s->globalconf.hosts};
@@ -400,28 +399,13 @@ worker_main(void *arg)
 static int
 open_listener(const char *bind_ip, uint16_t port, char *err, size_t err_size)
 {
-    int family;
-    uint8_t addr[16];
-    if (!sl_ip_parse(bind_ip, &family, addr)) {
+    struct sockaddr_storage ss;
+    socklen_t len = sl_ip_sockaddr(bind_ip, port, &ss);
+    if (len == 0) {
         snprintf(err, err_size, "'%s' is not an IP address", bind_ip);
         return -1;
     }
-    struct sockaddr_storage ss = {0};
-    socklen_t len;
-    if (family == AF_INET) {
-        struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
-        sin->sin_family = AF_INET;
-        sin->sin_port = htons(port);
-        memcpy(&sin->sin_addr, addr, 4);
-        len = sizeof(*sin);
-    } else {
-        struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
-        sin6->sin6_family = AF_INET6;
-        sin6->sin6_port = htons(port);
-        memcpy(&sin6->sin6_addr, addr, 16);
-        len = sizeof(*sin6);
-    }
-    int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     int on = 1;
     if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on)) != 0 ||
         setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof(on)) != 0 ||

@@ -19,6 +19,28 @@ sl_ip_parse(const char *s, int *family, uint8_t addr[16])
     return false;
 }
 
+socklen_t
+sl_ip_sockaddr(const char *s, uint16_t port, struct sockaddr_storage *out)
+{
+    int family;
+    uint8_t addr[16];
+    memset(out, 0, sizeof(*out));
+    if (!sl_ip_parse(s, &family, addr))
+        return 0;
+    if (family == AF_INET) {
+        struct sockaddr_in *sin = (struct sockaddr_in *)out;
+        sin->sin_family = AF_INET;
+        sin->sin_port = htons(port);
+        memcpy(&sin->sin_addr, addr, 4);
+        return sizeof(*sin);
+    }
+    struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)out;
+    sin6->sin6_family = AF_INET6;
+    sin6->sin6_port = htons(port);
+    memcpy(&sin6->sin6_addr, addr, 16);
+    return sizeof(*sin6);
+}
+
 bool
 sl_ip_is_loopback(const char *s)
 {

@@ -15,6 +15,8 @@ typedef struct {
 
 /* Parses an IPv4 or IPv6 literal into addr (4 or 16 bytes used); false when it is not one. */
 bool sl_ip_parse(const char *s, int *family, uint8_t addr[16]);
+/* The socket address of an IP literal and a port, for connect or bind; 0 when s is not an IP literal. */
+socklen_t sl_ip_sockaddr(const char *s, uint16_t port, struct sockaddr_storage *out);
 /* Whether an IP literal is a loopback address (127.0.0.0/8 or ::1). */
 bool sl_ip_is_loopback(const char *s);
 /* Parses "10.0.0.0/8", "::1/128" or a bare address (a single host); false on anything else. */

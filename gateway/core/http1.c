@@ -1,22 +1,9 @@
 #include "http1.h"
 
 #include <string.h>
+#include <strings.h>
 
-static bool
-name_is(const sl_http1_field_t *f, const char *name)
-{
-    size_t len = strlen(name);
-    if (f->name_len != len)
-        return false;
-    for (size_t i = 0; i < len; i++) {
-        char c = f->name[i];
-        if (c >= 'A' && c <= 'Z')
-            c = (char)(c - 'A' + 'a');
-        if (c != name[i])
-            return false;
-    }
-    return true;
-}
+#include "text.h"
 
 static bool
 is_ows(char c)
@@ -45,19 +32,11 @@ next_element(const char **at, const char *end, const char **elem, size_t *len)
     return true;
 }
 
+/* Whether [s, s + len) is word, in any case (word is lowercase). */
 static bool
-token_is(const char *elem, size_t len, const char *token)
+is_word(const char *s, size_t len, const char *word)
 {
-    if (len != strlen(token))
-        return false;
-    for (size_t i = 0; i < len; i++) {
-        char c = elem[i];
-        if (c >= 'A' && c <= 'Z')
-            c = (char)(c - 'A' + 'a');
-        if (c != token[i])
-            return false;
-    }
-    return true;
+    return len == strlen(word) && strncasecmp(s, word, len) == 0;
 }
 
 /* A Content-Length value (a list of equal numbers is allowed, RFC 9110 §8.6); false if it is not one. */
@@ -95,19 +74,19 @@ sl_http1_framing(int minor_version, int status, const sl_http1_field_t *fields, 
         const sl_http1_field_t *f = &fields[i];
         const char *at = f->value, *end = f->value + f->value_len, *elem;
         size_t elen;
-        if (name_is(f, "connection")) {
+        if (is_word(f->name, f->name_len, "connection")) {
             while (next_element(&at, end, &elem, &elen)) {
-                if (token_is(elem, elen, "close"))
+                if (is_word(elem, elen, "close"))
                     keep_alive = false;
-                else if (token_is(elem, elen, "keep-alive") && minor_version == 0)
+                else if (is_word(elem, elen, "keep-alive") && minor_version == 0)
                     keep_alive = true;
             }
-        } else if (name_is(f, "transfer-encoding")) {
+        } else if (is_word(f->name, f->name_len, "transfer-encoding")) {
             while (next_element(&at, end, &elem, &elen)) {
                 has_coding = true;
-                chunked_last = token_is(elem, elen, "chunked");
+                chunked_last = is_word(elem, elen, "chunked");
             }
-        } else if (name_is(f, "content-length")) {
+        } else if (is_word(f->name, f->name_len, "content-length")) {
             if (!parse_length(f->value, f->value_len, &length, &has_length))
                 return false;
         }
@@ -141,18 +120,6 @@ enum {
     AT_FINAL_LF,      /* the final blank line's CR was read */
 };
 
-static int
-hex_value(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* The size line ended: data follows, or (a zero size) the trailer section. */
 static void
 size_line_done(sl_chunked_t *d)
@@ -169,7 +136,7 @@ sl_chunked_decode(sl_chunked_t *d, char *buf, size_t *len, size_t *after)
         char c = buf[in];
         switch (d->state) {
         case AT_SIZE: {
-            int v = hex_value(c);
+            int v = sl_hex_digit(c);
             if (v >= 0) {
                 if (d->left > (UINT64_MAX >> 4) || d->digits == 16)
                     goto bad;

@@ -76,3 +76,22 @@ Test(cidr, loopback_detection)
     cr_assert_not(sl_ip_is_loopback("::"));
     cr_assert_not(sl_ip_is_loopback("localhost"));
 }
+
+Test(cidr, an_ip_literal_and_a_port_make_a_socket_address_and_a_name_makes_none)
+{
+    struct sockaddr_storage ss;
+    cr_assert_eq(sl_ip_sockaddr("127.0.0.1", 8080, &ss), sizeof(struct sockaddr_in));
+    const struct sockaddr_in *sin = (const struct sockaddr_in *)&ss;
+    cr_assert_eq(sin->sin_family, AF_INET);
+    cr_assert_eq(ntohs(sin->sin_port), 8080);
+    cr_assert_eq(ntohl(sin->sin_addr.s_addr), 0x7f000001);
+
+    cr_assert_eq(sl_ip_sockaddr("::1", 443, &ss), sizeof(struct sockaddr_in6));
+    const struct sockaddr_in6 *sin6 = (const struct sockaddr_in6 *)&ss;
+    cr_assert_eq(sin6->sin6_family, AF_INET6);
+    cr_assert_eq(ntohs(sin6->sin6_port), 443);
+    cr_assert(IN6_IS_ADDR_LOOPBACK(&sin6->sin6_addr));
+
+    cr_assert_eq(sl_ip_sockaddr("localhost", 80, &ss), 0, "a name is not an address");
+    cr_assert_eq(sl_ip_sockaddr("[::1]", 80, &ss), 0, "brackets belong to URLs, not to addresses");
+}

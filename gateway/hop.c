@@ -22,7 +22,8 @@ int phr_parse_response(const char *buf, size_t len, int *minor_version, int *sta
 /* Header fields read from one response head, as h2o's server takes from a request. */
 #define MAX_FIELDS 100
 
-typedef enum { HOP_RESOLVING, HOP_CONNECTING, HOP_WAITING_HEAD, HOP_READING_BODY, HOP_ENDED } hop_state_t;
+/* What the connection reads next; a hop starts (all zero) resolving or connecting. */
+typedef enum { HOP_CONNECTING, HOP_WAITING_HEAD, HOP_READING_BODY } hop_state_t;
 
 struct sl_hop {
     sl_worker_io_t *io;
@@ -154,8 +155,7 @@ let_go_of_connection(sl_hop_t *hop, bool keep)
         sl_upconn_close(c);
     else if (!hop->writing)
         sl_keepalive_put(c, hop->ended_ms);
-    /* Else h2o reports the write done only after its next poll, often after the answer: on_written keeps it.
-     */
+    /* Else h2o reports the write done after its next poll, often after the answer: on_written keeps it. */
 }
 
 static void
@@ -175,13 +175,11 @@ on_deferred_end(sl_timer_t *t)
     free_hop(hop);
 }
 
-/* The hop is over: its connection is let go of first, then the end is reported (unless the owner cancelled).
- */
+/* The hop is over: its connection is let go of first, then the end is reported (unless cancelled). */
 static void
 finish(sl_hop_t *hop, sl_hop_end_t how, const char *detail)
 {
     hop->ended_ms = sl_now_ms();
-    hop->state = HOP_ENDED;
     stop_timers(hop);
     let_go_of_connection(hop, how == SL_HOP_END_EOS);
     if (hop->cancelled) {
@@ -522,8 +520,9 @@ on_connected(h2o_socket_t *sock, const char *err)
         return;
     }
     const sl_peer_t *p = hop->params.peer;
-    if (p->addr.ss_family == AF_INET || p->addr.ss_family == AF_INET6 || !p->by_address) {
-        /* The request goes out in one write, but a kept connection's next one must not wait for an ACK. */
+    if (p->addr.ss_family != AF_UNIX) {
+        /* TCP (a named peer's address is not kept): a kept connection's next request must not wait for an
+         * ACK. */
         int on = 1;
         setsockopt(h2o_socket_get_fd(sock), IPPROTO_TCP, TCP_NODELAY, &on, sizeof(on));
     }
@@ -539,7 +538,6 @@ on_connected(h2o_socket_t *sock, const char *err)
 static void
 connect_to(sl_hop_t *hop, struct sockaddr *addr, socklen_t len)
 {
-    hop->state = HOP_CONNECTING;
     h2o_socket_t *sock = h2o_socket_connect(hop->io->loop, addr, len, on_connected);
     if (sock == NULL) {
         finish(hop, SL_HOP_END_CONNECT_FAILED, h2o_socket_error_conn_fail);
@@ -571,7 +569,6 @@ start_connect(sl_hop_t *hop)
         connect_to(hop, (struct sockaddr *)&p->addr, p->addr_len);
         return;
     }
-    hop->state = HOP_RESOLVING;
     hop->resolving =
         h2o_hostinfo_getaddr(&hop->io->getaddr_receiver, h2o_iovec_init(p->host, strlen(p->host)),
                              h2o_iovec_init(p->serv, strlen(p->serv)), AF_UNSPEC, SOCK_STREAM, IPPROTO_TCP,

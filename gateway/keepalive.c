@@ -33,7 +33,6 @@ unlink_idle(sl_keepalive_t *ka, sl_upconn_t *c)
 {
     h2o_linklist_unlink(&c->link);
     ka->n_idle--;
-    c->idle = false;
 }
 
 static sl_upconn_t *
@@ -95,7 +94,6 @@ sl_keepalive_put(sl_upconn_t *c, int64_t now_ms)
         sl_upconn_close(old);
     }
     c->hop = NULL;
-    c->idle = true;
     c->idle_since_ms = now_ms;
     h2o_linklist_insert(ka->idle.next, &c->link);
     ka->n_idle++;

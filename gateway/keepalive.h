@@ -30,7 +30,6 @@ typedef struct sl_upconn {
     struct sl_keepalive *store; /* the worker's store, which it goes back to */
     h2o_linklist_t link;        /* in the store's list while idle */
     int64_t idle_since_ms;
-    bool idle;          /* in the store's list */
     bool rcvbuf_capped; /* its receive buffer was fixed (hop.c, cap_receive_buffer) */
 } sl_upconn_t;
 

@@ -778,10 +778,10 @@ Test(proxy, kept_alive_connections_carry_the_next_requests)
 Test(proxy, a_connection_the_answer_closes_is_not_used_again)
 {
     start_gateway("anthropic", NULL);
+    /* It says close but keeps the connection open: only sluice's reading of the head keeps it from reuse. */
     fake_reply_t closing = {.status = 200,
                             .headers = "content-type: application/json\r\nconnection: close\r\n",
-                            .body = json_answer,
-                            .close_after = true};
+                            .body = json_answer};
     fake_reply_t until_close = {.status = 200,
                                 .headers = "content-type: application/json\r\n",
                                 .body = json_answer,

@@ -273,6 +273,12 @@ text_dup(const char *s, size_t n)
     char *out = sl_xmalloc(n + 1);
     const unsigned char *p = (const unsigned char *)s;
     for (size_t i = 0; i < n;) {
+        /* Most text is ASCII: copied a byte at a time without asking the UTF-8 decoder. */
+        if (p[i] != 0 && p[i] < 0x80) {
+            out[i] = (char)p[i];
+            i++;
+            continue;
+        }
         size_t len = p[i] == 0 ? 0 : sl_utf8_len(p + i, n - i);
         if (len == 0 || len == SL_UTF8_CUT) {
             out[i++] = '?';

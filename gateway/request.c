@@ -413,18 +413,10 @@ sl_request_peer_is_loopback(h2o_req_t *req)
     socklen_t len = req->conn->callbacks->get_peername(req->conn, (struct sockaddr *)&ss);
     if (len == 0)
         return false;
-    char host[64];
     /* The worker's internal socket: Responses WebSocket turns, whose client was checked at the upgrade. */
     if (ss.ss_family == AF_UNIX)
         return true;
-    if (ss.ss_family == AF_INET)
-        inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, host, sizeof(host));
-    else if (ss.ss_family == AF_INET6)
-        inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, host, sizeof(host));
-    else
-        return false;
-    const char *mapped = strncmp(host, "::ffff:", 7) == 0 ? host + 7 : host;
-    return sl_ip_is_loopback(mapped);
+    return sl_sockaddr_is_loopback((struct sockaddr *)&ss);
 }
 
 /*

@@ -371,11 +371,14 @@ worker_main(void *arg)
          * through h2o's pending list, which runs only after its next poll: so
          * after timers fired, poll without sleeping.
          */
+        sl_clock_new_turn();
         int64_t wait = fired > 0 ? 0 : sl_timerheap_wait_ms(&w->io.timers, sl_now_ms());
+        sl_clock_new_turn();
         /* -1 with EINTR happens when a debugger attaches: not a reason to stop serving. */
         if (h2o_evloop_run(w->ctx.loop, wait < 0 || wait > INT32_MAX ? INT32_MAX : (int32_t)wait) != 0 &&
             errno != EINTR)
             break;
+        sl_clock_new_turn();
         fired = sl_timerheap_run(&w->io.timers, sl_now_ms());
         sl_cluster_lane_flush(w->io.cluster_lane);
         /* One handoff per loop iteration, whatever happened in it. */

@@ -40,7 +40,14 @@ int64_t sl_now_ms(void);
 /* Wall-clock milliseconds since the Unix epoch: the clock of events, rows and usage windows. */
 int64_t sl_wall_ms(void);
 
-/* Monotonic nanoseconds: the clock of sluice_overhead_seconds. */
+/* Monotonic nanoseconds: the clock of sluice_overhead_seconds. Read at every call, never per turn. */
 int64_t sl_now_ns(void);
+
+/*
+ * A worker's loop begins a turn: until the next one, sl_now_ms and sl_wall_ms
+ * on this thread return what they first read in it (clock.c). Called around
+ * every wait of the loop, so no reading outlives a sleep.
+ */
+void sl_clock_new_turn(void);
 
 #endif

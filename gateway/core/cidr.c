@@ -98,25 +98,36 @@ prefix_equal(const uint8_t *a, const uint8_t *b, unsigned bits)
     return (a[whole] & mask) == (b[whole] & mask);
 }
 
+/*
+ * A peer's address bytes: v6 for an IPv6 peer, v4 for an IPv4 one and for an
+ * IPv4-mapped IPv6 one (::ffff:a.b.c.d), which is an IPv4 client on a dual-stack listener.
+ */
+static void
+peer_address(const struct sockaddr *peer, uint8_t v4[4], bool *has_v4, uint8_t v6[16], bool *has_v6)
+{
+    *has_v4 = *has_v6 = false;
+    if (peer->sa_family == AF_INET) {
+        memcpy(v4, &((const struct sockaddr_in *)peer)->sin_addr, 4);
+        *has_v4 = true;
+    } else if (peer->sa_family == AF_INET6) {
+        memcpy(v6, &((const struct sockaddr_in6 *)peer)->sin6_addr, 16);
+        *has_v6 = true;
+        static const uint8_t mapped_prefix[12] = {[10] = 0xff, [11] = 0xff};
+        if (memcmp(v6, mapped_prefix, 12) == 0) {
+            memcpy(v4, v6 + 12, 4);
+            *has_v4 = true;
+        }
+    }
+}
+
 bool
 sl_cidr_allows(const sl_cidr_t *ranges, size_t n, const struct sockaddr *peer)
 {
     if (n == 0)
         return true;
     uint8_t v4[4], v6[16];
-    bool has_v4 = false, has_v6 = false;
-    if (peer->sa_family == AF_INET) {
-        memcpy(v4, &((const struct sockaddr_in *)peer)->sin_addr, 4);
-        has_v4 = true;
-    } else if (peer->sa_family == AF_INET6) {
-        memcpy(v6, &((const struct sockaddr_in6 *)peer)->sin6_addr, 16);
-        has_v6 = true;
-        static const uint8_t mapped_prefix[12] = {[10] = 0xff, [11] = 0xff};
-        if (memcmp(v6, mapped_prefix, 12) == 0) {
-            memcpy(v4, v6 + 12, 4);
-            has_v4 = true;
-        }
-    }
+    bool has_v4, has_v6;
+    peer_address(peer, v4, &has_v4, v6, &has_v6);
     for (size_t i = 0; i < n; i++) {
         if (ranges[i].family == AF_INET && has_v4 && prefix_equal(ranges[i].addr, v4, ranges[i].prefix_bits))
             return true;
@@ -124,4 +135,14 @@ sl_cidr_allows(const sl_cidr_t *ranges, size_t n, const struct sockaddr *peer)
             return true;
     }
     return false;
+}
+
+bool
+sl_sockaddr_is_loopback(const struct sockaddr *peer)
+{
+    uint8_t v4[4], v6[16];
+    bool has_v4, has_v6;
+    peer_address(peer, v4, &has_v4, v6, &has_v6);
+    static const uint8_t v6_loopback[16] = {[15] = 1};
+    return has_v4 ? v4[0] == 127 : has_v6 && memcmp(v6, v6_loopback, 16) == 0;
 }

@@ -26,5 +26,8 @@ bool sl_cidr_parse(const char *s, sl_cidr_t *out);
  * peer (::ffff:a.b.c.d) matches IPv4 ranges. An empty list allows everyone.
  */
 bool sl_cidr_allows(const sl_cidr_t *ranges, size_t n, const struct sockaddr *peer);
+/* Whether a peer address is a loopback one (127.0.0.0/8, ::1, or ::ffff:127.x.y.z); false for other families.
+ */
+bool sl_sockaddr_is_loopback(const struct sockaddr *peer);
 
 #endif

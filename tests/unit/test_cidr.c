@@ -77,6 +77,28 @@ Test(cidr, loopback_detection)
     cr_assert_not(sl_ip_is_loopback("localhost"));
 }
 
+static bool
+peer_is_loopback(const char *ip)
+{
+    struct sockaddr_storage ss = peer(ip);
+    return sl_sockaddr_is_loopback((struct sockaddr *)&ss);
+}
+
+Test(cidr, a_loopback_peer_is_127_8_or_1_or_mapped_127_and_nothing_else)
+{
+    cr_assert(peer_is_loopback("127.0.0.1"));
+    cr_assert(peer_is_loopback("127.200.0.3"));
+    cr_assert(peer_is_loopback("::1"));
+    cr_assert(peer_is_loopback("::ffff:127.0.0.1"));
+    cr_assert_not(peer_is_loopback("128.0.0.1"));
+    cr_assert_not(peer_is_loopback("10.0.0.1"));
+    cr_assert_not(peer_is_loopback("::"));
+    cr_assert_not(peer_is_loopback("::2"));
+    cr_assert_not(peer_is_loopback("::ffff:10.0.0.1"));
+    struct sockaddr_storage unix_peer = {.ss_family = AF_UNIX};
+    cr_assert_not(sl_sockaddr_is_loopback((struct sockaddr *)&unix_peer));
+}
+
 Test(cidr, an_ip_literal_and_a_port_make_a_socket_address_and_a_name_makes_none)
 {
     struct sockaddr_storage ss;

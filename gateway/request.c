@@ -297,6 +297,8 @@ sl__send_hop(request_t *r)
     r->acct.hop_uncounted = false;
     sl__note_queued_time(r, &r->attempts[r->attempt], p->name);
     sl_strbuf_t head = {0};
+    /* A request line, host, length, credential and a few headers: grown once, not six times. */
+    sl_strbuf_reserve(&head, 1024);
     sl_upstream_head_t info;
     sl_head_status_t built = sl__build_hop_request(r, cand, &head, &info);
     if (built != SL_HEAD_OK) {

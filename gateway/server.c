@@ -29,6 +29,7 @@
 #include "cluster_lane.h"
 #include "linger.h"
 #include "hop.h"
+#include "lazy_epoll.h"
 #include "log.h"
 #include "refusal.h"
 #include "request.h"
@@ -329,6 +330,8 @@ init_worker(worker_t *w)
     this_worker = w;
     /* This thread's: h2o's socket buffer prototype is thread-local. */
     h2o_socket_buffer_prototype.allocator.max = SOCKET_BUFFERS_KEPT;
+    /* The loop's epoll instance drops h2o's per-request DEL and ADD of client sockets (lazy_epoll.h). */
+    sl_lazy_epoll_adopt_next();
     h2o_context_init(&w->ctx, h2o_evloop_create(), &s->globalconf);
     h2o_context_init(&w->ctx_h2, w->ctx.loop, &s->globalconf_h2);
     w->accept_ctx = (h2o_accept_ctx_t){.ctx = &w->ctx, .hosts = s->globalconf.hosts};

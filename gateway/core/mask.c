@@ -250,7 +250,8 @@ sl_scrub_secrets(char *text, size_t len)
                     r += word + sep + t;
                     continue;
                 }
-                memmove(text + w, text + r, word);
+                if (w != r)
+                    memmove(text + w, text + r, word);
                 w += word;
                 r += word;
                 continue;

@@ -61,6 +61,13 @@ reserve(sl_strbuf_t *b, size_t extra)
 }
 
 void
+sl_strbuf_reserve(sl_strbuf_t *b, size_t n)
+{
+    reserve(b, n);
+    b->data[b->len] = '\0';
+}
+
+void
 sl_strbuf_append(sl_strbuf_t *b, const char *s, size_t n)
 {
     reserve(b, n);

@@ -22,6 +22,8 @@ typedef struct {
 } sl_strbuf_t;
 
 void sl_strbuf_append(sl_strbuf_t *b, const char *s, size_t n);
+/* Room for n more bytes (and the NUL) at once: a builder that knows its usual size grows once. */
+void sl_strbuf_reserve(sl_strbuf_t *b, size_t n);
 void sl_strbuf_appendf(sl_strbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 /* The hot-path forms of appendf's "%s" and "%" PRIu64 (no format parsing). */
 void sl_strbuf_append_str(sl_strbuf_t *b, const char *s);

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sqlite3.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -504,9 +505,23 @@ prepare_all(sqlite_store_t *rec, const char *path, char *err, size_t err_size)
     return true;
 }
 
+/*
+ * SQLite counts every allocation under one global mutex unless told not to
+ * (SQLITE_CONFIG_MEMSTATUS); nothing here reads the counts, and the writer
+ * allocates for every bound value. Only possible before SQLite initialises:
+ * if something opened a database first, it stays on.
+ */
+static void
+no_memory_counts(void)
+{
+    sqlite3_config(SQLITE_CONFIG_MEMSTATUS, 0);
+}
+
 sl_store_t *
 sl_store_sqlite_open(const char *path, const sl_recorder_options_t *o, char *err, size_t err_size)
 {
+    static pthread_once_t configured = PTHREAD_ONCE_INIT;
+    pthread_once(&configured, no_memory_counts);
     if (path == NULL || *path == '\0') {
         sl_text_reason(err, err_size, "request DB: no path given");
         return NULL;

@@ -11,50 +11,47 @@
  * picked up together, so one reading is their time, as h2o's loop time is.
  * Other threads never begin a turn and read the clocks each time.
  */
+typedef struct {
+    bool read;
+    int64_t ms;
+} reading_t;
+
 static __thread struct {
-    bool on, mono_read, wall_read;
-    int64_t mono_ms, wall_ms;
+    bool on;
+    reading_t mono, wall;
 } turn;
 
 void
 sl_clock_new_turn(void)
 {
     turn.on = true;
-    turn.mono_read = turn.wall_read = false;
+    turn.mono.read = turn.wall.read = false;
 }
 
+/* clock in milliseconds: this turn's reading of it, or a fresh one off a worker. */
 static int64_t
-read_ms(clockid_t clock)
+read_ms(clockid_t clock, reading_t *kept)
 {
+    if (kept->read)
+        return kept->ms;
     struct timespec ts;
     clock_gettime(clock, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    int64_t ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    if (turn.on)
+        *kept = (reading_t){.read = true, .ms = ms};
+    return ms;
 }
 
 int64_t
 sl_now_ms(void)
 {
-    if (turn.mono_read)
-        return turn.mono_ms;
-    int64_t now = read_ms(CLOCK_MONOTONIC);
-    if (turn.on) {
-        turn.mono_ms = now;
-        turn.mono_read = true;
-    }
-    return now;
+    return read_ms(CLOCK_MONOTONIC, &turn.mono);
 }
 
 int64_t
 sl_wall_ms(void)
 {
-    if (turn.wall_read)
-        return turn.wall_ms;
-    int64_t now = read_ms(CLOCK_REALTIME);
-    if (turn.on) {
-        turn.wall_ms = now;
-        turn.wall_read = true;
-    }
-    return now;
+    return read_ms(CLOCK_REALTIME, &turn.wall);
 }
 
 int64_t

@@ -20,8 +20,9 @@
  *
  * Registrations carry the descriptor as their kernel data, and the caller's
  * data is handed back from a table indexed by descriptor, which is how an
- * event is known to be for a deleted one. Descriptors at or above
- * SL_LAZY_EPOLL_MAX_FD cannot be registered on an adopted instance (EMFILE).
+ * event is known to be for a deleted one. A descriptor is registered in one
+ * adopted instance at a time (as each h2o socket belongs to one loop); at or
+ * above SL_LAZY_EPOLL_MAX_FD it cannot be registered in one (EMFILE).
  */
 #ifndef SL_LAZY_EPOLL_H
 #define SL_LAZY_EPOLL_H

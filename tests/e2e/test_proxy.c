@@ -6,6 +6,7 @@
  */
 #include <criterion/criterion.h>
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -773,6 +774,62 @@ Test(proxy, kept_alive_connections_carry_the_next_requests)
     /* Each of the two workers keeps its own: content-length and chunked answers both leave it reusable. */
     cr_assert_leq(fake_connections(up1), 2, "8 requests on %zu connections", fake_connections(up1));
     assert_one_attempt_each(8);
+}
+
+/*
+ * A client's next request that arrives while the gateway serves its previous
+ * one on the same connection: the worker's loop keeps the socket registered
+ * past h2o's stop of reading (lazy_epoll.h), so this is the event that must
+ * delete it for real and let h2o's next start register it again. Pipelined in
+ * one write, and sent during the first answer's wait.
+ */
+static size_t
+read_answers(int fd, size_t want, char *buf, size_t size)
+{
+    size_t got = 0, answers = 0;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    while (answers < want && got + 1 < size && poll(&p, 1, 5000) == 1) {
+        ssize_t k = read(fd, buf + got, size - 1 - got);
+        if (k <= 0)
+            break;
+        got += (size_t)k;
+        buf[got] = '\0';
+        answers = 0;
+        for (const char *at = buf; (at = strstr(at, json_answer)) != NULL; at++)
+            answers++;
+    }
+    return answers;
+}
+
+Test(proxy, requests_that_come_while_the_previous_one_is_served_are_answered_in_turn)
+{
+    start_gateway("anthropic", NULL);
+    fake_reply_t slow = {
+        .status = 200, .headers = "content-type: application/json\r\n", .body = json_answer, .delay_ms = 300};
+    for (int i = 0; i < 4; i++)
+        fake_push(up1, slow);
+    char req[512], two[1024], buf[8192];
+    int n =
+        snprintf(req, sizeof(req), "POST /v1/messages HTTP/1.1\r\nHost: x\r\n%scontent-length: %zu\r\n\r\n%s",
+                 ANTHROPIC_HEADERS, strlen(json_body), json_body);
+    snprintf(two, sizeof(two), "%s%s", req, req);
+
+    int fd = raw_post(port, 0, "/v1/messages", ANTHROPIC_HEADERS, json_body);
+    cr_assert_geq(fd, 0);
+    cr_assert(proc_wait_log(&proc, "event request_started id=1", 2000), "%s", proc.log);
+    cr_assert_eq(write(fd, req, (size_t)n), n, "the second request, while the first waits for its answer");
+    cr_assert_eq(read_answers(fd, 2, buf, sizeof(buf)), 2, "%s", buf);
+    close(fd);
+
+    fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port)};
+    inet_pton(AF_INET, "127.0.0.1", &sin.sin_addr);
+    cr_assert_eq(connect(fd, (struct sockaddr *)&sin, sizeof(sin)), 0);
+    cr_assert_eq(write(fd, two, strlen(two)), (ssize_t)strlen(two), "two requests in one write");
+    cr_assert_eq(read_answers(fd, 2, buf, sizeof(buf)), 2, "%s", buf);
+    close(fd);
+    cr_assert_eq(fake_count(up1), 4);
+    assert_one_attempt_each(4);
 }
 
 Test(proxy, a_connection_the_answer_closes_is_not_used_again)

@@ -362,8 +362,14 @@ db_text(const char *path, const char *sql, char *out, size_t size)
 const char *
 after_keepalives(const char *body)
 {
-    while (body != NULL && strncmp(body, ": keep-alive\n\n", 14) == 0)
-        body += 14;
+    for (;;) {
+        if (body != NULL && strncmp(body, ": keep-alive\n\n", 14) == 0)
+            body += 14;
+        else if (body != NULL && body[0] == '\n') /* Gemini's keep-alive: an empty line */
+            body++;
+        else
+            break;
+    }
     return body != NULL ? body : "";
 }
 

@@ -165,7 +165,7 @@ Test(limits, a_third_request_in_a_minute_waits_until_the_window_has_room)
         cr_assert_eq(res.status, 200, "%d %s", res.status, res.body);
     }
     cr_assert_eq(fake_count(up), 3);
-    cr_assert_lt(sent_at(up, 1) - sent_at(up, 0), 300, "the second fits at once");
+    cr_assert_lt(sent_at(up, 1) - sent_at(up, 0), 500, "the second fits at once (a wait would be ~600 ms)");
     /* The window counts in 60 slots (10 ms scaled): the first leaves it with its slot, up to one slot early.
      * And it counts from admission, the fake from arrival: on a loaded machine the first can arrive up to
      * ~200 ms later after its admission than the third does. Not waiting, the third would come at once. */
@@ -182,9 +182,9 @@ Test(limits, a_third_request_in_a_minute_waits_until_the_window_has_room)
     const char *db = temp_file_path(1);
     cr_assert_eq(db_int(db, "SELECT count(*) FROM attempts WHERE skipped = 'window_full'"), 1,
                  "one skip row");
-    /* It waited what was left of the first's minute: less the time the first two took (up to ~300 ms on a
+    /* It waited what was left of the first's minute: less the time the first two took (up to ~500 ms on a
      * loaded machine); a hop that did not wait says about 0. */
-    cr_assert_geq(db_int(db, "SELECT max(pause_ms) FROM attempts WHERE status = 200"), 250,
+    cr_assert_geq(db_int(db, "SELECT max(pause_ms) FROM attempts WHERE status = 200"), 80,
                   "the served hop says how long it waited");
     cr_assert_eq(
         db_int(db, "SELECT sum(requests) FROM usage_buckets WHERE kind = 'provider' AND name = 'one'"), 3,
@@ -269,7 +269,7 @@ Test(limits, a_full_key_window_holds_the_request_in_the_keys_queue)
      * The window counts from request 1's admission, the fake from its arrival: on a loaded machine the first
      * arrival can lag its admission by more than the second's, so a little less than the 600 ms shows.
      */
-    cr_assert_geq(sent_at(up, 1) - sent_at(up, 0), 500, "sent once the key's minute had room (scaled)");
+    cr_assert_geq(sent_at(up, 1) - sent_at(up, 0), 400, "sent once the key's minute had room (scaled)");
     cr_assert(proc_wait_log(&proc, "event request_queued id=2 gates=1 first=tester:key_window", 2000), "%s",
               proc.log);
     cr_assert(proc_wait_log(&proc, "event request_dequeued id=2", 2000), "%s", proc.log);
@@ -374,7 +374,7 @@ Test(limits, a_chat_stream_is_asked_for_its_usage_and_the_extra_chunk_dropped)
         "{\"model\":\"gpt-x\",\"stream\":true,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}]}", &res));
     cr_assert_eq(res.status, 200, "%d %s", res.status, res.body);
     char *want = chat_without_usage_chunk();
-    cr_assert_str_eq(res.body, want, "the client did not ask for the usage chunk");
+    cr_assert_str_eq(after_keepalives(res.body), want, "the client did not ask for the usage chunk");
     free(want);
     fake_request_t sent;
     cr_assert(fake_request(up, 0, &sent));
@@ -389,7 +389,7 @@ Test(limits, a_chat_stream_is_asked_for_its_usage_and_the_extra_chunk_dropped)
     http_response_free(&res);
     cr_assert(http_request_h(port, "POST", "/v1/chat/completions", CHAT_HEADERS, asking, &res));
     cr_assert_eq(res.status, 200);
-    cr_assert_str_eq(res.body, fixture("chat-ok.sse", NULL));
+    cr_assert_str_eq(after_keepalives(res.body), fixture("chat-ok.sse", NULL));
     cr_assert(fake_request(up, 1, &sent));
     cr_assert_str_eq(sent.body, asking);
 

@@ -282,7 +282,10 @@ Test(throttle, a_long_line_behind_a_pause_is_served_whole)
 
 Test(throttle, the_deadline_gives_a_final_429_with_its_three_headers)
 {
-    start(NULL, "wait_secs: 5"); /* 50 ms */
+    /* Unscaled: the 600 s hint is past wait_secs 5 at once, and a held stream's keep-alive (150 ms at 0.01)
+     * cannot come before the 429 is read on a loaded machine. */
+    setenv("SLUICE_TEST_TIME_SCALE", "1", 1);
+    start(NULL, "wait_secs: 5");
     fake_push(up, limited("content-type: application/json\r\nretry-after: 600\r\n"));
     cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, body(0), &res));
     cr_assert_eq(res.status, 429);
@@ -474,8 +477,11 @@ Test(throttle, a_probe_that_hangs_lets_the_rest_go_after_the_grace)
 
 Test(throttle, on_shutdown_a_queued_request_is_answered_at_once_and_recorded)
 {
+    /* Unscaled: the pause (100 s) outlasts the test, and no keep-alive (150 ms at 0.01) goes out before
+     * the SIGTERM. */
+    setenv("SLUICE_TEST_TIME_SCALE", "1", 1);
     start(NULL, NULL);
-    fake_push(up, limited("content-type: application/json\r\nretry-after-ms: 100000\r\n")); /* 1 s */
+    fake_push(up, limited("content-type: application/json\r\nretry-after-ms: 100000\r\n"));
     client_t c = {.i = 0};
     pthread_t t;
     pthread_create(&t, NULL, client_main, &c);

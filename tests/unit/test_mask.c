@@ -61,6 +61,12 @@ Test(scrub, masks_long_tokens_after_secret_words)
     cr_assert_str_eq(scrub("{\"access_token\": \"abcdefghijklmnopqrstuvwxyz\"}"),
                      "{\"access_token\": \"…wxyz\"}");
     cr_assert_str_eq(scrub("client_secret=0123456789012345678901234"), "client_secret=…1234");
+    /* Every word, in any case, anywhere in the name. */
+    cr_assert_str_eq(scrub("X_API_KEY=abcdefghijklmnopqrstuvwxyz"), "X_API_KEY=…wxyz");
+    cr_assert_str_eq(scrub("proxy-Authorization: abcdefghijklmnopqrstuvwxyz"), "proxy-Authorization: …wxyz");
+    cr_assert_str_eq(scrub("MyTokenValue abcdefghijklmnopqrstuvwxyz"), "MyTokenValue …wxyz");
+    cr_assert_str_eq(scrub("monkey business abcdefghijklmnopqrstuvwxyz0"),
+                     "monkey business abcdefghijklmnopqrstuvwxyz0");
 }
 
 Test(scrub, masks_the_password_of_a_url)

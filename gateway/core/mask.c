@@ -6,7 +6,7 @@
 
 #define ELLIPSIS "\xe2\x80\xa6" /* "…", 3 bytes */
 
-/* Longest first: the first match wins. Plain arrays: the compiler folds their letters into the compares. */
+/* Longest first: the first match wins. Rows of chars, not pointers: a prefix's first letter is one load. */
 static const char key_prefixes[][9] = {"sk-ant-", "sk-proj-", "sk-", "AIza", "AKIA", "ASIA"};
 
 static int

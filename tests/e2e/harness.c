@@ -362,14 +362,16 @@ db_text(const char *path, const char *sql, char *out, size_t size)
 const char *
 after_keepalives(const char *body)
 {
-    for (;;) {
-        if (body != NULL && strncmp(body, ": keep-alive\n\n", 14) == 0)
-            body += 14;
-        else if (body != NULL && body[0] == '\n') /* Gemini's keep-alive: an empty line */
-            body++;
-        else
-            break;
-    }
+    while (body != NULL && strncmp(body, ": keep-alive\n\n", 14) == 0)
+        body += 14;
+    return body != NULL ? body : "";
+}
+
+const char *
+after_gemini_keepalives(const char *body)
+{
+    while (body != NULL && body[0] == '\n')
+        body++;
     return body != NULL ? body : "";
 }
 

@@ -87,8 +87,10 @@ int hold_refusing_port(uint16_t *port);
 /* The resident memory of process pid in KiB (VmRSS), or -1. */
 long proc_rss_kib(pid_t pid);
 
-/* A stream held past 15 s (150 ms scaled) starts with keep-alives (behaviour.md §4; for Gemini empty lines):
- * what follows them. */
+/* A stream held past 15 s (150 ms scaled) starts with keep-alive comments (behaviour.md §4): what follows
+ * them. */
 const char *after_keepalives(const char *body);
+/* The same for a Gemini stream, whose keep-alives are empty lines. */
+const char *after_gemini_keepalives(const char *body);
 
 #endif

@@ -81,7 +81,7 @@ Test(gemini, a_stream_passes_through_with_the_upstreams_key_and_model)
     fake_push(up, sse(ok));
     cr_assert(http_request_h(port, "POST", STREAM_PATH, KEY_HEADER, BODY, &res));
     cr_assert_eq(res.status, 200, "%d %s", res.status, res.body);
-    cr_assert_str_eq(after_keepalives(res.body), ok, "byte for byte");
+    cr_assert_str_eq(after_gemini_keepalives(res.body), ok, "byte for byte");
     fake_request_t sent;
     cr_assert(fake_request(up, 0, &sent));
     cr_assert_str_eq(sent.path, "/v1beta/models/gemini-2.5-flash:streamGenerateContent?alt=sse");
@@ -137,7 +137,7 @@ Test(gemini, every_api_version_is_served_and_the_hop_keeps_the_clients)
             http_response_free(&res);
             cr_assert(http_request_h(port, "POST", path, KEY_HEADER, BODY, &res));
             cr_assert_eq(res.status, 200, "%s: %d %s", path, res.status, res.body);
-            cr_assert_str_eq(after_keepalives(res.body), calls[j].answer, "%s", path);
+            cr_assert_str_eq(after_gemini_keepalives(res.body), calls[j].answer, "%s", path);
             fake_request_t sent;
             cr_assert(fake_request(up, n, &sent), "%s", path);
             snprintf(want, sizeof(want), "/%s/models/gemini-2.5-flash:%s", versions[i], calls[j].action);
@@ -153,7 +153,7 @@ Test(gemini, a_bare_json_error_before_content_is_retried)
     fake_push(up, sse(ok));
     cr_assert(http_request_h(port, "POST", STREAM_PATH, KEY_HEADER, BODY, &res));
     cr_assert_eq(res.status, 200);
-    cr_assert_str_eq(after_keepalives(res.body), ok, "the client never sees the error");
+    cr_assert_str_eq(after_gemini_keepalives(res.body), ok, "the client never sees the error");
     cr_assert_eq(fake_count(up), 2);
 }
 

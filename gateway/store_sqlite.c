@@ -159,12 +159,24 @@ create_private(const char *path, char *err, size_t err_size)
     return ok;
 }
 
+/*
+ * A batch's rows go in ROWS_PER_INSERT to one INSERT: each run of a statement
+ * costs SQLite about as much as two more rows in it, so the writer spends
+ * about a quarter less per row than with one row per INSERT.
+ */
+#define ROWS_PER_INSERT 16
+#define REQUEST_COLUMNS 22
+#define ATTEMPT_COLUMNS 16
+
 enum {
     ST_BEGIN,
     ST_COMMIT,
     ST_ROLLBACK,
+    ST_LAST_ROW,
     ST_INSERT_REQUEST,
+    ST_INSERT_REQUESTS, /* ROWS_PER_INSERT rows */
     ST_INSERT_ATTEMPT,
+    ST_INSERT_ATTEMPTS, /* ROWS_PER_INSERT rows */
     ST_UPSERT_BUCKET,
     ST_SWEEP_ATTEMPTS,
     ST_SWEEP_REQUESTS,
@@ -172,21 +184,22 @@ enum {
     ST_COUNT
 };
 
+static const char insert_request_head[] =
+    "INSERT INTO requests (row, id, started_at_ms, client, dialect, model, provider, path, status,"
+    " outcome, error_code, error_text, error_args, duration_ms, ttfb_ms, ttft_ms,"
+    " usage_input, usage_output, usage_cache_read, usage_cache_write, usage_estimated,"
+    " cost_micros) VALUES ";
+static const char insert_attempt_head[] =
+    "INSERT INTO attempts (request_row, n, provider, model, outcome, status, error_code,"
+    " error_text, error_args, ms, pause_ms, retry, backoff_ms, skipped, reason, hedge) VALUES ";
+
+/* NULL for the inserts, whose text insert_sql writes. */
 static const char *const stmt_sql[ST_COUNT] = {
     [ST_BEGIN] = "BEGIN IMMEDIATE",
     [ST_COMMIT] = "COMMIT",
     [ST_ROLLBACK] = "ROLLBACK",
-    [ST_INSERT_REQUEST] =
-        "INSERT INTO requests (id, started_at_ms, client, dialect, model, provider, path, status,"
-        " outcome, error_code, error_text, error_args, duration_ms, ttfb_ms, ttft_ms,"
-        " usage_input, usage_output, usage_cache_read, usage_cache_write, usage_estimated,"
-        " cost_micros)"
-        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17,"
-        " ?18, ?19, ?20, ?21)",
-    [ST_INSERT_ATTEMPT] =
-        "INSERT INTO attempts (request_row, n, provider, model, outcome, status, error_code,"
-        " error_text, error_args, ms, pause_ms, retry, backoff_ms, skipped, reason, hedge)"
-        " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16)",
+    /* The writer numbers a batch's rows itself, so that their attempts can name them before they are in. */
+    [ST_LAST_ROW] = "SELECT coalesce(max(row), 0) FROM requests",
     [ST_UPSERT_BUCKET] = "INSERT INTO usage_buckets (kind, name, minute, requests, tokens, cost_micros)"
                          " VALUES (?1, ?2, ?3, ?4, ?5, ?6) ON CONFLICT (kind, name, minute) DO UPDATE SET"
                          " requests = requests + excluded.requests, tokens = tokens + excluded.tokens,"
@@ -199,6 +212,30 @@ static const char *const stmt_sql[ST_COUNT] = {
     [ST_SWEEP_BUCKETS] = "DELETE FROM usage_buckets WHERE (kind, name, minute) IN (SELECT kind, name, minute"
                          " FROM usage_buckets WHERE minute < ?1 LIMIT ?2)",
 };
+
+/* The INSERT of statement i: its head, then `rows` groups of `columns` anonymous parameters. */
+static char *
+insert_sql(int i)
+{
+    bool requests = i == ST_INSERT_REQUEST || i == ST_INSERT_REQUESTS;
+    const char *head = requests ? insert_request_head : insert_attempt_head;
+    int columns = requests ? REQUEST_COLUMNS : ATTEMPT_COLUMNS;
+    int rows = i == ST_INSERT_REQUESTS || i == ST_INSERT_ATTEMPTS ? ROWS_PER_INSERT : 1;
+    size_t size = strlen(head) + (size_t)rows * ((size_t)columns * 2 + 2) + 1;
+    char *sql = sl_xmalloc(size);
+    char *p = sql + sprintf(sql, "%s", head);
+    for (int r = 0; r < rows; r++) {
+        *p++ = r > 0 ? ',' : '(';
+        if (r > 0)
+            *p++ = '(';
+        for (int c = 0; c < columns; c++) {
+            *p++ = '?';
+            *p++ = c + 1 < columns ? ',' : ')';
+        }
+    }
+    *p = '\0';
+    return sql;
+}
 
 typedef struct {
     sl_store_t base;
@@ -233,15 +270,17 @@ bind_opt(sqlite3_stmt *st, int i, int64_t v, int64_t absent)
         sqlite3_bind_null(st, i);
 }
 
-/* Binds code, text and args at i, i+1, i+2; returns the args text, which must outlive the step. */
-static char *
+/* Binds code, text and args at i, i+1, i+2; the statement owns (and frees) the args text. */
+static void
 bind_msg(sqlite3_stmt *st, int i, const sl_row_msg_t *m)
 {
     char *args = sl_store_args_json(m);
     bind_text(st, i, m->code);
     bind_text(st, i + 1, m->code != NULL ? m->text : NULL);
-    bind_text(st, i + 2, args);
-    return args;
+    if (args != NULL)
+        sqlite3_bind_text(st, i + 2, args, -1, free);
+    else
+        sqlite3_bind_null(st, i + 2);
 }
 
 static const char *
@@ -250,62 +289,118 @@ or_empty(const char *s)
     return s != NULL ? s : "";
 }
 
-static int
-insert_attempt(sqlite_store_t *rec, sqlite3_int64 request_row, size_t n, const sl_attempt_row_t *a)
+/* One attempt of a batch, with the row of its request. */
+typedef struct {
+    sqlite3_int64 request_row;
+    size_t n;
+    const sl_attempt_row_t *a;
+} attempt_ref_t;
+
+/* Binds attempt ref as the row whose parameters start after `at`. */
+static void
+bind_attempt(sqlite3_stmt *st, int at, const attempt_ref_t *ref)
 {
-    sqlite3_stmt *st = rec->stmts[ST_INSERT_ATTEMPT];
-    sqlite3_bind_int64(st, 1, request_row);
-    sqlite3_bind_int64(st, 2, (sqlite3_int64)n);
-    bind_text(st, 3, or_empty(a->provider));
-    bind_text(st, 4, a->model);
-    bind_text(st, 5, sl_hop_outcome_slug(a->outcome));
-    bind_opt(st, 6, a->status, 0);
-    char *args = bind_msg(st, 7, &a->error);
-    sqlite3_bind_int64(st, 10, a->ms);
-    bind_opt(st, 11, a->pause_ms, SL_ROW_ABSENT);
-    bind_opt(st, 12, a->retry, 0);
-    bind_opt(st, 13, a->backoff_ms, SL_ROW_ABSENT);
-    bind_text(st, 14, a->skipped != SL_SKIP_NONE ? sl_skip_slug(a->skipped) : NULL);
-    bind_text(st, 15, a->has_reason ? sl_step_reason_slug(a->reason) : NULL);
-    bind_opt(st, 16, a->hedge ? 1 : 0, 0);
-    int rc = run(st);
-    free(args);
-    return rc;
+    const sl_attempt_row_t *a = ref->a;
+    sqlite3_bind_int64(st, at + 1, ref->request_row);
+    sqlite3_bind_int64(st, at + 2, (sqlite3_int64)ref->n);
+    bind_text(st, at + 3, or_empty(a->provider));
+    bind_text(st, at + 4, a->model);
+    bind_text(st, at + 5, sl_hop_outcome_slug(a->outcome));
+    bind_opt(st, at + 6, a->status, 0);
+    bind_msg(st, at + 7, &a->error);
+    sqlite3_bind_int64(st, at + 10, a->ms);
+    bind_opt(st, at + 11, a->pause_ms, SL_ROW_ABSENT);
+    bind_opt(st, at + 12, a->retry, 0);
+    bind_opt(st, at + 13, a->backoff_ms, SL_ROW_ABSENT);
+    bind_text(st, at + 14, a->skipped != SL_SKIP_NONE ? sl_skip_slug(a->skipped) : NULL);
+    bind_text(st, at + 15, a->has_reason ? sl_step_reason_slug(a->reason) : NULL);
+    bind_opt(st, at + 16, a->hedge ? 1 : 0, 0);
 }
 
-static int
-insert_row(sqlite_store_t *rec, const sl_request_row_t *r)
+/* Binds request r, stored as `row`, as the row whose parameters start after `at`. */
+static void
+bind_request(sqlite3_stmt *st, int at, sqlite3_int64 row, const sl_request_row_t *r)
 {
-    sqlite3_stmt *st = rec->stmts[ST_INSERT_REQUEST];
-    sqlite3_bind_int64(st, 1, (sqlite3_int64)r->id);
-    sqlite3_bind_int64(st, 2, r->started_at_ms);
-    bind_text(st, 3, or_empty(r->client));
-    bind_text(st, 4, sl_store_dialect_name(r->dialect));
-    bind_text(st, 5, or_empty(r->model));
-    bind_text(st, 6, r->provider);
-    bind_text(st, 7, or_empty(r->path));
-    sqlite3_bind_int64(st, 8, r->status);
-    bind_text(st, 9, sl_row_outcome_slug(r->outcome));
-    char *args = bind_msg(st, 10, &r->error);
-    sqlite3_bind_int64(st, 13, r->duration_ms);
-    bind_opt(st, 14, r->ttfb_ms, SL_ROW_ABSENT);
-    bind_opt(st, 15, r->ttft_ms, SL_ROW_ABSENT);
+    sqlite3_bind_int64(st, at + 1, row);
+    sqlite3_bind_int64(st, at + 2, (sqlite3_int64)r->id);
+    sqlite3_bind_int64(st, at + 3, r->started_at_ms);
+    bind_text(st, at + 4, or_empty(r->client));
+    bind_text(st, at + 5, sl_store_dialect_name(r->dialect));
+    bind_text(st, at + 6, or_empty(r->model));
+    bind_text(st, at + 7, r->provider);
+    bind_text(st, at + 8, or_empty(r->path));
+    sqlite3_bind_int64(st, at + 9, r->status);
+    bind_text(st, at + 10, sl_row_outcome_slug(r->outcome));
+    bind_msg(st, at + 11, &r->error);
+    sqlite3_bind_int64(st, at + 14, r->duration_ms);
+    bind_opt(st, at + 15, r->ttfb_ms, SL_ROW_ABSENT);
+    bind_opt(st, at + 16, r->ttft_ms, SL_ROW_ABSENT);
     const sl_row_usage_t *u = &r->usage;
     const int64_t usage[] = {(int64_t)u->input, (int64_t)u->output, (int64_t)u->cache_read,
                              (int64_t)u->cache_write, u->estimated};
     for (int k = 0; k < 5; k++) {
         if (r->has_usage)
-            sqlite3_bind_int64(st, 16 + k, usage[k]);
+            sqlite3_bind_int64(st, at + 17 + k, usage[k]);
         else
-            sqlite3_bind_null(st, 16 + k);
+            sqlite3_bind_null(st, at + 17 + k);
     }
-    bind_opt(st, 21, r->cost_micros, SL_ROW_ABSENT);
-    int rc = run(st);
-    free(args);
-    sqlite3_int64 request_row = sqlite3_last_insert_rowid(rec->db);
-    for (size_t i = 0; rc == SQLITE_OK && i < r->n_attempts; i++)
-        rc = insert_attempt(rec, request_row, i, &r->attempts[i]);
+    bind_opt(st, at + 22, r->cost_micros, SL_ROW_ABSENT);
+}
+
+/* The rows, numbered from first_row on: ROWS_PER_INSERT to a statement, the rest one by one. */
+static int
+insert_requests(sqlite_store_t *rec, sl_request_row_t *const *rows, size_t n, sqlite3_int64 first_row)
+{
+    int rc = SQLITE_OK;
+    for (size_t i = 0; rc == SQLITE_OK && i < n;) {
+        size_t k = n - i >= ROWS_PER_INSERT ? ROWS_PER_INSERT : 1;
+        sqlite3_stmt *st = rec->stmts[k > 1 ? ST_INSERT_REQUESTS : ST_INSERT_REQUEST];
+        for (size_t j = 0; j < k; j++, i++)
+            bind_request(st, (int)j * REQUEST_COLUMNS, first_row + (sqlite3_int64)i, rows[i]);
+        rc = run(st);
+    }
     return rc;
+}
+
+static int
+insert_attempt_refs(sqlite_store_t *rec, const attempt_ref_t *refs, size_t n)
+{
+    sqlite3_stmt *st = rec->stmts[n > 1 ? ST_INSERT_ATTEMPTS : ST_INSERT_ATTEMPT];
+    for (size_t j = 0; j < n; j++)
+        bind_attempt(st, (int)j * ATTEMPT_COLUMNS, &refs[j]);
+    return run(st);
+}
+
+/* Every row's attempts, in ROWS_PER_INSERT to a statement as well. */
+static int
+insert_attempts(sqlite_store_t *rec, sl_request_row_t *const *rows, size_t n, sqlite3_int64 first_row)
+{
+    attempt_ref_t chunk[ROWS_PER_INSERT];
+    size_t held = 0;
+    int rc = SQLITE_OK;
+    for (size_t i = 0; rc == SQLITE_OK && i < n; i++) {
+        for (size_t k = 0; rc == SQLITE_OK && k < rows[i]->n_attempts; k++) {
+            chunk[held++] = (attempt_ref_t){first_row + (sqlite3_int64)i, k, &rows[i]->attempts[k]};
+            if (held == ROWS_PER_INSERT) {
+                rc = insert_attempt_refs(rec, chunk, held);
+                held = 0;
+            }
+        }
+    }
+    for (size_t j = 0; rc == SQLITE_OK && j < held; j++)
+        rc = insert_attempt_refs(rec, &chunk[j], 1);
+    return rc;
+}
+
+static int
+last_row(sqlite_store_t *rec, sqlite3_int64 *row)
+{
+    sqlite3_stmt *st = rec->stmts[ST_LAST_ROW];
+    int rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW)
+        *row = sqlite3_column_int64(st, 0);
+    sqlite3_reset(st);
+    return rc == SQLITE_ROW ? SQLITE_OK : rc;
 }
 
 /* A failed statement may already have rolled the transaction back; only then is ROLLBACK an error. */
@@ -333,8 +428,12 @@ write_batch(sqlite_store_t *rec, sl_request_row_t *const *rows, size_t n)
     int rc = run(rec->stmts[ST_BEGIN]);
     if (rc != SQLITE_OK)
         return rc;
-    for (size_t i = 0; rc == SQLITE_OK && i < n; i++)
-        rc = insert_row(rec, rows[i]);
+    sqlite3_int64 last = 0;
+    rc = last_row(rec, &last);
+    if (rc == SQLITE_OK)
+        rc = insert_requests(rec, rows, n, last + 1);
+    if (rc == SQLITE_OK)
+        rc = insert_attempts(rec, rows, n, last + 1);
     return commit_or_rollback(rec, rc);
 }
 
@@ -496,8 +595,11 @@ static bool
 prepare_all(sqlite_store_t *rec, const char *path, char *err, size_t err_size)
 {
     for (int i = 0; i < ST_COUNT; i++) {
-        if (sqlite3_prepare_v3(rec->db, stmt_sql[i], -1, SQLITE_PREPARE_PERSISTENT, &rec->stmts[i], NULL) !=
-            SQLITE_OK) {
+        char *built = stmt_sql[i] == NULL ? insert_sql(i) : NULL;
+        int rc = sqlite3_prepare_v3(rec->db, built != NULL ? built : stmt_sql[i], -1,
+                                    SQLITE_PREPARE_PERSISTENT, &rec->stmts[i], NULL);
+        free(built);
+        if (rc != SQLITE_OK) {
             sl_text_reason(err, err_size, "request DB %s: %s", path, sqlite3_errmsg(rec->db));
             return false;
         }

@@ -591,6 +591,46 @@ Test(recorder, history_pages_through_every_row_exactly_once)
     cr_assert_not(seen[26]);
 }
 
+/* Row id's attempts: id % 4 of them, each with its own duration, so that one written to another row shows. */
+static sl_request_row_t *
+make_row_with_own_attempts(uint64_t id)
+{
+    sl_request_row_t *r = make_row(id, (int64_t)id, id % 4);
+    for (size_t i = 0; i < r->n_attempts; i++)
+        r->attempts[i].ms = (int64_t)(id * 10 + i);
+    return r;
+}
+
+Test(recorder, rows_of_large_batches_keep_their_own_attempts_across_a_restart)
+{
+    /* 41 and then 17 rows in one batch each: whole groups of rows to a statement and the rest one by one. */
+    for (int run = 0; run < 2; run++) {
+        sl_recorder_t *rec = open_with(NULL);
+        for (uint64_t id = run == 0 ? 1 : 42; id <= (run == 0 ? 41u : 58u); id++)
+            cr_assert(sl_recorder_submit(rec, make_row_with_own_attempts(id)));
+        sl_recorder_close(rec);
+    }
+    cr_assert_eq(query_int("SELECT count(*) FROM requests"), 58);
+    int64_t attempts = 0;
+    for (uint64_t id = 1; id <= 58; id++)
+        attempts += (int64_t)(id % 4);
+    cr_assert_eq(query_int(ATTEMPTS_COUNT), attempts);
+
+    page_t p = history_ok(&(sl_recorder_history_query_t){.limit = 100});
+    cr_assert_eq(p.n, 58);
+    bool seen[59] = {false};
+    for (size_t i = 0; i < p.n; i++) {
+        const sl_proto_history_row_t *r = &p.rows[i];
+        cr_assert(r->id >= 1 && r->id <= 58 && !seen[r->id], "row %llu", (unsigned long long)r->id);
+        seen[r->id] = true;
+        cr_assert_eq(r->attempts_len, r->id % 4, "row %llu", (unsigned long long)r->id);
+        for (size_t k = 0; k < r->attempts_len; k++)
+            cr_assert_eq(r->attempts[k].ms, r->id * 10 + k, "row %llu attempt %zu", (unsigned long long)r->id,
+                         k);
+    }
+    page_free(&p);
+}
+
 Test(recorder, history_limit_is_clamped_and_a_full_last_page_has_no_cursor)
 {
     sl_recorder_t *rec = open_with(NULL);

@@ -177,8 +177,10 @@ resume_upstream_reads(request_t *r)
 }
 
 /*
- * Hands rx[0..parsed) to h2o when no send is in flight. The buffer is
- * swapped, not copied; a partial event at its tail moves to a fresh buffer.
+ * Hands rx[0..parsed) to h2o when no send is in flight, copying the smaller
+ * side: mostly the buffer is swapped and a partial event at its tail moves
+ * to the other buffer; but a stream's first content, found early in a large
+ * read, is copied out alone, so that it does not wait for the rest to move.
  */
 void
 sl__flush_to_client(request_t *r)
@@ -199,16 +201,23 @@ sl__flush_to_client(request_t *r)
             resume_upstream_reads(r);
         return;
     }
-    h2o_buffer_t *out = r->out.rx;
-    r->out.rx = r->out.tx;
-    if (r->out.parsed < out->size) {
-        size_t tail = out->size - r->out.parsed;
-        h2o_iovec_t dst = h2o_buffer_reserve(&r->out.rx, tail);
-        memcpy(dst.base, out->bytes + r->out.parsed, tail);
-        r->out.rx->size += tail;
-        out->size = r->out.parsed;
+    size_t tail = r->out.rx->size - r->out.parsed;
+    if (tail > r->out.parsed) {
+        h2o_iovec_t dst = h2o_buffer_reserve(&r->out.tx, r->out.parsed);
+        memcpy(dst.base, r->out.rx->bytes, r->out.parsed);
+        r->out.tx->size = r->out.parsed;
+        h2o_buffer_consume(&r->out.rx, r->out.parsed);
+    } else {
+        h2o_buffer_t *out = r->out.rx;
+        r->out.rx = r->out.tx;
+        if (tail > 0) {
+            h2o_iovec_t dst = h2o_buffer_reserve(&r->out.rx, tail);
+            memcpy(dst.base, out->bytes + r->out.parsed, tail);
+            r->out.rx->size += tail;
+            out->size = r->out.parsed;
+        }
+        r->out.tx = out;
     }
-    r->out.tx = out;
     r->out.parsed = 0;
     r->out.sending = true;
     r->out.bytes_out += r->out.tx->size;

@@ -386,11 +386,18 @@ on_hop_body(void *data, h2o_buffer_t **input, bool end_follows)
     request_t *r = data;
     r->m.upstream_in_ns = sl_now_ns();
     r->out.end_follows = end_follows;
-    size_t n = (*input)->size;
-    h2o_iovec_t dst = h2o_buffer_reserve(&r->out.rx, n);
-    memcpy(dst.base, (*input)->bytes, n);
-    r->out.rx->size += n;
-    h2o_buffer_consume(input, n);
+    if (r->out.rx->size == 0) {
+        /* Nothing waits in rx: the connection's buffer becomes it, so a large first read is not copied. */
+        h2o_buffer_t *empty = r->out.rx;
+        r->out.rx = *input;
+        *input = empty;
+    } else {
+        size_t n = (*input)->size;
+        h2o_iovec_t dst = h2o_buffer_reserve(&r->out.rx, n);
+        memcpy(dst.base, (*input)->bytes, n);
+        r->out.rx->size += n;
+        h2o_buffer_consume(input, n);
+    }
     process(r);
 }
 

@@ -40,13 +40,30 @@ compress(sl_siphash_t *h, uint64_t m)
     h->v0 ^= m;
 }
 
+/* n (< 8) bytes as the low bytes of a little-endian word. */
+static uint64_t
+load_le_partial(const unsigned char *p, size_t n)
+{
+    uint64_t v = 0;
+    for (size_t i = n; i > 0; i--)
+        v = (v << 8) | p[i - 1];
+    return v;
+}
+
+/* One load where the host is little-endian (the compiler folds the memcpy), else byte by byte. */
 static uint64_t
 load_le64(const unsigned char *p)
 {
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    uint64_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+#else
     uint64_t v = 0;
     for (int i = 7; i >= 0; i--)
         v = (v << 8) | p[i];
     return v;
+#endif
 }
 
 void
@@ -64,20 +81,22 @@ void
 sl_siphash_update(sl_siphash_t *h, const void *data, size_t n)
 {
     const unsigned char *p = data;
-    /* Top up a partial word first, then whole words straight from the input. */
-    while (n > 0 && h->len % 8 != 0) {
-        h->tail |= (uint64_t)*p++ << (8 * (h->len % 8));
-        h->len++;
-        n--;
-        if (h->len % 8 == 0) {
-            compress(h, h->tail);
-            h->tail = 0;
-        }
+    /* Top up a partial word first, then whole words straight from the input, then the rest as the tail. */
+    size_t used = h->len % 8;
+    if (used != 0) {
+        size_t take = n < 8 - used ? n : 8 - used;
+        h->tail |= load_le_partial(p, take) << (8 * used);
+        h->len += take;
+        p += take;
+        n -= take;
+        if (h->len % 8 != 0)
+            return;
+        compress(h, h->tail);
+        h->tail = 0;
     }
     for (; n >= 8; n -= 8, p += 8, h->len += 8)
         compress(h, load_le64(p));
-    for (size_t i = 0; i < n; i++)
-        h->tail |= (uint64_t)p[i] << (8 * i);
+    h->tail = load_le_partial(p, n);
     h->len += n;
 }
 

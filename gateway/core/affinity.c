@@ -123,13 +123,22 @@ sl_siphash(const sl_hash_key_t *key, const void *data, size_t n)
 
 /* ---- conversation keys ---------------------------------------------------- */
 
-static const char *const session_headers[] = {"x-sluice-session", "x-claude-code-session-id", "session-id"};
+#define NAME(s)                                                                                              \
+    {                                                                                                        \
+        s, sizeof(s) - 1                                                                                     \
+    }
+static const struct {
+    const char *name;
+    size_t len;
+} session_headers[] = {NAME("x-sluice-session"), NAME("x-claude-code-session-id"), NAME("session-id")};
+#undef NAME
 
 int
 sl_affinity_session_header_rank(const char *name, size_t len)
 {
+    /* Asked of every header of every request: most differ in length from all three. */
     for (size_t i = 0; i < sizeof(session_headers) / sizeof(session_headers[0]); i++) {
-        if (strlen(session_headers[i]) == len && strncasecmp(session_headers[i], name, len) == 0)
+        if (session_headers[i].len == len && strncasecmp(session_headers[i].name, name, len) == 0)
             return (int)i;
     }
     return -1;

@@ -13,7 +13,7 @@ sl__remember_conversation(request_t *r)
 {
     if (r->conversation == 0)
         return;
-    uint64_t served = sl_affinity_upstream_id(&r->gw->affinity_key, sl__provider_of(r, r->cur)->name);
+    uint64_t served = sl_affinity_upstream_id(sl__provider_of(r, r->cur)->name);
     sl_affinity_pin_t pin = {
         .upstream = served,
         .sealed = r->sealed_history,
@@ -34,7 +34,7 @@ sl__remember_response(request_t *r)
     uint64_t key = sl_affinity_key_response(&r->gw->affinity_key, client, strlen(client), r->response_id,
                                             strlen(r->response_id));
     sl_affinity_pin_t pin = {
-        .upstream = sl_affinity_upstream_id(&r->gw->affinity_key, sl__provider_of(r, r->cur)->name),
+        .upstream = sl_affinity_upstream_id(sl__provider_of(r, r->cur)->name),
         .sealed = true,
     };
     pthread_mutex_lock(&r->gw->affinity_lock);
@@ -93,8 +93,7 @@ routed_home(const request_t *r)
 {
     for (size_t i = 0; i < r->n_cands; i++) {
         if (r->cands[i].skip == SL_SKIP_NONE)
-            return sl_affinity_upstream_id(&r->gw->affinity_key,
-                                           r->config->providers[r->cands[i].provider].name);
+            return sl_affinity_upstream_id(r->config->providers[r->cands[i].provider].name);
     }
     return 0;
 }
@@ -112,9 +111,8 @@ apply_affinity(request_t *r)
     bool found = sl_affinity_get(r->gw->affinity, r->conversation, sl_now_ms(), &pin);
     pthread_mutex_unlock(&r->gw->affinity_lock);
     r->home = found && pin.home != 0 ? pin.home : found ? pin.upstream : routed_home(r);
-    sl_affinity_effect_t effect =
-        sl_affinity_apply(r->config, &r->gw->affinity_key, found ? &pin : NULL, r->sealed_history,
-                          home_can_take_it, r, r->cands, r->n_cands);
+    sl_affinity_effect_t effect = sl_affinity_apply(r->config, found ? &pin : NULL, r->sealed_history,
+                                                    home_can_take_it, r, r->cands, r->n_cands);
     if (effect != SL_AFFINITY_NONE)
         sl_log_debug("request %llu: affinity %s", (unsigned long long)r->id,
                      effect == SL_AFFINITY_RELEASED ? "released" : sl_affinity_effect_slug(effect));

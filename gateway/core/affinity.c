@@ -212,14 +212,14 @@ sl_affinity_key_message(const sl_hash_key_t *key, const char *client, size_t cli
     return sl_siphash_final(&h);
 }
 
+/* FNV-1a, 64 bits: asked several times per request, of a name of a few bytes. */
 uint64_t
-sl_affinity_upstream_id(const sl_hash_key_t *key, const char *provider_name)
+sl_affinity_upstream_id(const char *provider_name)
 {
-    sl_siphash_t h;
-    sl_siphash_init(&h, key);
-    feed_tag(&h, 'U');
-    feed_field(&h, provider_name, strlen(provider_name));
-    return sl_siphash_final(&h);
+    uint64_t h = 0xcbf29ce484222325u;
+    for (const unsigned char *p = (const unsigned char *)provider_name; *p != '\0'; p++)
+        h = (h ^ *p) * 0x100000001b3u;
+    return h != 0 ? h : 1;
 }
 
 /* ---- the table ------------------------------------------------------------ */
@@ -431,12 +431,11 @@ sl_affinity_effect_slug(sl_affinity_effect_t e)
 
 /* The first candidate that can be tried whose provider hashes to upstream; n when none. */
 static size_t
-find_candidate(const sl_config_t *config, const sl_hash_key_t *key, uint64_t upstream,
-               const sl_candidate_t *c, size_t n)
+find_candidate(const sl_config_t *config, uint64_t upstream, const sl_candidate_t *c, size_t n)
 {
     size_t at = 0;
     while (at < n && (c[at].skip != SL_SKIP_NONE ||
-                      sl_affinity_upstream_id(key, config->providers[c[at].provider].name) != upstream))
+                      sl_affinity_upstream_id(config->providers[c[at].provider].name) != upstream))
         at++;
     return at;
 }
@@ -451,19 +450,18 @@ move_first(sl_candidate_t *c, size_t at)
 }
 
 sl_affinity_effect_t
-sl_affinity_apply(const sl_config_t *config, const sl_hash_key_t *key, const sl_affinity_pin_t *pin,
-                  bool sealed_history, sl_affinity_ready_fn ready, void *ready_ctx, sl_candidate_t *c,
-                  size_t n)
+sl_affinity_apply(const sl_config_t *config, const sl_affinity_pin_t *pin, bool sealed_history,
+                  sl_affinity_ready_fn ready, void *ready_ctx, sl_candidate_t *c, size_t n)
 {
     if (pin == NULL)
         return SL_AFFINITY_NONE;
-    size_t at = find_candidate(config, key, pin->upstream, c, n);
+    size_t at = find_candidate(config, pin->upstream, c, n);
     if (at == n)
         return SL_AFFINITY_RELEASED;
     move_first(c, at);
     bool sealed = pin->sealed || sealed_history;
     if (!sealed && pin->home != 0 && pin->home != pin->upstream && ready != NULL) {
-        size_t home = find_candidate(config, key, pin->home, c, n);
+        size_t home = find_candidate(config, pin->home, c, n);
         if (home < n && ready(ready_ctx, c[home].provider)) {
             move_first(c, home);
             return SL_AFFINITY_RETURNED;

@@ -87,8 +87,12 @@ uint64_t sl_affinity_key_message(const sl_hash_key_t *key, const char *client, s
 uint64_t sl_affinity_key_response(const sl_hash_key_t *key, const char *client, size_t client_len,
                                   const char *id, size_t id_len);
 
-/* The name of an upstream in the table: the hash of its provider name. */
-uint64_t sl_affinity_upstream_id(const sl_hash_key_t *key, const char *provider_name);
+/*
+ * The name of an upstream in the table: a hash of its provider name, never 0
+ * (a pin's "none"). Not keyed: it is a value in the table, never a key, and
+ * provider names are the operator's, so no client can aim at a collision.
+ */
+uint64_t sl_affinity_upstream_id(const char *provider_name);
 
 /* ---- the table ------------------------------------------------------------ */
 
@@ -188,9 +192,8 @@ const char *sl_affinity_effect_slug(sl_affinity_effect_t e);
  */
 typedef bool (*sl_affinity_ready_fn)(void *ctx, size_t provider);
 
-sl_affinity_effect_t sl_affinity_apply(const sl_config_t *config, const sl_hash_key_t *key,
-                                       const sl_affinity_pin_t *pin, bool sealed_history,
-                                       sl_affinity_ready_fn ready, void *ready_ctx, sl_candidate_t *c,
-                                       size_t n);
+sl_affinity_effect_t sl_affinity_apply(const sl_config_t *config, const sl_affinity_pin_t *pin,
+                                       bool sealed_history, sl_affinity_ready_fn ready, void *ready_ctx,
+                                       sl_candidate_t *c, size_t n);
 
 #endif

@@ -151,8 +151,11 @@ Test(affinity, message_keys_follow_the_first_user_text_only)
 
 Test(affinity, upstreams_are_named_by_their_provider_name)
 {
-    cr_assert_eq(sl_affinity_upstream_id(&seed, "anthropic"), sl_affinity_upstream_id(&seed, "anthropic"));
-    cr_assert_neq(sl_affinity_upstream_id(&seed, "anthropic"), sl_affinity_upstream_id(&seed, "relay"));
+    cr_assert_eq(sl_affinity_upstream_id("anthropic"), sl_affinity_upstream_id("anthropic"));
+    cr_assert_neq(sl_affinity_upstream_id("anthropic"), sl_affinity_upstream_id("relay"));
+    cr_assert_neq(sl_affinity_upstream_id("anthropic-2"), sl_affinity_upstream_id("anthropic-3"));
+    /* 0 is a pin's "none". */
+    cr_assert_neq(sl_affinity_upstream_id(""), 0);
 }
 
 /* ---- the table -------------------------------------------------------------- */
@@ -454,9 +457,9 @@ applied(const sl_config_t *c, const char *upstream, bool sealed, bool sealed_his
     sl_candidate_t cand[8];
     size_t n, route;
     cr_assert(sl_route_select(c, SL_DIALECT_ANTHROPIC, "claude-opus-4", 0, cand, &n, &route));
-    sl_affinity_pin_t p = {upstream ? sl_affinity_upstream_id(&seed, upstream) : 0, sealed, 0};
+    sl_affinity_pin_t p = {upstream ? sl_affinity_upstream_id(upstream) : 0, sealed, 0};
     sl_affinity_effect_t got =
-        sl_affinity_apply(c, &seed, upstream ? &p : NULL, sealed_history, NULL, NULL, cand, n);
+        sl_affinity_apply(c, upstream ? &p : NULL, sealed_history, NULL, NULL, cand, n);
     cr_assert_eq(got, want, "pin %s: effect %d, expected %d", upstream ? upstream : "none", got, want);
     return describe(c, cand, n);
 }
@@ -524,10 +527,10 @@ applied_home(const char *upstream, const char *home, bool sealed, ready_facts_t 
     sl_candidate_t cand[8];
     size_t n, route;
     cr_assert(sl_route_select(&config, SL_DIALECT_ANTHROPIC, "claude-opus-4", 0, cand, &n, &route));
-    sl_affinity_pin_t p = {sl_affinity_upstream_id(&seed, upstream), sealed,
-                           home != NULL ? sl_affinity_upstream_id(&seed, home) : 0};
+    sl_affinity_pin_t p = {sl_affinity_upstream_id(upstream), sealed,
+                           home != NULL ? sl_affinity_upstream_id(home) : 0};
     facts->config = &config;
-    sl_affinity_effect_t got = sl_affinity_apply(&config, &seed, &p, false, home_ready, facts, cand, n);
+    sl_affinity_effect_t got = sl_affinity_apply(&config, &p, false, home_ready, facts, cand, n);
     cr_assert_eq(got, want, "pin %s home %s: effect %d, expected %d", upstream, home ? home : "-", got, want);
     return describe(&config, cand, n);
 }

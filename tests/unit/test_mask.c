@@ -65,6 +65,9 @@ Test(scrub, masks_long_tokens_after_secret_words)
     cr_assert_str_eq(scrub("X_API_KEY=abcdefghijklmnopqrstuvwxyz"), "X_API_KEY=…wxyz");
     cr_assert_str_eq(scrub("proxy-Authorization: abcdefghijklmnopqrstuvwxyz"), "proxy-Authorization: …wxyz");
     cr_assert_str_eq(scrub("MyTokenValue abcdefghijklmnopqrstuvwxyz"), "MyTokenValue …wxyz");
+    /* A secret's name inside another word ("monkey") with a short word after it: nothing to mask. */
+    cr_assert_str_eq(scrub("monkey business abcdefghijklmnopqrstuvwxyz0"),
+                     "monkey business abcdefghijklmnopqrstuvwxyz0");
     /* Only the token right after the name: a word between them is prose. */
     cr_assert_str_eq(scrub("api_key is abcdefghijklmnopqrstuvwxyz"), "api_key is abcdefghijklmnopqrstuvwxyz");
 }

@@ -8,6 +8,8 @@
 
 /* Longest first: the first match wins. Rows of chars, not pointers: a prefix's first letter is one load. */
 static const char key_prefixes[][9] = {"sk-ant-", "sk-proj-", "sk-", "AIza", "AKIA", "ASIA"};
+#define SHORTEST_PREFIX  3 /* "sk-" */
+#define KEY_AFTER_PREFIX 8 /* a prefixed key is masked when this many key characters follow the prefix */
 
 static int
 is_key_char(char c)
@@ -218,9 +220,49 @@ scrub_url_password(char *text, size_t len, size_t r, size_t *w)
     return keep + n;
 }
 
+static bool
+starts_a_prefix(char c)
+{
+    for (size_t i = 0; i < sizeof(key_prefixes) / sizeof(key_prefixes[0]); i++) {
+        if (key_prefixes[i][0] == c)
+            return true;
+    }
+    return false;
+}
+
+/*
+ * Whether text holds anything sl_scrub_secrets could mask. Each pattern needs
+ * a separator (a URL's ':', "Bearer "'s space, the ':' or '=' after a secret
+ * word) or a run of key characters that starts like a known prefix and is
+ * long enough for one. Most row fields (paths, model names) have neither, so
+ * one cheap pass over them decides.
+ */
+static bool
+may_hold_secret(const char *text, size_t len)
+{
+    size_t run = 0;
+    bool prefixed = false;
+    for (size_t i = 0; i < len; i++) {
+        char c = text[i];
+        if (is_separator(c))
+            return true;
+        if (!is_key_char(c)) {
+            run = 0;
+            continue;
+        }
+        if (run++ == 0)
+            prefixed = starts_a_prefix(c);
+        if (prefixed && run >= SHORTEST_PREFIX + KEY_AFTER_PREFIX)
+            return true;
+    }
+    return false;
+}
+
 size_t
 sl_scrub_secrets(char *text, size_t len)
 {
+    if (!may_hold_secret(text, len))
+        return len;
     size_t r = 0, w = 0;
     while (r < len) {
         if (text[r] == ':') {
@@ -248,7 +290,7 @@ sl_scrub_secrets(char *text, size_t len)
             size_t p = known_prefix_len(text + r, rest);
             if (p > 0) {
                 size_t t = run_len(text + r, rest, is_key_char);
-                if (t >= p + 8) {
+                if (t >= p + KEY_AFTER_PREFIX) {
                     w += write_masked(text + w, text + r, t, p);
                     r += t;
                     continue;

@@ -115,6 +115,19 @@ Test(scrub, leaves_ordinary_text_alone)
         cr_assert_str_eq(scrub(plain[i]), plain[i]);
 }
 
+/* Fields with no separator (paths, model names) take the quick pass: only a long prefixed run is masked. */
+Test(scrub, masks_keys_in_text_without_separators)
+{
+    cr_assert_str_eq(scrub("/v1/sk-ant-api03-abcdefghijkl/models"), "/v1/sk-ant-…ijkl/models");
+    cr_assert_str_eq(scrub("sk-abcdefgh"), "…",
+                     "the shortest prefix and 8 more: masked, too short for a tail");
+    cr_assert_str_eq(scrub("models/AIzaSyDaGmWKa4JsXZ"), "models/AIza…JsXZ");
+    const char *plain[] = {"/v1/chat/completions", "claude-sonnet-4-5-20250929", "sk-abcdefg",
+                           "x_sk-abcdefghijkl", "gpt-4o-mini"};
+    for (size_t i = 0; i < sizeof(plain) / sizeof(plain[0]); i++)
+        cr_assert_str_eq(scrub(plain[i]), plain[i]);
+}
+
 Test(scrub, is_idempotent)
 {
     char once[256];

@@ -14,7 +14,7 @@
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { killAllSync, median, parseH2loadLog, requestBody, run, stopAll, threadCpuNs } from "./lib.mjs";
+import { h2loadFixedRate, killAllSync, median, requestBody, run, stopAll, threadCpuNs } from "./lib.mjs";
 import { sluiceBin, startSluice, startUpstream } from "./targets.mjs";
 
 process.on("exit", () => killAllSync());
@@ -81,19 +81,12 @@ async function closedLoop(t) {
 }
 
 async function fixedRate(t) {
-  const log = path.join(dir, `h2load-${t.key}.log`);
-  fs.rmSync(log, { force: true });
-  const clients = 10;
-  const r = await run(
-    "h2load",
-    h2loadArgs(t, ["-c", String(clients), "--rps", String(opt.rate / clients), "-D", String(opt.seconds), `--log-file=${log}`]),
-    { timeoutMs: (opt.seconds + 30) * 1000 },
-  );
-  if (r.code !== 0 || !fs.existsSync(log)) {
-    problem(`h2load --rps on ${t.key} failed (${r.code}): ${r.err.slice(-300)}`);
+  const h = await h2loadFixedRate({ url: t.url(), headers: t.headers(), bodyFile: body, rate: opt.rate,
+                                    seconds: opt.seconds, log: path.join(dir, `h2load-${t.key}.log`) });
+  if (h.failed) {
+    problem(`h2load --rps on ${t.key} failed (${h.failed})`);
     return { p50: NaN, p99: NaN };
   }
-  const h = parseH2loadLog(log);
   if (h.bad) problem(`${t.key}, fixed rate: ${h.bad} answers other than 200`);
   if (!h.count) problem(`${t.key}, fixed rate: no answer`);
   return h;

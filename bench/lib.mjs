@@ -383,6 +383,20 @@ export function parseH2loadLog(file) {
   };
 }
 
+// An open-loop fixed rate with h2load over HTTP/1.1: `clients` connections, each posting bodyFile at
+// rate / clients per second for `seconds`, one request in flight per connection. Returns the parsed
+// --log-file (parseH2loadLog), or {failed} with what h2load said when it did not run.
+export async function h2loadFixedRate({ url, headers, bodyFile, rate, seconds, log, clients = 10 }) {
+  fs.rmSync(log, { force: true });
+  const args = ["--h1", "-c", String(clients), "-t", "1", "-m", "1", "--rps", String(rate / clients),
+                "-D", String(seconds), "-d", bodyFile, `--log-file=${log}`];
+  for (const [k, v] of Object.entries(headers)) args.push("-H", `${k}: ${v}`);
+  args.push(url);
+  const r = await run("h2load", args, { timeoutMs: (seconds + 30) * 1000 });
+  if (r.code !== 0 || !fs.existsSync(log)) return { failed: `exit ${r.code}: ${r.err.slice(-500) || r.out.slice(-500)}` };
+  return parseH2loadLog(log);
+}
+
 // One curl POST; returns {status, ttfbUs, totalUs, body} with times counted from the moment the
 // connection is up (time_pretransfer), so that curl's own start-up and the TCP connect are left out.
 export async function curlPost(url, body, headers, { timeoutMs = 60_000, outFile } = {}) {

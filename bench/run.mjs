@@ -14,9 +14,9 @@ import os from "node:os";
 import path from "node:path";
 
 import {
-  cell, checkSse, CLK_TCK, CONTROL_KEY, cpuTicks, curlPost, gitCommit, JSON_ANSWER, killAllSync, median, num, start,
-  parseH2loadLog, parseWrk, repo, requestBody, rssKiB, run, sleep, stopAll, summary, table, threadCpuNs, which,
-  wrkScript,
+  cell, checkSse, CLK_TCK, CONTROL_KEY, cpuTicks, curlPost, gitCommit, h2loadFixedRate, JSON_ANSWER, killAllSync, median,
+  num, start, parseH2loadLog, parseWrk, repo, requestBody, rssKiB, run, sleep, stopAll, summary, table, threadCpuNs,
+  which, wrkScript,
 } from "./lib.mjs";
 import { SSE_EVENTS, sluiceBin, sluicectlBin, startNginxProxy, startPortkey, startSluice, startUpstream } from "./targets.mjs";
 
@@ -177,19 +177,12 @@ async function wrk(t, conns, secs, script = scripts[t.key]) {
 // Fixed rate with h2load over HTTP/1.1: `clients` connections, each sending rate/clients req/s, one
 // request at a time; latencies from its per-request log.
 async function fixedRate(t, secs, perSecond = rate) {
-  const clients = 10;
-  const log = path.join(dir, `h2load-${t.key}.log`);
-  fs.rmSync(log, { force: true });
-  const args = ["--h1", "-c", String(clients), "-t", "1", "-m", "1", "--rps", String(perSecond / clients), "-D", String(secs),
-                "-d", bodyFiles.json, `--log-file=${log}`];
-  for (const [k, v] of Object.entries(t.headers("json"))) args.push("-H", `${k}: ${v}`);
-  args.push(t.url("json"));
-  const r = await run("h2load", args, { timeoutMs: (secs + 30) * 1000 });
-  if (r.code !== 0 || !fs.existsSync(log)) {
-    problem(`h2load on ${t.key} failed (${r.code}): ${r.err.slice(-500) || r.out.slice(-500)}`);
+  const h = await h2loadFixedRate({ url: t.url("json"), headers: t.headers("json"), bodyFile: bodyFiles.json,
+                                    rate: perSecond, seconds: secs, log: path.join(dir, `h2load-${t.key}.log`) });
+  if (h.failed) {
+    problem(`h2load on ${t.key} failed (${h.failed})`);
     return { count: 0, bad: 0, rate: null, p50: null, p99: null };
   }
-  const h = parseH2loadLog(log);
   if (h.bad) problem(`${t.key}, fixed rate: ${h.bad} answers other than 200`);
   if (!h.count) problem(`${t.key}, fixed rate: no answer`);
   return h;

@@ -414,12 +414,18 @@ sl_bus_request_started(sl_proto_event_t *out, int64_t at_ms, const sl_bus_starte
     e->dialect = s->dialect < SL_DIALECT_COUNT ? dialects[s->dialect] : SL_PROTO_DIALECT_OPENAI_CHAT;
     e->model = str_dup(s->model);
     e->stream = s->stream;
-    sl_strbuf_t path = {0};
-    sl_path_strip_key(s->path != NULL ? s->path : "", s->path != NULL ? s->path_len : 0, &path);
-    size_t path_len = path.len;
-    char *stripped = sl_strbuf_finish(&path);
-    e->path = text_dup(stripped, path_len);
-    free(stripped);
+    const char *path = s->path != NULL ? s->path : "";
+    size_t path_len = s->path != NULL ? s->path_len : 0;
+    if (memchr(path, '?', path_len) == NULL) {
+        e->path = text_dup(path, path_len); /* only a query can carry ?key= */
+    } else {
+        sl_strbuf_t clean = {0};
+        sl_path_strip_key(path, path_len, &clean);
+        size_t clean_len = clean.len;
+        char *stripped = sl_strbuf_finish(&clean);
+        e->path = text_dup(stripped, clean_len);
+        free(stripped);
+    }
     e->session = opt_dup(s->session);
     e->instance = opt_dup(s->instance);
     return out;

@@ -530,8 +530,9 @@ Test(cluster, freed_slots_go_to_the_oldest_waiters_even_on_another_instance)
     provider_extra = ", max_concurrent: 1";
     start_instance(0);
     start_instance(1);
-    /* Long enough for b to hear from a's heartbeat (1 s) that a has requests waiting, at its own (1 s). */
-    fake_push(up, slow_plain(2500));
+    /* Long enough for b to hear from a's heartbeat (1 s) that a has requests waiting, at its own (1 s),
+     * with room for a loaded sanitizer build (at 2.5 s b released to its own waiter first once in CI). */
+    fake_push(up, slow_plain(4000));
     fake_set_default(up, slow_plain(200));
     /* b holds the only slot; a's two waiters are older than b's two. */
     call_t holder, oldest[2], young[2];

@@ -486,33 +486,52 @@ sl_outq_dropped_total(const sl_outq_t *q)
     return q->dropped_total;
 }
 
+/* Puts back the bytes a frame of b's layout for width w borrowed as its headroom (lws wrote its header
+ * there). */
+static void
+return_headroom(sl_blob_t *b, int w)
+{
+    if (b->lent_at[w] == 0)
+        return;
+    memcpy(b->framed[w] + b->lent_at[w], b->lent_bytes[w], SL_OUTQ_HEADROOM);
+    b->lent_at[w] = 0;
+}
+
 /*
- * The run at the head, from the start of its batch, as a frame of the
- * batch's laid-out messages with this queue's seqs written in: as many
- * events as fit in cap and keep the first one's seq width. NULL when not
- * even one does (the copy path then says how big it is).
+ * The run at the head as a frame of its batch's laid-out messages with this
+ * queue's seqs written in: as many events as fit in cap and keep the first
+ * one's seq width. NULL when not even one does (the copy path then says how
+ * big it is).
  */
 static char *
 take_shared(sl_outq_t *q, item_t *it, size_t cap, size_t *len)
 {
     sl_blob_t *b = it->body;
     int w = seq_width(it->seq);
-    size_t head = width_head_len(w), k = 0, n = b->n;
-    if (w < SL_SEQ_WIDTHS - 1 && width_end[w] - it->seq < n)
-        n = (size_t)(width_end[w] - it->seq); /* the seqs of this width left */
-    while (k < n && b->ends[k] + (k + 1) * head <= cap)
+    size_t head = width_head_len(w), first = it->first, k = first, n = b->n;
+    if (w < SL_SEQ_WIDTHS - 1 && width_end[w] - it->seq < n - first)
+        n = first + (size_t)(width_end[w] - it->seq); /* the seqs of this width left */
+    /* Message i starts at blob_start(b, i) + i * head past the layout's headroom. */
+    size_t start = blob_start(b, first) + first * head;
+    while (k < n && b->ends[k] + (k + 1) * head - start <= cap)
         k++;
-    if (k == 0)
+    if (k == first)
         return NULL;
-    char *frame = framed_layout(b, w) + SL_OUTQ_HEADROOM;
-    unsigned char *seq_at = (unsigned char *)frame + sizeof(event_head_prefix) - 1;
-    for (size_t i = 0; i < k; i++)
-        write_seq(seq_at + blob_start(b, i) + i * head, it->seq + i, w);
-    *len = b->ends[k - 1] + k * head;
+    char *layout = framed_layout(b, w);
+    return_headroom(b, w);
+    if (start > 0) {
+        b->lent_at[w] = start;
+        memcpy(b->lent_bytes[w], layout + start, SL_OUTQ_HEADROOM);
+    }
+    char *frame = layout + SL_OUTQ_HEADROOM + start;
+    unsigned char *seq_at = (unsigned char *)layout + SL_OUTQ_HEADROOM + sizeof(event_head_prefix) - 1;
+    for (size_t i = first; i < k; i++)
+        write_seq(seq_at + blob_start(b, i) + i * head, it->seq + (i - first), w);
+    *len = b->ends[k - 1] + k * head - start;
     b->refs++;
     q->lent = b;
     it->first = k;
-    it->seq += k;
+    it->seq += k - first;
     it->bytes -= *len;
     q->event_bytes -= *len;
     if (it->first == b->n)
@@ -535,7 +554,7 @@ sl_outq_take(sl_outq_t *q, char *out, size_t cap, size_t *len_out, size_t *big)
     *len_out = 0;
     sl_blob_unref(q->lent);
     q->lent = NULL;
-    if (q->dropped_pending == 0 && q->head != NULL && q->head->is_event && q->head->first == 0) {
+    if (q->dropped_pending == 0 && q->head != NULL && q->head->is_event) {
         char *frame = take_shared(q, q->head, cap, len_out);
         if (frame != NULL)
             return frame;

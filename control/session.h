@@ -67,11 +67,18 @@ typedef struct {
     msgpack_sbuffer bytes;
     /*
      * The events as whole `event {seq, event}` messages whose seqs all take
-     * width w, laid out once when a queue first sends them from the start
-     * (SL_OUTQ_HEADROOM bytes, then the messages); each queue writes its own
-     * seqs in before it sends them. NULL until then.
+     * width w, laid out once when a queue first sends them (SL_OUTQ_HEADROOM
+     * bytes, then the messages); each queue writes its own seqs in before it
+     * sends them. NULL until then.
      */
     char *framed[SL_SEQ_WIDTHS];
+    /*
+     * A frame that starts past a layout's first message lends the end of the
+     * message before it as headroom: its bytes are kept here (at
+     * lent_at[w], 0 = nothing lent) and put back at the next take.
+     */
+    size_t lent_at[SL_SEQ_WIDTHS];
+    char lent_bytes[SL_SEQ_WIDTHS][SL_OUTQ_HEADROOM];
 } sl_blob_t;
 
 /* An empty blob with one reference (the caller's). */
@@ -126,10 +133,10 @@ bool sl_outq_pending(const sl_outq_t *q);
 /*
  * The next frame, removed from the queue: events_dropped first when events
  * were dropped, then messages in order, back to back, while they fit in cap
- * (>= SL_OUTQ_FRAME_BYTES). A run of events from the start of one drain's
- * batch whose seqs all take the same width is not copied: the frame is the
- * batch's own laid-out messages with this queue's seqs written in, shared
- * with the other queues and valid until the next take on any of them.
+ * (>= SL_OUTQ_FRAME_BYTES). A run of events of one drain's batch whose seqs
+ * all take the same width is not copied: the frame is the batch's own
+ * laid-out messages with this queue's seqs written in, shared with the other
+ * queues and valid until the next take on any of them.
  * Anything else is written into out (cap bytes, with SL_OUTQ_HEADROOM
  * before it). Returns the frame with SL_OUTQ_HEADROOM writable bytes before
  * it and *len its length, or NULL when nothing waits or when the next

@@ -416,6 +416,45 @@ Test(outq, a_batch_from_its_start_is_sent_from_shared_bytes_with_each_queues_seq
     sl_outq_free(oldest);
 }
 
+Test(outq, frames_past_a_batchs_start_are_shared_too_and_a_header_written_before_one_harms_no_other_queue)
+{
+    /* More than a frame's worth for two queues, one after the other; each frame's headroom is scribbled on,
+     * as lws writes the WebSocket header there, which past the first frame is the previous message's tail. */
+    sl_blob_t *batch = encoded_batch(1, 5000);
+    cr_assert_gt(batch->bytes.size, 2 * SL_OUTQ_FRAME_BYTES);
+    sl_outq_t *qs[2] = {sl_outq_new(), sl_outq_new()};
+    for (size_t k = 0; k < 2; k++)
+        sl_outq_push_event(qs[k], batch);
+    sl_blob_unref(batch);
+    msgpack_sbuffer got[2], want;
+    msgpack_sbuffer_init(&got[0]);
+    msgpack_sbuffer_init(&got[1]);
+    msgpack_sbuffer_init(&want);
+    char *frame = malloc(SL_OUTQ_FRAME_BYTES);
+    size_t frames = 0, len, big;
+    for (size_t k = 0; k < 2; k++) {
+        char *f;
+        while ((f = sl_outq_take(qs[k], frame, SL_OUTQ_FRAME_BYTES, &len, &big)) != NULL) {
+            cr_assert_neq(f, frame, "frame %zu of queue %zu is not copied", frames, k);
+            memset(f - SL_OUTQ_HEADROOM, 0xee, SL_OUTQ_HEADROOM);
+            msgpack_sbuffer_write(&got[k], f, len);
+            frames++;
+        }
+    }
+    cr_assert_gt(frames, 4, "several frames each");
+    /* seqs 1..5000 take three widths: each queue's frames are whole messages in any case. */
+    expected_events(&want, 1, 1, 5000);
+    for (size_t k = 0; k < 2; k++) {
+        cr_assert_eq(got[k].size, want.size, "queue %zu", k);
+        cr_assert(memcmp(got[k].data, want.data, want.size) == 0, "queue %zu: what sl_proto_encode writes",
+                  k);
+        msgpack_sbuffer_destroy(&got[k]);
+        sl_outq_free(qs[k]);
+    }
+    free(frame);
+    msgpack_sbuffer_destroy(&want);
+}
+
 Test(outq, a_run_across_a_seq_width_is_sent_whole_and_as_sl_proto_encode_writes_it)
 {
     /* seqs 1..300: one byte up to 127, two up to 255, three after; frames split where the width changes. */
@@ -431,7 +470,7 @@ Test(outq, a_run_across_a_seq_width_is_sent_whole_and_as_sl_proto_encode_writes_
     expected_events(&want, 1, 1, 300);
     cr_assert_eq(got.size, want.size);
     cr_assert(memcmp(got.data, want.data, got.size) == 0);
-    cr_assert_eq(frames, 2, "127 from the shared layout, the rest copied");
+    cr_assert_eq(frames, 3, "a frame per seq width (127, 128, 45), each from that width's shared layout");
     msgpack_sbuffer_destroy(&got);
     msgpack_sbuffer_destroy(&want);
     sl_outq_free(q);

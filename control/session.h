@@ -95,7 +95,12 @@ void sl_blob_unref(sl_blob_t *b);
 #define SL_OUTQ_MAX_EVENT_BYTES (4u << 20)
 /* Replies (which are never dropped) above this many bytes: the client asks without reading; close it. */
 #define SL_OUTQ_MAX_REPLY_BYTES (64u << 20)
-/* What one frame carries at most, unless a single message is larger. */
+/*
+ * What one frame carries at most, unless a single message is larger. Measured
+ * with 10 subscribers at 3 400 req/s (A/B, 8-10 rounds): 32 KiB and 256 KiB
+ * frames both cost the control thread more than 64 KiB (+0.8 and +0.5 µs per
+ * request).
+ */
 #define SL_OUTQ_FRAME_BYTES (64u << 10)
 
 typedef struct sl_outq sl_outq_t;

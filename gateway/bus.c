@@ -416,8 +416,8 @@ sl_bus_request_started(sl_proto_event_t *out, int64_t at_ms, const sl_bus_starte
     e->stream = s->stream;
     const char *path = s->path != NULL ? s->path : "";
     size_t path_len = s->path != NULL ? s->path_len : 0;
-    if (memchr(path, '?', path_len) == NULL) {
-        e->path = text_dup(path, path_len); /* only a query can carry ?key= */
+    if (!sl_path_has_query(path, path_len)) {
+        e->path = text_dup(path, path_len);
     } else {
         sl_strbuf_t clean = {0};
         sl_path_strip_key(path, path_len, &clean);

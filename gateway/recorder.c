@@ -169,8 +169,7 @@ scrub_msg(sl_row_msg_t *m)
 static void
 redact_row(sl_request_row_t *row)
 {
-    /* Only a query can carry ?key=: a path without one is kept as it is. */
-    if (row->path != NULL && strchr(row->path, '?') != NULL) {
+    if (row->path != NULL && sl_path_has_query(row->path, strlen(row->path))) {
         sl_strbuf_t clean = {0};
         sl_path_strip_key(row->path, strlen(row->path), &clean);
         free(row->path);

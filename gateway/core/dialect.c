@@ -320,6 +320,12 @@ sl_path_strip_key(const char *target, size_t len, sl_strbuf_t *out)
         append_query(out, q + 1, len - path_len - 1, "key");
 }
 
+bool
+sl_path_has_query(const char *target, size_t len)
+{
+    return memchr(target, '?', len) != NULL;
+}
+
 /* ---- base URL ---------------------------------------------------------------------------------- */
 
 static const struct {

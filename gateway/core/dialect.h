@@ -91,6 +91,9 @@ sl_key_status_t sl_dialect_client_key(sl_dialect_t d, const sl_headers_t *header
  */
 void sl_path_strip_key(const char *target, size_t len, sl_strbuf_t *out);
 
+/* Whether target has a query, the only place a `key` parameter can be: one without needs no stripping. */
+bool sl_path_has_query(const char *target, size_t len);
+
 /* ---- the upstream request ---------------------------------------------------------------------- */
 
 /* A provider's base_url taken apart; the views point into the URL string. */

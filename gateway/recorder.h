@@ -33,7 +33,7 @@
 #include "sl_proto.h"
 
 /* The schema versions this code writes: SQLite's PRAGMA user_version, PostgreSQL's sluice_schema. */
-#define SL_RECORDER_SCHEMA_VERSION 3
+#define SL_RECORDER_SCHEMA_VERSION 4
 #define SL_PG_SCHEMA_VERSION       2
 
 /* Rows waiting for the writer: at 20 000 requests/s, a database that stalls for 1.5 s (a checkpoint) */

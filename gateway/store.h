@@ -95,6 +95,14 @@ const char *sl_store_bucket_kind_name(sl_bucket_kind_t k);
 /* -1 for a name this code does not know (a newer sluice's). */
 int sl_store_bucket_kind_parse(const char *s);
 
+/*
+ * True when the row's one attempt is the hop that served it and says nothing
+ * the row does not (same provider and status, no error, retry, backoff, skip,
+ * reason or hedge): the SQLite store then keeps that hop's ms, model and
+ * pause in the request's own row, and its `attempts` view reads them back.
+ */
+bool sl_store_lone_hop(const sl_request_row_t *r);
+
 /* The JSON object of a message's args ({"name": "value", ...}); NULL without code or args. Caller frees. */
 char *sl_store_args_json(const sl_row_msg_t *m);
 

@@ -35,6 +35,17 @@ sl_store_bucket_kind_parse(const char *s)
     return -1;
 }
 
+bool
+sl_store_lone_hop(const sl_request_row_t *r)
+{
+    if (r->n_attempts != 1 || r->provider == NULL)
+        return false;
+    const sl_attempt_row_t *a = &r->attempts[0];
+    return a->outcome == SL_HOP_SERVED && a->status == r->status && a->status != 0 && a->provider != NULL &&
+           strcmp(a->provider, r->provider) == 0 && a->error.code == NULL && a->retry == 0 &&
+           a->backoff_ms == SL_ROW_ABSENT && a->skipped == SL_SKIP_NONE && !a->has_reason && !a->hedge;
+}
+
 char *
 sl_store_args_json(const sl_row_msg_t *m)
 {

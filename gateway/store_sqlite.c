@@ -69,6 +69,21 @@ static const char *const migrations[SL_RECORDER_SCHEMA_VERSION] = {
     "ALTER TABLE attempts ADD COLUMN reason TEXT;",
     /* 3: the hop was a first-token hedge (behaviour.md §4): 1, else NULL. */
     "ALTER TABLE attempts ADD COLUMN hedge INTEGER;",
+    /*
+     * 4: a request served by its first and only hop keeps that hop in its own
+     * row (sl_store_lone_hop): one insert per request instead of two. Readers
+     * see every attempt in the view `attempts`, as before.
+     */
+    "ALTER TABLE attempts RENAME TO attempt_rows;"
+    "ALTER TABLE requests ADD COLUMN lone_hop_ms INTEGER;"
+    "ALTER TABLE requests ADD COLUMN lone_hop_model TEXT;"
+    "ALTER TABLE requests ADD COLUMN lone_hop_pause_ms INTEGER;"
+    "CREATE VIEW attempts AS"
+    " SELECT request_row, n, provider, model, outcome, status, error_code, error_text, error_args, ms,"
+    "  pause_ms, retry, backoff_ms, skipped, reason, hedge FROM attempt_rows"
+    " UNION ALL"
+    " SELECT row, 0, provider, lone_hop_model, 'served', status, NULL, NULL, NULL, lone_hop_ms,"
+    "  lone_hop_pause_ms, NULL, NULL, NULL, NULL, NULL FROM requests WHERE lone_hop_ms IS NOT NULL;",
 };
 
 static bool
@@ -165,7 +180,7 @@ create_private(const char *path, char *err, size_t err_size)
  * writer's CPU per request fell from 3.1 to 2.7 µs at 30 000 requests a second.
  */
 #define ROWS_PER_INSERT 16
-#define REQUEST_COLUMNS 22
+#define REQUEST_COLUMNS 25
 #define ATTEMPT_COLUMNS 16
 
 enum {
@@ -188,9 +203,9 @@ static const char insert_request_head[] =
     "INSERT INTO requests (row, id, started_at_ms, client, dialect, model, provider, path, status,"
     " outcome, error_code, error_text, error_args, duration_ms, ttfb_ms, ttft_ms,"
     " usage_input, usage_output, usage_cache_read, usage_cache_write, usage_estimated,"
-    " cost_micros) VALUES ";
+    " cost_micros, lone_hop_ms, lone_hop_model, lone_hop_pause_ms) VALUES ";
 static const char insert_attempt_head[] =
-    "INSERT INTO attempts (request_row, n, provider, model, outcome, status, error_code,"
+    "INSERT INTO attempt_rows (request_row, n, provider, model, outcome, status, error_code,"
     " error_text, error_args, ms, pause_ms, retry, backoff_ms, skipped, reason, hedge) VALUES ";
 
 /* NULL for the inserts, whose text insert_sql writes. */
@@ -205,7 +220,7 @@ static const char *const stmt_sql[ST_COUNT] = {
                          " requests = requests + excluded.requests, tokens = tokens + excluded.tokens,"
                          " cost_micros = cost_micros + excluded.cost_micros",
     /* The same subquery twice in one transaction selects the same chunk for both deletes. */
-    [ST_SWEEP_ATTEMPTS] = "DELETE FROM attempts WHERE request_row IN (SELECT row FROM requests"
+    [ST_SWEEP_ATTEMPTS] = "DELETE FROM attempt_rows WHERE request_row IN (SELECT row FROM requests"
                           " WHERE started_at_ms < ?1 ORDER BY started_at_ms, row LIMIT ?2)",
     [ST_SWEEP_REQUESTS] = "DELETE FROM requests WHERE row IN (SELECT row FROM requests"
                           " WHERE started_at_ms < ?1 ORDER BY started_at_ms, row LIMIT ?2)",
@@ -345,6 +360,15 @@ bind_request(sqlite3_stmt *st, int at, sqlite3_int64 row, const sl_request_row_t
             sqlite3_bind_null(st, at + 17 + k);
     }
     bind_opt(st, at + 22, r->cost_micros, SL_ROW_ABSENT);
+    if (sl_store_lone_hop(r)) {
+        const sl_attempt_row_t *a = &r->attempts[0];
+        sqlite3_bind_int64(st, at + 23, a->ms);
+        bind_text(st, at + 24, a->model);
+        bind_opt(st, at + 25, a->pause_ms, SL_ROW_ABSENT);
+    } else {
+        for (int k = 23; k <= 25; k++)
+            sqlite3_bind_null(st, at + k);
+    }
 }
 
 /* The rows, numbered from first_row on: ROWS_PER_INSERT to a statement, the rest one by one. */
@@ -379,6 +403,8 @@ insert_attempts(sqlite_store_t *rec, sl_request_row_t *const *rows, size_t n, sq
     size_t held = 0;
     int rc = SQLITE_OK;
     for (size_t i = 0; rc == SQLITE_OK && i < n; i++) {
+        if (sl_store_lone_hop(rows[i]))
+            continue; /* in its request's row */
         for (size_t k = 0; rc == SQLITE_OK && k < rows[i]->n_attempts; k++) {
             chunk[held++] = (attempt_ref_t){first_row + (sqlite3_int64)i, k, &rows[i]->attempts[k]};
             if (held == ROWS_PER_INSERT) {

@@ -24,6 +24,7 @@
 #include "core/dialect.h"
 #include "core/xalloc.h"
 #include "recorder.h"
+#include "store.h"
 #ifdef STORE_PG
 #include <libpq-fe.h>
 
@@ -915,11 +916,11 @@ Test(recorder, history_skips_names_it_does_not_know)
         " WHERE id = 1;");
 #else
     exec_on_db("UPDATE requests SET dialect = 'klingon' WHERE id = 2;"
-               "UPDATE attempts SET skipped = 'solar_flare' WHERE n = 0 AND request_row ="
+               "UPDATE attempt_rows SET skipped = 'solar_flare' WHERE n = 0 AND request_row ="
                " (SELECT row FROM requests WHERE id = 3);"
-               "UPDATE attempts SET outcome = 'teleported' WHERE n = 1 AND request_row ="
+               "UPDATE attempt_rows SET outcome = 'teleported' WHERE n = 1 AND request_row ="
                " (SELECT row FROM requests WHERE id = 3);"
-               "UPDATE attempts SET error_args = 'not json' WHERE n = 1 AND request_row ="
+               "UPDATE attempt_rows SET error_args = 'not json' WHERE n = 1 AND request_row ="
                " (SELECT row FROM requests WHERE id = 1);");
 #endif
 
@@ -1055,16 +1056,20 @@ Test(recorder, a_version_1_db_is_migrated_and_keeps_its_rows)
     sl_recorder_t *rec = open_with(NULL);
     cr_assert(sl_recorder_submit(rec, make_row(1, 1000, 1)));
     sl_recorder_close(rec);
-    /* Version 1 had no attempts.reason (nor version 2's hedge). */
-    sqlite3 *db;
-    cr_assert_eq(sqlite3_open(db_path, &db), SQLITE_OK);
-    cr_assert_eq(
-        sqlite3_exec(db,
-                     "ALTER TABLE attempts DROP COLUMN reason; ALTER TABLE attempts DROP COLUMN hedge;"
-                     " PRAGMA user_version = 1",
-                     NULL, NULL, NULL),
-        SQLITE_OK);
-    sqlite3_close(db);
+    /*
+     * Version 1 kept every attempt in the table `attempts` (version 4 keeps a
+     * lone served hop in its request's row), and had no attempts.reason (nor
+     * version 2's hedge).
+     */
+    exec_on_db(
+        "CREATE TABLE old_attempts AS SELECT * FROM attempts;"
+        "DROP VIEW attempts; DROP TABLE attempt_rows;"
+        "ALTER TABLE old_attempts RENAME TO attempts;"
+        "ALTER TABLE attempts DROP COLUMN reason; ALTER TABLE attempts DROP COLUMN hedge;"
+        "ALTER TABLE requests DROP COLUMN lone_hop_ms; ALTER TABLE requests DROP COLUMN lone_hop_model;"
+        "ALTER TABLE requests DROP COLUMN lone_hop_pause_ms;"
+        "PRAGMA user_version = 1");
+    cr_assert_eq(query_int("SELECT count(*) FROM attempts"), 1);
 
     rec = open_with(NULL);
     sl_request_row_t *r = make_row(2, 2000, 1);
@@ -1072,17 +1077,111 @@ Test(recorder, a_version_1_db_is_migrated_and_keeps_its_rows)
     r->attempts[0].reason = SL_STEP_REASON_RETRY_ROUND;
     r->attempts[0].hedge = true;
     cr_assert(sl_recorder_submit(rec, r));
+    cr_assert(sl_recorder_submit(rec, make_row(3, 3000, 1)));
     sl_recorder_close(rec);
     cr_assert_eq(query_int("PRAGMA user_version"), SL_RECORDER_SCHEMA_VERSION);
-    cr_assert_eq(query_int("SELECT count(*) FROM requests"), 2, "the old row stays");
+    cr_assert_eq(query_int("SELECT count(*) FROM requests"), 3, "the old row stays");
     assert_cell("SELECT reason FROM attempts WHERE request_row = 2", "retry_round");
+    cr_assert_eq(query_int("SELECT count(*) FROM attempt_rows"), 2, "the old hop and the hedge's");
+    cr_assert_eq(query_int("SELECT count(*) FROM requests WHERE lone_hop_ms IS NOT NULL"), 1,
+                 "the new lone hop is in its row");
     page_t p = history_ok(&(sl_recorder_history_query_t){0});
-    cr_assert_eq(p.n, 2);
-    cr_assert(p.rows[0].attempts[0].has_reason);
-    cr_assert_eq(p.rows[0].attempts[0].reason, SL_PROTO_STEP_REASON_RETRY_ROUND);
-    cr_assert(p.rows[0].attempts[0].has_hedge && p.rows[0].attempts[0].hedge, "a hedge's hop says so");
-    cr_assert_not(p.rows[1].attempts[0].has_reason, "a version-1 attempt has none");
-    cr_assert_not(p.rows[1].attempts[0].has_hedge, "nor a hedge");
+    cr_assert_eq(p.n, 3);
+    cr_assert_eq(p.rows[0].attempts_len, 1);
+    cr_assert_eq(p.rows[0].attempts[0].ms, 100);
+    cr_assert(p.rows[1].attempts[0].has_reason);
+    cr_assert_eq(p.rows[1].attempts[0].reason, SL_PROTO_STEP_REASON_RETRY_ROUND);
+    cr_assert(p.rows[1].attempts[0].has_hedge && p.rows[1].attempts[0].hedge, "a hedge's hop says so");
+    cr_assert_eq(p.rows[2].attempts_len, 1);
+    cr_assert_not(p.rows[2].attempts[0].has_reason, "a version-1 attempt has none");
+    cr_assert_not(p.rows[2].attempts[0].has_hedge, "nor a hedge");
+    page_free(&p);
+}
+
+/* The attempt as history reads it back, every field, as text. */
+static void
+attempt_text(const sl_proto_attempt_view_t *a, char *out, size_t size)
+{
+    snprintf(out, size, "%s|%s|%d|%d:%u|%s:%s:%zu|%llu|%d:%llu|%d:%u|%d:%llu|%d:%d|%d:%d|%d:%d", a->provider,
+             a->model ? a->model : "-", (int)a->outcome, a->has_status, a->status,
+             a->error ? a->error->code : "-", a->error ? a->error->text : "-",
+             a->error ? a->error->args_len : 0, (unsigned long long)a->ms, a->has_pause_ms,
+             (unsigned long long)a->pause_ms, a->has_retry, a->retry, a->has_backoff_ms,
+             (unsigned long long)a->backoff_ms, a->has_skipped, (int)a->skipped, a->has_reason,
+             (int)a->reason, a->has_hedge, a->hedge);
+}
+
+Test(recorder, a_lone_served_hop_is_kept_in_its_row_and_reads_back_as_any_attempt)
+{
+    /* Each case changes one thing of a lone served hop; only those that say no more than the row stay in it.
+     */
+    enum {
+        PLAIN,
+        NO_MODEL,
+        PAUSED,
+        OTHER_PROVIDER,
+        OTHER_STATUS,
+        RETRIED,
+        BACKED_OFF,
+        REASON,
+        HEDGE,
+        ERROR,
+        COUNT
+    };
+    const bool in_row[COUNT] = {[PLAIN] = true, [NO_MODEL] = true, [PAUSED] = true};
+    sl_recorder_t *rec = open_with(NULL);
+    for (int c = 0; c < COUNT; c++) {
+        sl_request_row_t *r = make_row((uint64_t)c + 1, c, 1);
+        sl_attempt_row_t *a = &r->attempts[0];
+        a->model = c == NO_MODEL ? NULL : sl_xstrdup("claude-sonnet-4-20250514");
+        a->ms = 100 + c;
+        if (c == PAUSED)
+            a->pause_ms = 40;
+        if (c == OTHER_PROVIDER) {
+            free(a->provider);
+            a->provider = sl_xstrdup("anthropic-backup");
+        }
+        if (c == OTHER_STATUS)
+            a->status = 201;
+        if (c == RETRIED)
+            a->retry = 1;
+        if (c == BACKED_OFF)
+            a->backoff_ms = 250;
+        if (c == REASON) {
+            a->has_reason = true;
+            a->reason = SL_STEP_REASON_RETRY_ROUND;
+        }
+        if (c == HEDGE)
+            a->hedge = true;
+        if (c == ERROR) {
+            sl_msg_t m = sl_msg_make(SL_CODE_CONFIG_FILE_UNREADABLE, "path", "/x", "reason", "gone", NULL);
+            a->error = sl_row_msg_from(&m);
+            sl_msg_free(&m);
+        }
+        cr_assert_eq(sl_store_lone_hop(r), in_row[c], "case %d", c);
+        cr_assert(sl_recorder_submit(rec, r));
+    }
+    sl_recorder_close(rec);
+    cr_assert_eq(query_int("SELECT count(*) FROM requests WHERE lone_hop_ms IS NOT NULL"), 3);
+    cr_assert_eq(query_int("SELECT count(*) FROM attempt_rows"), COUNT - 3);
+    cr_assert_eq(query_int("SELECT count(*) FROM attempts"), COUNT);
+
+    page_t p = history_ok(&(sl_recorder_history_query_t){0});
+    cr_assert_eq(p.n, COUNT);
+    const char *want[COUNT] = {
+        [PLAIN] = "anthropic-main|claude-sonnet-4-20250514|0|1:200|-:-:0|100|0:0|0:0|0:0|0:0|0:0|0:0",
+        [NO_MODEL] = "anthropic-main|-|0|1:200|-:-:0|101|0:0|0:0|0:0|0:0|0:0|0:0",
+        [PAUSED] = "anthropic-main|claude-sonnet-4-20250514|0|1:200|-:-:0|102|1:40|0:0|0:0|0:0|0:0|0:0",
+    };
+    for (int c = 0; c < COUNT; c++) {
+        /* Newest first: case c is row COUNT - 1 - c. */
+        const sl_proto_history_row_t *g = &p.rows[COUNT - 1 - c];
+        cr_assert_eq(g->attempts_len, 1, "case %d", c);
+        char got[512];
+        attempt_text(&g->attempts[0], got, sizeof got);
+        if (want[c] != NULL)
+            cr_assert_str_eq(got, want[c], "case %d", c);
+    }
     page_free(&p);
 }
 

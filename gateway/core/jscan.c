@@ -128,6 +128,9 @@ is_string_token(const char *body, sl_jspan_t span)
 static bool
 inner_equals(const unsigned char *p, size_t n, const char *lit, size_t lit_len)
 {
+    /* Without a backslash the bytes are the text: most names and values have none. */
+    if (memchr(p, '\\', n) == NULL)
+        return n == lit_len && memcmp(p, lit, n) == 0;
     size_t i = 0, at = 0;
     unsigned char u[4];
     while (i < n) {
@@ -154,6 +157,14 @@ sl_jscan_string(const char *body, sl_jspan_t span, char *out, size_t cap, size_t
         return false;
     const unsigned char *p = (const unsigned char *)body + span.off + 1;
     size_t n = span.len - 2, i = 0, need = 0;
+    if (memchr(p, '\\', n) == NULL) {
+        if (n + 1 > cap)
+            return false;
+        memcpy(out, p, n);
+        out[n] = '\0';
+        *out_len = n;
+        return true;
+    }
     unsigned char u[4];
     /* Measured first so that a short buffer is left untouched. */
     while (i < n) {
@@ -201,10 +212,12 @@ typedef enum { SCOPE_TOP, SCOPE_ELEMENT, SCOPE_ANY, SCOPE_STREAM_OPTIONS, SCOPE_
 static const struct {
     const char *name;
     size_t len;
+    uint16_t tag; /* KEY_TAG of the name: every member name is looked up, most are rejected by it */
     key_kind_t kind;
     scope_t scope;
 } known_keys[] = {
-#define NAME(s) s, sizeof(s) - 1
+#define KEY_TAG(len, first) ((uint16_t)((len) << 8 | (first)))
+#define NAME(s)             s, sizeof(s) - 1, KEY_TAG(sizeof(s) - 1, s[0])
     {NAME("model"), K_MODEL, SCOPE_TOP},
     {NAME("stream"), K_STREAM, SCOPE_TOP},
     {NAME("previous_response_id"), K_PREVIOUS, SCOPE_TOP},
@@ -245,28 +258,57 @@ static const unsigned char value_start[256] = {
 static const unsigned char is_ws[256] = {[' '] = 1, ['\t'] = 1, ['\n'] = 1, ['\r'] = 1};
 
 /* Bytes a string may hold as they are: printable ASCII except '"' and '\\'. */
+#define PLAIN(c)   ((c) >= 0x20 && (c) < 0x80 && (c) != '"' && (c) != '\\')
+#define PLAIN4(c)  PLAIN(c), PLAIN(c + 1), PLAIN(c + 2), PLAIN(c + 3)
+#define PLAIN16(c) PLAIN4(c), PLAIN4(c + 4), PLAIN4(c + 8), PLAIN4(c + 12)
+#define PLAIN64(c) PLAIN16(c), PLAIN16(c + 16), PLAIN16(c + 32), PLAIN16(c + 48)
+static const unsigned char plain[256] = {PLAIN64(0), PLAIN64(64), PLAIN64(128), PLAIN64(192)};
+#undef PLAIN64
+#undef PLAIN16
+#undef PLAIN4
+#undef PLAIN
+
 static bool
 is_plain(unsigned char c)
 {
-    return c >= 0x20 && c < 0x80 && c != '"' && c != '\\';
+    return plain[c] != 0;
 }
 
 #define ONES 0x0101010101010101u
 #define HIGH 0x8080808080808080u
 
 /*
- * Whether any of 8 bytes is not plain. Strings are most of a body, so they
+ * The bytes of 8 (in memory order, loaded little-endian) that are not plain,
+ * as their high bits; 0 when all are. Strings are most of a body, so they
  * are skipped a word at a time (the classic has-zero-byte tricks): a set bit
- * may be a false alarm only above a real one, and then the byte loop that
- * follows finds the real one within the word.
+ * may be a false alarm only above a real one, so the lowest is always real.
  */
-static bool
-word_has_special(uint64_t w)
+static uint64_t
+word_specials(uint64_t w)
 {
     uint64_t quote = w ^ (ONES * '"'), backslash = w ^ (ONES * '\\');
     uint64_t below_space = (w - ONES * 0x20) & ~w;
     uint64_t is_quote = (quote - ONES) & ~quote, is_backslash = (backslash - ONES) & ~backslash;
-    return ((w | below_space | is_quote | is_backslash) & HIGH) != 0;
+    return (w | below_space | is_quote | is_backslash) & HIGH;
+}
+
+/* The first byte at or after i that is not plain, or len. */
+static size_t
+skip_plain(const unsigned char *b, size_t i, size_t len)
+{
+    for (; i + 8 <= len; i += 8) {
+        uint64_t w;
+        memcpy(&w, b + i, 8);
+#if __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__
+        w = __builtin_bswap64(w); /* the first byte lowest, as on little-endian machines */
+#endif
+        uint64_t m = word_specials(w);
+        if (m != 0)
+            return i + ((size_t)__builtin_ctzll(m) >> 3);
+    }
+    while (i < len && is_plain(b[i]))
+        i++;
+    return i;
 }
 
 typedef struct {
@@ -308,13 +350,7 @@ scan_string(scan_t *s, bool *escaped)
     size_t i = s->pos + 1, len = s->len;
     *escaped = false;
     for (;;) {
-        for (uint64_t w; i + 8 <= len; i += 8) {
-            memcpy(&w, b + i, 8);
-            if (word_has_special(w))
-                break;
-        }
-        while (i < len && is_plain(b[i]))
-            i++;
+        i = skip_plain(b, i, len);
         if (i >= len)
             return fail(s, SL_JSCAN_E_TRUNCATED, len);
         unsigned char c = b[i];
@@ -432,9 +468,10 @@ static key_kind_t
 classify_key(const scan_t *s, size_t off, size_t n, bool escaped)
 {
     bool in_element = s->convo_depth != 0 && s->depth == s->convo_depth + 1;
+    uint16_t tag = n < 256 ? KEY_TAG(n, s->b[off]) : 0;
     for (size_t k = 0; k < sizeof(known_keys) / sizeof(known_keys[0]); k++) {
         /* Every member name passes here: reject on length and first byte before anything dearer. */
-        if (!escaped && (n != known_keys[k].len || s->b[off] != (unsigned char)known_keys[k].name[0]))
+        if (!escaped && tag != known_keys[k].tag)
             continue;
         scope_t sc = known_keys[k].scope;
         if ((sc == SCOPE_TOP && s->depth != 1) || (sc == SCOPE_ELEMENT && !in_element))

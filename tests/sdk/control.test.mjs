@@ -310,6 +310,35 @@ describe("control endpoint", () => {
     await c.close();
   });
 
+  // Nobody subscribed while the request went on: what reads the in-flight list (get_in_flight,
+  // cancel_request, a late subscriber's snapshot) still has its whole history.
+  test("nobody watching: get_in_flight, cancel_request and a late snapshot still see a request's whole history", T, async () => {
+    const c = await connect();
+    await c.request({ kind: "pause_provider", provider: "only", until_ms: Date.now() + 20_000 });
+    const pending = ask("wait unseen");
+    let live;
+    for (const deadline = Date.now() + 10_000; Date.now() < deadline && !live;) {
+      const f = await c.request({ kind: "get_in_flight" });
+      live = f.in_flight.requests.find((q) => q.events.some((e) => e.kind === "request_queued"));
+      if (!live) await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.ok(live, "the queued request is in flight");
+    const history = ["request_started", "request_routed", "attempt", "request_queued"]; // the attempt: skipped, paused
+    assert.deepEqual(live.events.map((e) => e.kind), history);
+    // A second reader, subscribing late, gets the same history in its snapshot.
+    const late = await connect();
+    const snap = await late.request({ kind: "subscribe", topics: ["events"] });
+    const seen = snap.in_flight.find((q) => q.id === live.id);
+    assert.deepEqual(seen.events.map((e) => e.kind), history);
+    await late.close();
+    assert.equal((await c.request({ kind: "cancel_request", id: live.id })).kind, "ok");
+    assert.equal((await pending).status, 503);
+    const after = await c.request({ kind: "get_in_flight" });
+    assert.equal(after.in_flight.requests.filter((q) => q.id === live.id).length, 0, "it ended");
+    await c.request({ kind: "resume_provider", provider: "only" });
+    await c.close();
+  });
+
   test("history: rows from the request DB, newest first, with their attempts and filters", T, async () => {
     const c = await connect();
     up.push(jsonReply(200, OK_MESSAGE));

@@ -169,9 +169,10 @@ scrub_msg(sl_row_msg_t *m)
 static void
 redact_row(sl_request_row_t *row)
 {
-    if (row->path != NULL && sl_path_has_query(row->path, strlen(row->path))) {
+    size_t path_len = row->path != NULL ? strlen(row->path) : 0;
+    if (path_len > 0 && sl_path_has_query(row->path, path_len)) {
         sl_strbuf_t clean = {0};
-        sl_path_strip_key(row->path, strlen(row->path), &clean);
+        sl_path_strip_key(row->path, path_len, &clean);
         free(row->path);
         row->path = sl_strbuf_finish(&clean);
     }

@@ -20,8 +20,14 @@ struct sl_timer {
     size_t index; /* position in the heap + 1; 0 when not armed */
 };
 
+/* Each entry keeps its timer's due time beside the pointer, so sifting compares without visiting timers. */
 typedef struct {
-    sl_timer_t **items;
+    int64_t due_ms;
+    sl_timer_t *timer;
+} sl_timer_entry_t;
+
+typedef struct {
+    sl_timer_entry_t *items;
     size_t len, cap;
 } sl_timerheap_t;
 

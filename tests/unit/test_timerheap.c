@@ -105,3 +105,19 @@ Test(timerheap, random_operations_keep_the_heap_ordered)
     for (size_t i = 1; i < nfired; i++)
         cr_assert_leq(fired_at[i - 1], fired_at[i]);
 }
+
+Test(timerheap, rearming_an_armed_timer_moves_its_one_entry_either_way)
+{
+    static sl_timer_t t[8];
+    for (int i = 0; i < 8; i++)
+        sl_timer_arm(&heap, &t[i], 10 * (i + 1), record);
+    sl_timer_arm(&heap, &t[6], 5, record);  /* earlier than all */
+    sl_timer_arm(&heap, &t[0], 100, record); /* later than all */
+    sl_timer_arm(&heap, &t[3], 41, record);  /* a little later: stays where it was */
+    cr_assert_eq(heap.len, 8);
+    cr_assert_eq(sl_timerheap_wait_ms(&heap, 0), 5);
+    cr_assert_eq(sl_timerheap_run(&heap, 1000), 8);
+    int64_t want[8] = {5, 20, 30, 41, 50, 60, 80, 100};
+    for (size_t i = 0; i < 8; i++)
+        cr_assert_eq(fired_at[i], want[i], "fired %zu at %lld", i, (long long)fired_at[i]);
+}

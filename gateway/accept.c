@@ -122,12 +122,11 @@ refuse(pending_t *p, sl_first_bytes_t what)
     sl_strbuf_t body = {0}, out = {0};
     sl_error_head_t head;
     sl_dialect_render_error(SL_DIALECT_OPENAI_CHAT, status, sl_code_slug(code), msg.text, &body, &head);
-    sl_strbuf_appendf(
-        &out,
-        "HTTP/1.1 %d %s\r\nserver: sluice\r\nconnection: close\r\ncontent-type: %s\r\n" SL_ERROR_CODE_HEADER
-        ": %s\r\ncontent-length: %zu\r\n\r\n",
-        status, large ? "Request Header Fields Too Large" : "Bad Request", head.content_type,
-        sl_code_slug(code), body.len);
+    sl_strbuf_appendf(&out,
+                      "HTTP/1.1 %d %s\r\nconnection: close\r\ncontent-type: %s\r\n" SL_ERROR_CODE_HEADER
+                      ": %s\r\ncontent-length: %zu\r\n\r\n",
+                      status, large ? "Request Header Fields Too Large" : "Bad Request", head.content_type,
+                      sl_code_slug(code), body.len);
     sl_strbuf_append(&out, body.data, body.len);
     free(sl_strbuf_finish(&body));
     sl_msg_free(&msg);

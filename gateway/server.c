@@ -477,7 +477,12 @@ static void
 init_globalconf(h2o_globalconf_t *conf, uint64_t body_limit)
 {
     h2o_config_init(conf);
-    conf->server_name = h2o_iovec_init(H2O_STRLIT("sluice"));
+    /*
+     * No Server header: nothing in an answer depends on it (sluice's own
+     * refusals name themselves in x-sluice-error), and h2o writes it with a
+     * sprintf per response, 1.6 % of a request's instructions (bench/README.md).
+     */
+    conf->server_name = h2o_iovec_init(H2O_STRLIT(""));
     conf->max_request_entity_size = body_limit;
     conf->http2.max_concurrent_requests_per_connection = 32;
     h2o_hostconf_t *host = h2o_config_register_host(conf, h2o_iovec_init(H2O_STRLIT("default")), 65535);

@@ -167,12 +167,17 @@ Test(proxy, whole_json_answer_passes_through)
     start_gateway("anthropic", NULL);
     const char *answer =
         "{\"id\":\"msg_1\",\"type\":\"message\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]}";
-    fake_push(up1,
-              (fake_reply_t){.status = 200, .headers = "content-type: application/json\r\n", .body = answer});
+    fake_push(up1, (fake_reply_t){.status = 200,
+                                  .headers = "content-type: application/json\r\nserver: upstream/1.0\r\n",
+                                  .body = answer});
     cr_assert(http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS,
                              "{\"model\":\"claude-x\",\"max_tokens\":5,\"messages\":[]}", &res));
     cr_assert_eq(res.status, 200);
     cr_assert_str_eq(res.body, answer);
+    char v[64];
+    cr_assert(http_header(&res, "content-type", v, sizeof(v)));
+    cr_assert_str_eq(v, "application/json");
+    cr_assert_not(http_header(&res, "server", v, sizeof(v)), "neither the upstream's nor a gateway's: %s", v);
 }
 
 Test(proxy, fails_over_on_503)

@@ -111,7 +111,7 @@ Test(timerheap, rearming_an_armed_timer_moves_its_one_entry_either_way)
     static sl_timer_t t[8];
     for (int i = 0; i < 8; i++)
         sl_timer_arm(&heap, &t[i], 10 * (i + 1), record);
-    sl_timer_arm(&heap, &t[6], 5, record);  /* earlier than all */
+    sl_timer_arm(&heap, &t[6], 5, record);   /* earlier than all */
     sl_timer_arm(&heap, &t[0], 100, record); /* later than all */
     sl_timer_arm(&heap, &t[3], 41, record);  /* a little later: stays where it was */
     cr_assert_eq(heap.len, 8);

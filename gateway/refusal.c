@@ -97,9 +97,9 @@ do_send(h2o_ostream_t *self, h2o_req_t *req, h2o_iovec_t *bufs, size_t n, h2o_se
 
     sl_refusal_env_t *env = o->filter->env_of(req);
     if (env != NULL) {
-        sl_snapshot_t *snapshot = sl_snapshot_acquire(env->holder);
-        sl_request_record_refused(req, env->io, env->gateway, snapshot, refusal.status, &msg);
-        sl_snapshot_release(snapshot);
+        sl_snapshot_lease_t *lease = sl_snapshot_lease(&env->io->snapshots);
+        sl_request_record_refused(req, env->io, env->gateway, lease, refusal.status, &msg);
+        sl_snapshot_lease_drop(lease);
         /* h2o stopped reading the body and will close once the answer is out: linger, so it is read. */
         if (req->version < 0x200 && !req->http1_is_persistent)
             sl_linger_start(env->lingers, req);

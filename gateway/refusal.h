@@ -45,7 +45,6 @@ sl_refusal_t sl_refusal_of(int status, const char *text, size_t text_len, uint64
 typedef struct {
     sl_worker_io_t *io;
     sl_gateway_t *gateway;
-    sl_snapshot_holder_t *holder;
     sl_lingers_t *lingers;
 } sl_refusal_env_t;
 

@@ -205,6 +205,7 @@ struct request {
     h2o_req_t *req;      /* NULL once out.state is OUT_CLOSED */
     sl_worker_io_t *io;
     sl_gateway_t *gw;
+    sl_snapshot_lease_t *lease; /* this worker's, on snapshot: held while the request lives */
     sl_snapshot_t *snapshot;
     const sl_config_t *config;
     uint64_t id;

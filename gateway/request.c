@@ -404,7 +404,7 @@ on_request_disposed(void *p)
     h2o_buffer_dispose(&r->out.rx);
     h2o_buffer_dispose(&r->out.tx);
     free(r->attempts);
-    sl_snapshot_release(r->snapshot);
+    sl_snapshot_lease_drop(r->lease);
     h2o_mem_free_recycle(&request_recycle, r);
 }
 
@@ -441,9 +441,9 @@ zero_request(request_t *r)
     memset((char *)r + second + len, 0, sizeof(*r) - (second + len));
 }
 
-/* A request freed with the request's pool, on the worker's list, with its own snapshot reference. */
+/* A request freed with the request's pool, on the worker's list, a user of the worker's snapshot lease. */
 static request_t *
-request_new(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapshot_t *snapshot)
+request_new(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapshot_lease_t *lease)
 {
     request_t **holder = h2o_mem_alloc_shared(&req->pool, sizeof(*holder), on_request_disposed);
     request_t *r = *holder = h2o_mem_alloc_recycle(&request_recycle, sizeof(*r));
@@ -464,9 +464,10 @@ request_new(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapshot_t 
     }
     h2o_linklist_insert(&io->requests, &r->link);
     r->gw = gw;
-    r->snapshot = snapshot;
-    atomic_fetch_add(&snapshot->refs, 1);
-    r->config = snapshot->config;
+    r->lease = lease;
+    sl_snapshot_lease_hold(lease);
+    r->snapshot = lease->snapshot;
+    r->config = r->snapshot->config;
     r->id = atomic_fetch_add(&gw->next_id, 1) + 1;
     r->started_ms = sl_now_ms();
     r->started_wall_ms = sl_wall_ms();
@@ -488,10 +489,10 @@ request_new(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapshot_t 
 }
 
 void
-sl_request_record_refused(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapshot_t *snapshot,
+sl_request_record_refused(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapshot_lease_t *lease,
                           int status, const sl_msg_t *msg)
 {
-    request_t *r = request_new(req, io, gw, snapshot);
+    request_t *r = request_new(req, io, gw, lease);
     if (!sl_endpoint_parse(req->input.method.base, req->input.method.len, req->input.path.base,
                            req->input.path.len, &r->in.endpoint))
         r->in.endpoint.dialect = SL_DIALECT_COUNT;
@@ -503,9 +504,10 @@ sl_request_record_refused(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, 
 }
 
 int
-sl_request_serve(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapshot_t *snapshot)
+sl_request_serve(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapshot_lease_t *lease)
 {
-    request_t *r = request_new(req, io, gw, snapshot);
+    request_t *r = request_new(req, io, gw, lease);
+    const sl_snapshot_t *snapshot = r->snapshot;
 
     /* Safe mode and shutdown refuse everything, in the client's dialect when its path tells it. */
     if (snapshot->safe_mode || atomic_load(&gw->stopping)) {

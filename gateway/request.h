@@ -73,20 +73,21 @@ void sl_gateway_init(sl_gateway_t *gw, sl_recorder_t *recorder);
 
 /*
  * Serves one client request on the worker's loop: intake, routing, hops,
- * the answer. The request keeps its own reference on snapshot. Always
- * answers (now or later) and returns 0, as h2o handlers do.
+ * the answer, on the snapshot of lease (one of io's), which the request
+ * holds as its own user while it lives. Always answers (now or later) and
+ * returns 0, as h2o handlers do.
  */
-int sl_request_serve(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapshot_t *snapshot);
+int sl_request_serve(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapshot_lease_t *lease);
 
 /*
  * Records a request that h2o answered by itself before it reached
  * sl_request_serve (refusal.h rewrote the answer; nothing is sent here):
  * RequestStarted and RequestFailed with msg (borrowed), and a failed row
- * with status. The request lives in req's pool and keeps its own reference
- * on snapshot.
+ * with status. The request lives in req's pool and holds lease (one of
+ * io's) as its own user.
  */
-void sl_request_record_refused(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw, sl_snapshot_t *snapshot,
-                               int status, const sl_msg_t *msg);
+void sl_request_record_refused(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t *gw,
+                               sl_snapshot_lease_t *lease, int status, const sl_msg_t *msg);
 
 /* Cancels the request id if it lives on this worker (its loop's thread only); else nothing. */
 void sl_request_cancel(sl_worker_io_t *io, uint64_t id);

@@ -86,6 +86,7 @@ struct sl_server {
 /* One per request: holds the config snapshot the request started with. */
 typedef struct {
     sl_server_t *server;
+    sl_snapshot_lease_t *lease; /* the worker's, on the snapshot */
     sl_snapshot_t *snapshot;
     worker_t *worker;
     h2o_req_t *req;
@@ -99,7 +100,7 @@ on_request_disposed(void *p)
      */
     if (g->req->version >= 0x200 && g->req->res.status == 0)
         sl_reset_guard_note(&g->worker->resets, g->req->conn->id, sl_now_ms());
-    sl_snapshot_release(g->snapshot);
+    sl_snapshot_lease_drop(g->lease);
     atomic_fetch_sub(&g->server->in_flight, 1);
 }
 
@@ -181,7 +182,8 @@ on_req(h2o_handler_t *self, h2o_req_t *req)
     sl_server_t *server = w->server;
     request_guard_t *g = h2o_mem_alloc_shared(&req->pool, sizeof(*g), on_request_disposed);
     g->server = server;
-    g->snapshot = sl_snapshot_acquire(server->holder);
+    g->lease = sl_snapshot_lease(&w->io.snapshots);
+    g->snapshot = g->lease->snapshot;
     g->worker = w;
     g->req = req;
     atomic_fetch_add(&server->in_flight, 1);
@@ -203,7 +205,7 @@ on_req(h2o_handler_t *self, h2o_req_t *req)
         !atomic_load(&server->gateway->stopping) && h2o_is_websocket_handshake(req, &ws_key) == 0 &&
         ws_key != NULL)
         return sl_wsturns_upgrade(req, ws_key, &w->io, g->snapshot->config, sl_request_peer_is_loopback(req));
-    return sl_request_serve(req, &w->io, server->gateway, g->snapshot);
+    return sl_request_serve(req, &w->io, server->gateway, g->lease);
 }
 
 /* The internal socket: only this process's WebSocket turns connect to it, so no allow_from applies. */
@@ -341,6 +343,7 @@ init_worker(worker_t *w)
     h2o_multithread_register_receiver(w->queue, &w->cancels, on_cancels);
     init_worker_io(&w->io, w->ctx.loop, w->queue, s->upstream_ssl_ctx, s->upstream_ssl_ctx_by_address);
     w->io.metrics = sl_metrics_add_worker(s->gateway->metrics);
+    w->io.snapshots.holder = s->holder;
     w->lingers = sl_lingers_new(w->ctx.loop, &w->io.timers);
     if (s->gateway->cluster != NULL)
         w->io.cluster_lane = sl_cluster_lane_new(w->ctx.loop, &w->io.timers, s->gateway->cluster);
@@ -350,8 +353,7 @@ init_worker(worker_t *w)
                                       .lingers = w->lingers,
                                       .cb = on_protocol_known,
                                       .data = w};
-    w->refusal_env =
-        (sl_refusal_env_t){.io = &w->io, .gateway = s->gateway, .holder = s->holder, .lingers = w->lingers};
+    w->refusal_env = (sl_refusal_env_t){.io = &w->io, .gateway = s->gateway, .lingers = w->lingers};
     w->listener = h2o_evloop_socket_create(w->ctx.loop, w->listen_fd, H2O_SOCKET_FLAG_DONT_READ);
     w->listener->data = w;
     h2o_socket_read_start(w->listener, on_accept);
@@ -391,6 +393,7 @@ worker_main(void *arg)
     /* One more turn of the loop frees the sockets just closed. */
     sl_keepalive_close_all(&w->io.keepalive);
     h2o_evloop_run(w->ctx.loop, 0);
+    sl_snapshot_cache_dispose(&w->io.snapshots);
     /*
      * Park instead of returning: h2o keeps per-thread caches of buffers with no
      * way to free them, so the thread stays (idle, signals blocked) until the

@@ -22,6 +22,7 @@ sl_snapshot_holder_init(sl_snapshot_holder_t *holder, sl_config_t *config, sl_up
 {
     pthread_mutex_init(&holder->lock, NULL);
     holder->current = snapshot_new(config, upstreams, limits, safe_mode);
+    atomic_init(&holder->generation, 0);
 }
 
 void
@@ -32,6 +33,7 @@ sl_snapshot_publish(sl_snapshot_holder_t *holder, sl_config_t *config, sl_upstre
     pthread_mutex_lock(&holder->lock);
     sl_snapshot_t *old = holder->current;
     holder->current = fresh;
+    atomic_fetch_add_explicit(&holder->generation, 1, memory_order_release);
     pthread_mutex_unlock(&holder->lock);
     sl_snapshot_release(old);
 }
@@ -63,4 +65,58 @@ sl_snapshot_holder_dispose(sl_snapshot_holder_t *holder)
     sl_snapshot_release(holder->current);
     holder->current = NULL;
     pthread_mutex_destroy(&holder->lock);
+}
+
+static void
+retire(sl_snapshot_lease_t *lease)
+{
+    lease->retired = true;
+    if (lease->users == 0) {
+        sl_snapshot_release(lease->snapshot);
+        free(lease);
+    }
+}
+
+sl_snapshot_lease_t *
+sl_snapshot_lease(sl_snapshot_cache_t *cache)
+{
+    unsigned generation = atomic_load_explicit(&cache->holder->generation, memory_order_acquire);
+    if (cache->current == NULL || generation != cache->generation) {
+        if (cache->current != NULL)
+            retire(cache->current);
+        sl_snapshot_lease_t *lease = sl_xcalloc(1, sizeof(*lease));
+        sl_snapshot_holder_t *holder = cache->holder;
+        /* The snapshot and its generation change together, under the lock. */
+        pthread_mutex_lock(&holder->lock);
+        lease->snapshot = holder->current;
+        atomic_fetch_add(&lease->snapshot->refs, 1);
+        cache->generation = atomic_load_explicit(&holder->generation, memory_order_relaxed);
+        pthread_mutex_unlock(&holder->lock);
+        cache->current = lease;
+    }
+    cache->current->users++;
+    return cache->current;
+}
+
+void
+sl_snapshot_lease_hold(sl_snapshot_lease_t *lease)
+{
+    lease->users++;
+}
+
+void
+sl_snapshot_lease_drop(sl_snapshot_lease_t *lease)
+{
+    if (--lease->users == 0 && lease->retired) {
+        sl_snapshot_release(lease->snapshot);
+        free(lease);
+    }
+}
+
+void
+sl_snapshot_cache_dispose(sl_snapshot_cache_t *cache)
+{
+    if (cache->current != NULL)
+        retire(cache->current);
+    cache->current = NULL;
 }

@@ -13,6 +13,7 @@
 #include "bus.h"
 #include "core/timerheap.h"
 #include "keepalive.h"
+#include "snapshot_lease.h"
 #include "waitq.h"
 #include "watch.h"
 
@@ -32,6 +33,7 @@ typedef struct {
     struct sl_peer *turns_peer; /* this worker's internal socket: Responses WebSocket turns (wsturns.h) */
     h2o_linklist_t requests;    /* this worker's live requests (an operator may cancel one by id) */
     struct sl_metrics_worker *metrics; /* this worker's counters (metrics.h): only this thread writes them */
+    sl_snapshot_cache_t snapshots;     /* this worker's leases on the config snapshots (snapshot.h) */
 } sl_worker_io_t;
 
 /* Monotonic milliseconds: the clock of every timer and deadline. */

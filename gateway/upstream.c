@@ -63,11 +63,8 @@ find_or_create(sl_upstreams_t *reg, const sl_provider_t *p, const sl_base_url_t 
         if (strcmp(u->origin, origin) != 0) {
             sl_peer_t *peer = make_peer(url);
             reg->retired = sl_xrealloc(reg->retired, (reg->n_retired + 1) * sizeof(*reg->retired));
-            /* Workers read it under the upstream's lock. */
-            pthread_mutex_lock(&u->lock);
-            reg->retired[reg->n_retired++] = u->peer;
-            u->peer = peer;
-            pthread_mutex_unlock(&u->lock);
+            /* A worker may still be reading the old one: it stays until the registry goes. */
+            reg->retired[reg->n_retired++] = atomic_exchange_explicit(&u->peer, peer, memory_order_acq_rel);
             free(u->origin);
             u->origin = origin;
         } else {
@@ -78,7 +75,7 @@ find_or_create(sl_upstreams_t *reg, const sl_provider_t *p, const sl_base_url_t 
     sl_upstream_t *u = sl_xcalloc(1, sizeof(*u));
     u->name = sl_xstrdup(p->name);
     u->origin = origin;
-    u->peer = make_peer(url);
+    atomic_init(&u->peer, make_peer(url));
     pthread_mutex_init(&u->lock, NULL);
     if (reg->n == reg->cap) {
         reg->cap = reg->cap ? reg->cap * 2 : 8;
@@ -109,10 +106,7 @@ sl_upstreams_bind(sl_upstreams_t *reg, const sl_config_t *config)
 const sl_peer_t *
 sl_upstream_peer(sl_upstream_t *up)
 {
-    pthread_mutex_lock(&up->lock);
-    const sl_peer_t *peer = up->peer;
-    pthread_mutex_unlock(&up->lock);
-    return peer;
+    return atomic_load_explicit(&up->peer, memory_order_acquire);
 }
 
 void
@@ -159,7 +153,7 @@ sl_upstreams_free(sl_upstreams_t *reg)
 {
     for (size_t i = 0; i < reg->n; i++) {
         sl_upstream_t *u = reg->items[i];
-        sl_peer_free(u->peer);
+        sl_peer_free(atomic_load(&u->peer));
         free(u->origin);
         free(u->name);
         pthread_mutex_destroy(&u->lock);

@@ -23,8 +23,12 @@
 
 typedef struct {
     char *name;
-    /* Read by every worker under the lock; replaced when the base URL's origin changes. */
-    sl_peer_t *peer;
+    /*
+     * Read by every worker once per hop, without a lock (a lock taken for a
+     * pointer passed its cache line between workers); replaced when the base
+     * URL's origin changes, the old one kept until the registry goes.
+     */
+    _Atomic(sl_peer_t *) peer;
     char *origin; /* "https://host:port" of the peer */
     /* The shared state of this process (shared_local.c) keeps these, under the wait lock (waitq.h). */
     sl_throttle_t throttle;

@@ -12,6 +12,9 @@ snapshot_new(sl_config_t *config, sl_upstream_t **upstreams, sl_limit_sets_t lim
     s->upstreams = upstreams;
     s->limits = limits;
     s->safe_mode = safe_mode;
+    s->heads = sl_xcalloc(config->n_providers > 0 ? config->n_providers : 1, sizeof(*s->heads));
+    for (size_t i = 0; i < config->n_providers; i++)
+        sl_dialect_provider_head(&config->providers[i], &s->heads[i]);
     atomic_init(&s->refs, 1);
     return s;
 }
@@ -52,6 +55,9 @@ void
 sl_snapshot_release(sl_snapshot_t *snapshot)
 {
     if (snapshot != NULL && atomic_fetch_sub(&snapshot->refs, 1) == 1) {
+        for (size_t i = 0; i < snapshot->config->n_providers; i++)
+            sl_provider_head_free(&snapshot->heads[i]);
+        free(snapshot->heads);
         sl_config_free(snapshot->config);
         free(snapshot->upstreams);
         sl_limit_sets_free(&snapshot->limits);

@@ -12,6 +12,7 @@
 #include <stdbool.h>
 
 #include "config.h"
+#include "core/dialect.h"
 #include "limiter.h"
 #include "snapshot_lease.h"
 #include "upstream.h"
@@ -19,6 +20,7 @@
 typedef struct sl_snapshot {
     sl_config_t *config;       /* owned by the snapshot */
     sl_upstream_t **upstreams; /* the shared state of config->providers[i]; the array is owned */
+    sl_provider_head_t *heads; /* config->providers[i]'s request head lines, built once; owned */
     sl_limit_sets_t limits;    /* the usage limits of providers and client keys; the arrays are owned */
     bool safe_mode;            /* the file was invalid: serve nothing but errors */
     atomic_uint refs;

@@ -22,8 +22,8 @@ struct sl_snapshot_holder;
  */
 typedef struct {
     struct sl_snapshot *snapshot;
-    size_t users;  /* this worker's requests (and guards) on it */
-    bool retired;  /* no longer the worker's current one: freed with its last user */
+    size_t users; /* this worker's requests (and guards) on it */
+    bool retired; /* no longer the worker's current one: freed with its last user */
 } sl_snapshot_lease_t;
 
 typedef struct {

@@ -60,7 +60,8 @@ sl__build_hop_request(request_t *r, size_t cand, sl_strbuf_t *head, sl_upstream_
         .headers = &headers,
         .body_len = r->body.len,
     };
-    sl_head_status_t st = sl_dialect_upstream_head(sl__provider_of(r, cand), &ureq, head, info);
+    sl_head_status_t st =
+        sl_dialect_upstream_head(&r->snapshot->heads[r->cands[cand].provider], &ureq, head, info);
     char traceparent[96];
     if (st == SL_HEAD_OK && sl__trace_hop_header(r, traceparent, sizeof(traceparent))) {
         head->len -= 2; /* the blank line that ends the head comes after it */

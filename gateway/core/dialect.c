@@ -633,24 +633,48 @@ method_has_body(const char *method)
 }
 
 sl_head_status_t
-sl_dialect_upstream_head(const sl_provider_t *p, const sl_upstream_request_t *req, sl_strbuf_t *out,
+sl_dialect_provider_head(const sl_provider_t *p, sl_provider_head_t *out)
+{
+    *out = (sl_provider_head_t){.provider = p};
+    if (sl_base_url_parse(p->base_url, &out->base) != 0)
+        return out->status = SL_HEAD_BAD_BASE_URL;
+    if (p->key != NULL && !is_field_safe(p->key, strlen(p->key), false))
+        return out->status = SL_HEAD_BAD_KEY;
+    sl_strbuf_t lines = {0};
+    append_host(&lines, &out->base);
+    out->credential_at = lines.len;
+    out->auth = append_credential(sl_dialect_def(p->protocol), p, &lines);
+    sl_strbuf_append(&lines, "accept-encoding: identity\r\n", 27);
+    out->provider_headers_at = lines.len;
+    append_provider_headers(p, &lines);
+    out->lines_len = lines.len;
+    out->lines = sl_strbuf_finish(&lines);
+    return out->status = SL_HEAD_OK;
+}
+
+void
+sl_provider_head_free(sl_provider_head_t *head)
+{
+    free(head->lines);
+    head->lines = NULL;
+    head->lines_len = 0;
+}
+
+sl_head_status_t
+sl_dialect_upstream_head(const sl_provider_head_t *head, const sl_upstream_request_t *req, sl_strbuf_t *out,
                          sl_upstream_head_t *info)
 {
-    const sl_dialect_def_t *def = sl_dialect_def(p->protocol);
-    sl_base_url_t base;
-    if (sl_base_url_parse(p->base_url, &base) != 0)
-        return SL_HEAD_BAD_BASE_URL;
+    if (head->status != SL_HEAD_OK)
+        return head->status;
     if (!is_token(req->method) || req->target_len == 0 || req->target[0] != '/' ||
         !is_field_safe(req->target, req->target_len, false))
         return SL_HEAD_BAD_TARGET;
-    if (p->key != NULL && !is_field_safe(p->key, strlen(p->key), false))
-        return SL_HEAD_BAD_KEY;
 
     size_t start = out->len;
     sl_strbuf_append_str(out, req->method);
     sl_strbuf_append(out, " ", 1);
     size_t target_off = out->len;
-    if (append_upstream_path(def, &base, req, out) != 0) {
+    if (append_upstream_path(sl_dialect_def(head->provider->protocol), &head->base, req, out) != 0) {
         out->len = start;
         if (out->data != NULL)
             out->data[start] = '\0';
@@ -658,18 +682,18 @@ sl_dialect_upstream_head(const sl_provider_t *p, const sl_upstream_request_t *re
     }
     size_t target_len = out->len - target_off;
     sl_strbuf_append(out, " HTTP/1.1\r\n", 11);
-    append_host(out, &base);
+    sl_strbuf_append(out, head->lines, head->credential_at);
     if (method_has_body(req->method)) {
         sl_strbuf_append(out, "content-length: ", 16);
         sl_strbuf_append_u64(out, req->body_len);
         sl_strbuf_append(out, "\r\n", 2);
     }
-    sl_upstream_auth_t auth = append_credential(def, p, out);
-    sl_strbuf_append(out, "accept-encoding: identity\r\n", 27);
-    append_passthrough(p, req->headers, out);
-    append_provider_headers(p, out);
+    sl_strbuf_append(out, head->lines + head->credential_at, head->provider_headers_at - head->credential_at);
+    append_passthrough(head->provider, req->headers, out);
+    sl_strbuf_append(out, head->lines + head->provider_headers_at,
+                     head->lines_len - head->provider_headers_at);
     sl_strbuf_append(out, "\r\n", 2);
-    *info = (sl_upstream_head_t){.auth = auth, .target_off = target_off, .target_len = target_len};
+    *info = (sl_upstream_head_t){.auth = head->auth, .target_off = target_off, .target_len = target_len};
     return SL_HEAD_OK;
 }
 

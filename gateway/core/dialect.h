@@ -155,18 +155,43 @@ typedef struct {
 } sl_upstream_head_t;
 
 /*
- * Appends the HTTP/1.1 request head for req to provider p (in p's protocol)
- * to out, ending with the blank line: request line (base path prefix +
- * dialect path), host (with the port when it is not the scheme's default),
- * content-length, the provider's credential, accept-encoding: identity, the
- * client's pass-through headers (anthropic-version, anthropic-beta,
- * openai-beta, x-goog-api-client, accept, content-type, user-agent; values
- * holding CR, LF or NUL are dropped), then p->headers, which replace
- * same-named pass-through headers and the credential header but never the
- * gateway's own framing headers. Nothing else from the client is sent. On
- * SL_HEAD_OK fills *info; on any other status out and *info are untouched.
+ * The lines of a provider's request head that no request changes, built
+ * once per config: host (with the port when it is not the scheme's
+ * default), the provider's credential, accept-encoding: identity, then
+ * p->headers, which replace the credential header but never the gateway's
+ * own framing headers. status says whether any request can be sent
+ * (SL_HEAD_BAD_BASE_URL, SL_HEAD_BAD_KEY); base views p->base_url, so the
+ * head lives no longer than p.
  */
-sl_head_status_t sl_dialect_upstream_head(const sl_provider_t *p, const sl_upstream_request_t *req,
+typedef struct {
+    const sl_provider_t *provider;
+    sl_head_status_t status;
+    sl_base_url_t base;
+    sl_upstream_auth_t auth;
+    /*
+     * Owned (sl_provider_head_free): host, then the credential and
+     * accept-encoding from credential_at, then p->headers from
+     * provider_headers_at; the request's own lines go between them.
+     */
+    char *lines;
+    size_t credential_at, provider_headers_at, lines_len;
+} sl_provider_head_t;
+
+sl_head_status_t sl_dialect_provider_head(const sl_provider_t *p, sl_provider_head_t *out);
+void sl_provider_head_free(sl_provider_head_t *head);
+
+/*
+ * Appends the HTTP/1.1 request head for req to the head's provider (in its
+ * protocol) to out, ending with the blank line: request line (base path
+ * prefix + dialect path), host, content-length, the credential,
+ * accept-encoding, the client's pass-through headers (anthropic-version,
+ * anthropic-beta, openai-beta, x-goog-api-client, accept, content-type,
+ * user-agent; values holding CR, LF or NUL are dropped) unless the provider
+ * sets the same header, then the provider's headers. Nothing else from the
+ * client is sent. On SL_HEAD_OK fills *info; on any other status out and
+ * *info are untouched.
+ */
+sl_head_status_t sl_dialect_upstream_head(const sl_provider_head_t *head, const sl_upstream_request_t *req,
                                           sl_strbuf_t *out, sl_upstream_head_t *info);
 
 /* ---- errors the gateway writes, keep-alives ---------------------------------------------------- */

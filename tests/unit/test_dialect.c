@@ -721,16 +721,24 @@ Test(upstream_head, exact_bytes_per_dialect)
                                      .model = c->model,
                                      .headers = &hs,
                                      .body_len = c->body_len};
+        sl_provider_head_t fixed;
+        cr_assert_eq(sl_dialect_provider_head(&p, &fixed), SL_HEAD_OK, "%s", c->rule);
         sl_strbuf_t b = {0};
         sl_strbuf_append(&b, "kept|", 5);
         sl_upstream_head_t info;
-        cr_assert_eq(sl_dialect_upstream_head(&p, &req, &b, &info), SL_HEAD_OK, "%s", c->rule);
+        cr_assert_eq(sl_dialect_upstream_head(&fixed, &req, &b, &info), SL_HEAD_OK, "%s", c->rule);
         cr_assert_str_eq(b.data + 5, c->head, "%s", c->rule);
         cr_assert_eq(memcmp(b.data, "kept|", 5), 0, "%s: appends", c->rule);
         cr_assert_eq(info.auth, c->auth, "%s", c->rule);
         cr_assert_eq(info.target_len, strlen(c->upstream_target), "%s", c->rule);
         cr_assert_eq(memcmp(b.data + info.target_off, c->upstream_target, info.target_len), 0, "%s", c->rule);
+        /* The provider's lines are built once: a second request gets the same head. */
+        size_t first_len = b.len;
+        cr_assert_eq(sl_dialect_upstream_head(&fixed, &req, &b, &info), SL_HEAD_OK, "%s", c->rule);
+        cr_assert_eq(b.len, first_len + strlen(c->head), "%s", c->rule);
+        cr_assert_str_eq(b.data + first_len, c->head, "%s: again", c->rule);
         free(sl_strbuf_finish(&b));
+        sl_provider_head_free(&fixed);
     }
 }
 
@@ -753,14 +761,17 @@ Test(upstream_head, never_passes_client_credentials_or_hop_by_hop_headers)
             "/model/m/converse"};
         sl_provider_t p = make_provider((sl_dialect_t)d, "https://up.example", "UPKEY", NULL, 0);
         sl_upstream_request_t req = {"POST", targets[d], strlen(targets[d]), "m", &hs, 1};
+        sl_provider_head_t fixed;
+        sl_dialect_provider_head(&p, &fixed);
         sl_strbuf_t b = {0};
         sl_upstream_head_t info;
-        cr_assert_eq(sl_dialect_upstream_head(&p, &req, &b, &info), SL_HEAD_OK);
+        cr_assert_eq(sl_dialect_upstream_head(&fixed, &req, &b, &info), SL_HEAD_OK);
         for (size_t k = 0; k < N(forbidden); k++)
             cr_assert_null(strstr(b.data, forbidden[k]), "%s: %s", dialect_names[d], forbidden[k]);
         cr_assert_not_null(strstr(b.data, "UPKEY\r\n"), "%s", dialect_names[d]);
         cr_assert_not_null(strstr(b.data, "\r\naccept-encoding: identity\r\n"), "%s", dialect_names[d]);
         free(sl_strbuf_finish(&b));
+        sl_provider_head_free(&fixed);
     }
 }
 
@@ -799,7 +810,11 @@ Test(upstream_head, refusals_leave_the_buffer_and_info_untouched)
         sl_strbuf_append(&b, "before", 6);
         sl_upstream_head_t info = {
             .auth = SL_UPSTREAM_AUTH_SIGV4_PENDING, .target_off = 77, .target_len = 88};
-        cr_assert_eq(sl_dialect_upstream_head(&p, &req, &b, &info), bad[i].status, "%s", bad[i].rule);
+        sl_provider_head_t fixed;
+        sl_head_status_t fixed_status = sl_dialect_provider_head(&p, &fixed);
+        cr_assert_eq(fixed.status, fixed_status, "%s", bad[i].rule);
+        cr_assert_eq(sl_dialect_upstream_head(&fixed, &req, &b, &info), bad[i].status, "%s", bad[i].rule);
+        sl_provider_head_free(&fixed);
         cr_assert_str_eq(b.data, "before", "%s", bad[i].rule);
         cr_assert_eq(b.len, 6, "%s", bad[i].rule);
         cr_assert_eq(info.target_off, 77, "%s", bad[i].rule);

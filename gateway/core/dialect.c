@@ -430,10 +430,19 @@ sl_base_url_parse(const char *url, sl_base_url_t *out)
 /* ---- the upstream head ------------------------------------------------------------------------- */
 
 /* What the client may send upstream (config.md); everything else stays with the gateway. */
-static const char *const passthrough_headers[] = {
-    "anthropic-version", "anthropic-beta", "openai-beta", "x-goog-api-client", "accept",
-    "content-type",      "user-agent",
+#define NAME(s)                                                                                              \
+    {                                                                                                        \
+        s, sizeof(s) - 1                                                                                     \
+    }
+static const struct {
+    const char *name;
+    size_t len;
+} passthrough_headers[] = {
+    NAME("anthropic-version"), NAME("anthropic-beta"), NAME("openai-beta"),
+    NAME("x-goog-api-client"), NAME("accept"),         NAME("content-type"),
+    NAME("user-agent"),
 };
+#undef NAME
 
 /*
  * Headers only the gateway writes: framing and hop-by-hop ones (a provider's
@@ -453,9 +462,10 @@ static const struct {
 static const char *
 passthrough_name(const char *name, size_t n)
 {
+    /* Asked of every header of every request: most differ in length from all seven. */
     for (size_t i = 0; i < sizeof(passthrough_headers) / sizeof(passthrough_headers[0]); i++) {
-        if (name_is(name, n, passthrough_headers[i]))
-            return passthrough_headers[i];
+        if (passthrough_headers[i].len == n && name_is(name, n, passthrough_headers[i].name))
+            return passthrough_headers[i].name;
     }
     return NULL;
 }

@@ -63,6 +63,8 @@ typedef struct {
     sl_reset_guard_t resets;            /* HTTP/2 streams reset before their answer, per connection */
     unsigned index;
     h2o_socket_t *turns_listener; /* the internal socket WebSocket turns come back in on */
+    /* This worker's requests not yet disposed: its own count, so workers never share the cache line. */
+    atomic_uint in_flight;
 } worker_t;
 
 struct sl_server {
@@ -78,14 +80,12 @@ struct sl_server {
     unsigned n_workers;
     worker_t *workers;
     atomic_bool exiting;
-    atomic_uint in_flight;
     sem_t parked; /* posted by each worker whose loop has ended */
     sem_t ready;  /* posted by each worker once its loop, queue and listener exist */
 };
 
 /* One per request: holds the config snapshot the request started with. */
 typedef struct {
-    sl_server_t *server;
     sl_snapshot_lease_t *lease; /* the worker's, on the snapshot */
     sl_snapshot_t *snapshot;
     worker_t *worker;
@@ -101,7 +101,7 @@ on_request_disposed(void *p)
     if (g->req->version >= 0x200 && g->req->res.status == 0)
         sl_reset_guard_note(&g->worker->resets, g->req->conn->id, sl_now_ms());
     sl_snapshot_lease_drop(g->lease);
-    atomic_fetch_sub(&g->server->in_flight, 1);
+    atomic_fetch_sub_explicit(&g->worker->in_flight, 1, memory_order_release);
 }
 
 /*
@@ -181,12 +181,11 @@ on_req(h2o_handler_t *self, h2o_req_t *req)
     worker_t *w = this_worker;
     sl_server_t *server = w->server;
     request_guard_t *g = h2o_mem_alloc_shared(&req->pool, sizeof(*g), on_request_disposed);
-    g->server = server;
     g->lease = sl_snapshot_lease(&w->io.snapshots);
     g->snapshot = g->lease->snapshot;
     g->worker = w;
     g->req = req;
-    atomic_fetch_add(&server->in_flight, 1);
+    atomic_fetch_add_explicit(&w->in_flight, 1, memory_order_relaxed);
     if (resets_exceeded(w, req)) {
         h2o_send_error_generic(req, 429, "Too Many Requests", "too many streams reset on this connection",
                                H2O_SEND_ERROR_KEEP_HEADERS);
@@ -582,7 +581,10 @@ sl_server_cancel(sl_server_t *server, uint64_t id)
 unsigned
 sl_server_in_flight(const sl_server_t *server)
 {
-    return atomic_load(&((sl_server_t *)server)->in_flight);
+    unsigned n = 0;
+    for (unsigned i = 0; i < server->n_workers; i++)
+        n += atomic_load_explicit(&server->workers[i].in_flight, memory_order_acquire);
+    return n;
 }
 
 void

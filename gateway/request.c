@@ -598,8 +598,11 @@ sl_gateway_init(sl_gateway_t *gw, sl_recorder_t *recorder)
                 v);
         }
     }
-    pthread_mutex_init(&gw->affinity_lock, NULL);
-    gw->affinity = sl_affinity_new(SL_AFFINITY_DEFAULT_CAPACITY, SL_AFFINITY_DEFAULT_IDLE_MS);
+    for (size_t i = 0; i < SL_AFFINITY_SHARDS; i++) {
+        pthread_mutex_init(&gw->affinity[i].lock, NULL);
+        gw->affinity[i].table =
+            sl_affinity_new(SL_AFFINITY_DEFAULT_CAPACITY / SL_AFFINITY_SHARDS, SL_AFFINITY_DEFAULT_IDLE_MS);
+    }
     /* The hash key only has to be unknown to clients. */
     if (getrandom(&gw->affinity_key, sizeof(gw->affinity_key), 0) != (ssize_t)sizeof(gw->affinity_key)) {
         gw->affinity_key.k0 = (uint64_t)sl_wall_ms() * 0x9E3779B97F4A7C15ull;

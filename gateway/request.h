@@ -25,6 +25,10 @@
 #include "snapshot.h"
 #include "worker.h"
 
+/* The affinity table's shards: a key's top bits pick one. */
+#define SL_AFFINITY_SHARD_BITS 4
+#define SL_AFFINITY_SHARDS     (1u << SL_AFFINITY_SHARD_BITS)
+
 /* What every request of the process shares. */
 typedef struct {
     sl_bus_t *bus;           /* request and state events; built only while the bus is active */
@@ -34,9 +38,15 @@ typedef struct {
     atomic_uint_fast64_t rows_dropped;    /* rows that never reached the recorder */
     atomic_bool stopping;                 /* shutting down: new requests are refused */
     atomic_uint_fast64_t waiting_bytes;   /* bodies of all waiting requests (limits.max_waiting_bytes) */
-    /* Conversations and the upstream that served them (behaviour.md §1.5), shared by all workers. */
-    pthread_mutex_t affinity_lock;
-    sl_affinity_t *affinity;
+    /*
+     * Conversations and the upstream that served them (behaviour.md §1.5),
+     * shared by all workers: in shards by key, each with its own lock on its
+     * own cache line, so two workers rarely pass a lock between them.
+     */
+    struct {
+        _Alignas(64) pthread_mutex_t lock;
+        sl_affinity_t *table;
+    } affinity[SL_AFFINITY_SHARDS];
     sl_hash_key_t affinity_key; /* secret, drawn at start: clients cannot aim at one hash bucket */
     /*
      * Unscaled, with jitter, in production. Tests set SLUICE_TEST_TIME_SCALE

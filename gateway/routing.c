@@ -5,6 +5,29 @@
 #include "req.h"
 
 /*
+ * A key's shard of the affinity table: its high bits (keys are keyed hashes, spread evenly; a shard's
+ * own buckets use the low ones).
+ */
+static void
+affinity_put(sl_gateway_t *gw, uint64_t key, sl_affinity_pin_t pin)
+{
+    size_t i = (size_t)(key >> (64 - SL_AFFINITY_SHARD_BITS));
+    pthread_mutex_lock(&gw->affinity[i].lock);
+    sl_affinity_put(gw->affinity[i].table, key, pin, sl_now_ms());
+    pthread_mutex_unlock(&gw->affinity[i].lock);
+}
+
+static bool
+affinity_get(sl_gateway_t *gw, uint64_t key, sl_affinity_pin_t *pin)
+{
+    size_t i = (size_t)(key >> (64 - SL_AFFINITY_SHARD_BITS));
+    pthread_mutex_lock(&gw->affinity[i].lock);
+    bool found = sl_affinity_get(gw->affinity[i].table, key, sl_now_ms(), pin);
+    pthread_mutex_unlock(&gw->affinity[i].lock);
+    return found;
+}
+
+/*
  * The conversation stays with the upstream that served it (sticky; sealed when its history is bound), and
  * remembers its home: where it goes back to once that can take it again, if this was a failover (§1.5).
  */
@@ -19,9 +42,7 @@ sl__remember_conversation(request_t *r)
         .sealed = r->sealed_history,
         .home = r->home != 0 ? r->home : served,
     };
-    pthread_mutex_lock(&r->gw->affinity_lock);
-    sl_affinity_put(r->gw->affinity, r->conversation, pin, sl_now_ms());
-    pthread_mutex_unlock(&r->gw->affinity_lock);
+    affinity_put(r->gw, r->conversation, pin);
 }
 
 /* A served Responses answer seals its id to the upstream that holds it. */
@@ -37,9 +58,7 @@ sl__remember_response(request_t *r)
         .upstream = sl_affinity_upstream_id(sl__provider_of(r, r->cur)->name),
         .sealed = true,
     };
-    pthread_mutex_lock(&r->gw->affinity_lock);
-    sl_affinity_put(r->gw->affinity, key, pin, sl_now_ms());
-    pthread_mutex_unlock(&r->gw->affinity_lock);
+    affinity_put(r->gw, key, pin);
 }
 
 /* The conversation's name: a session header, else the client and its first user message (behaviour.md §1.5).
@@ -107,9 +126,7 @@ apply_affinity(request_t *r)
     if (r->conversation == 0)
         return SL_AFFINITY_NONE;
     sl_affinity_pin_t pin;
-    pthread_mutex_lock(&r->gw->affinity_lock);
-    bool found = sl_affinity_get(r->gw->affinity, r->conversation, sl_now_ms(), &pin);
-    pthread_mutex_unlock(&r->gw->affinity_lock);
+    bool found = affinity_get(r->gw, r->conversation, &pin);
     r->home = found && pin.home != 0 ? pin.home : found ? pin.upstream : routed_home(r);
     sl_affinity_effect_t effect = sl_affinity_apply(r->config, found ? &pin : NULL, r->sealed_history,
                                                     home_can_take_it, r, r->cands, r->n_cands);

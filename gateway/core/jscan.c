@@ -241,6 +241,23 @@ static const struct {
     {NAME("maxTokens"), K_MAX_TOKENS, SCOPE_OUTPUT_CONFIG},
 #undef NAME
 };
+#define N_KNOWN_KEYS (sizeof(known_keys) / sizeof(known_keys[0]))
+_Static_assert(N_KNOWN_KEYS <= 32, "a key's candidates are a 32-bit set");
+
+/*
+ * The known keys whose tag falls in each of 64 slots, as a set of indices:
+ * a member name is compared with the one or two keys of its slot, not with
+ * all of them. Built once, before main, from known_keys itself.
+ */
+#define TAG_SLOT(tag) ((((unsigned)(tag) >> 8) * 31u + ((unsigned)(tag)&0xFFu)) & 63u)
+static uint32_t keys_in_slot[64];
+
+__attribute__((constructor)) static void
+index_known_keys(void)
+{
+    for (size_t k = 0; k < N_KNOWN_KEYS; k++)
+        keys_in_slot[TAG_SLOT(known_keys[k].tag)] |= 1u << k;
+}
 
 enum { C_OBJECT = 1, C_ARRAY = 2 };
 enum { F_THINKING = 1, F_SIGNATURE = 2 }; /* per object: both set = a signed thinking block */
@@ -468,9 +485,13 @@ static key_kind_t
 classify_key(const scan_t *s, size_t off, size_t n, bool escaped)
 {
     bool in_element = s->convo_depth != 0 && s->depth == s->convo_depth + 1;
-    uint16_t tag = n < 256 ? KEY_TAG(n, s->b[off]) : 0;
-    for (size_t k = 0; k < sizeof(known_keys) / sizeof(known_keys[0]); k++) {
-        /* Every member name passes here: reject on length and first byte before anything dearer. */
+    /* Every member name passes here: only the keys of its length and first byte are looked at. */
+    if (!escaped && n >= 256)
+        return K_OTHER;
+    uint16_t tag = escaped ? 0 : KEY_TAG(n, s->b[off]);
+    uint32_t candidates = escaped ? UINT32_MAX >> (32 - N_KNOWN_KEYS) : keys_in_slot[TAG_SLOT(tag)];
+    for (; candidates != 0; candidates &= candidates - 1) {
+        size_t k = (size_t)__builtin_ctz(candidates);
         if (!escaped && tag != known_keys[k].tag)
             continue;
         scope_t sc = known_keys[k].scope;

@@ -230,12 +230,28 @@ starts_a_prefix(char c)
     return false;
 }
 
+/* The three questions may_hold_secret asks of every byte, answered once per byte value before main. */
+enum { CLASS_SEPARATOR = 1, CLASS_KEY = 2, CLASS_PREFIX_START = 4 };
+static unsigned char byte_class[256];
+
+__attribute__((constructor)) static void
+classify_bytes(void)
+{
+    for (int b = 0; b < 256; b++) {
+        char c = (char)b;
+        byte_class[b] =
+            (unsigned char)((is_separator(c) ? CLASS_SEPARATOR : 0) | (is_key_char(c) ? CLASS_KEY : 0) |
+                            (starts_a_prefix(c) ? CLASS_PREFIX_START : 0));
+    }
+}
+
 /*
  * Whether text holds anything sl_scrub_secrets could mask. Each pattern needs
  * a separator (a URL's ':', "Bearer "'s space, the ':' or '=' after a secret
  * word) or a run of key characters that starts like a known prefix and is
  * long enough for one. Most row fields (paths, model names) have neither, so
- * one cheap pass over them decides.
+ * one cheap pass over them decides: the request DB's writer asks it of every
+ * row's path and model names.
  */
 static bool
 may_hold_secret(const char *text, size_t len)
@@ -243,15 +259,15 @@ may_hold_secret(const char *text, size_t len)
     size_t run = 0;
     bool prefixed = false;
     for (size_t i = 0; i < len; i++) {
-        char c = text[i];
-        if (is_separator(c))
+        unsigned char class = byte_class[(unsigned char)text[i]];
+        if (class & CLASS_SEPARATOR)
             return true;
-        if (!is_key_char(c)) {
+        if (!(class & CLASS_KEY)) {
             run = 0;
             continue;
         }
         if (run++ == 0)
-            prefixed = starts_a_prefix(c);
+            prefixed = class & CLASS_PREFIX_START;
         if (prefixed && run >= SHORTEST_PREFIX + KEY_AFTER_PREFIX)
             return true;
     }

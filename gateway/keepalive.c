@@ -1,6 +1,7 @@
 #include "keepalive.h"
 
 #include "core/xalloc.h"
+#include "read_budget.h"
 #include "worker.h"
 
 sl_upconn_t *
@@ -17,6 +18,7 @@ sl_upconn_new(h2o_socket_t *sock, const struct sl_peer *peer, sl_keepalive_t *st
 void
 sl_upconn_close(sl_upconn_t *c)
 {
+    sl_read_budget_clear(h2o_socket_get_fd(c->sock));
     h2o_socket_close(c->sock);
     free(c);
 }

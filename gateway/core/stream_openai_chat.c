@@ -1,15 +1,18 @@
 /*
  * OpenAI Chat Completions streams (formats.md): unnamed `data:` chunks ending
- * with `data: [DONE]`. While held, a chunk is parsed to tell the opening role
- * chunk from content. Once flowing, byte scans for "error", "usage" and
- * "finish_reason" decide, and only a chunk with a non-null error or usage is
- * parsed (OpenAI sends "usage":null on every chunk when usage is asked for).
+ * with `data: [DONE]`. While held, a walk over the chunk (jwalk.h) tells the
+ * opening role chunk from content; a chunk with an error or usage, or one the
+ * walk cannot follow, is parsed. Once flowing, byte scans for "error",
+ * "usage" and "finish_reason" decide, and only a chunk with a non-null error
+ * or usage is parsed (OpenAI sends "usage":null on every chunk when usage is
+ * asked for).
  *
  * Also the readers shared with the Responses dialect (declared in stream_class.h).
  */
 #include <jansson.h>
 
 #include "core/answer_usage.h"
+#include "core/jwalk.h"
 #include "core/stream_class.h"
 
 static bool
@@ -131,9 +134,9 @@ delta_has_content(const json_t *delta)
     return false;
 }
 
-/* The held phase: formats.md's opening rule, applied to the whole chunk. */
+/* The held phase: formats.md's opening rule, applied to the whole chunk parsed. */
 static void
-classify_held(const sl_sse_event_t *ev, sl_stream_verdict_t *out, sl_usage_t *usage)
+classify_held_parsed(const sl_sse_event_t *ev, sl_stream_verdict_t *out, sl_usage_t *usage)
 {
     json_t *root = json_loadb(ev->data, ev->data_len, 0, NULL);
     if (!json_is_object(root)) {
@@ -166,6 +169,103 @@ classify_held(const sl_sse_event_t *ev, sl_stream_verdict_t *out, sl_usage_t *us
     }
     out->kind = content ? SL_STREAM_CONTENT : SL_STREAM_OPENING;
     json_decref(root);
+}
+
+static bool
+has_escape(sl_jval_t v)
+{
+    return memchr(v.p, '\\', (size_t)(v.end - v.p)) != NULL;
+}
+
+/* An opening field's value, as is_empty: null, false, "", [] or {}. */
+static bool
+jval_is_empty(sl_jval_t v)
+{
+    if (sl_jval_is(v, "null") || sl_jval_is(v, "false") || sl_jval_is(v, "\"\""))
+        return true;
+    if (v.p == v.end || (*v.p != '[' && *v.p != '{'))
+        return false;
+    const char *in = sl_jval_skip_space(v.p + 1, v.end);
+    return in < v.end && *in == (*v.p == '[' ? ']' : '}');
+}
+
+/* The walk's verdict on one choice: false when jansson must decide (an escaped key or reason). */
+static bool
+walk_choice(sl_jval_t item, sl_stream_verdict_t *out, bool *content)
+{
+    sl_jwalk_t choice, delta;
+    sl_jval_t key, value;
+    if (!sl_jwalk_open(item, '{', &choice))
+        return true;
+    while (sl_jwalk_next(&choice, &key, &value)) {
+        if (has_escape(key))
+            return false;
+        if (sl_jval_is(key, "finish_reason") && !sl_jval_is(value, "null")) {
+            *content = out->finished = true;
+            if (*value.p == '"') {
+                if (has_escape(value))
+                    return false;
+                sl__stream_finish_reason(out, value.p + 1, (size_t)(value.end - value.p - 2));
+            }
+        } else if (sl_jval_is(key, "delta") && sl_jwalk_open(value, '{', &delta)) {
+            sl_jval_t field;
+            while (sl_jwalk_next(&delta, &key, &field)) {
+                if (has_escape(key))
+                    return false;
+                if (!sl_jval_is(key, "role") && !jval_is_empty(field))
+                    *content = true;
+            }
+            if (delta.bad)
+                return false;
+        }
+    }
+    return !choice.bad;
+}
+
+/*
+ * The held phase without a parse, for the chunks a working upstream sends while held (the opening role
+ * chunk, then content): the opening rule over a walk of the chunk. Returns false, *out untouched, for what
+ * the parse must decide: an error or usage that is not null, an escaped key or reason (jansson unescapes
+ * them), bytes the walk cannot follow.
+ */
+static bool
+classify_held_walked(const sl_sse_event_t *ev, sl_stream_verdict_t *out)
+{
+    sl_jval_t all = {ev->data, ev->data + ev->data_len}, key, value, choices = {NULL, NULL};
+    sl_jwalk_t root, list;
+    if (!sl_jwalk_open(all, '{', &root))
+        return false;
+    while (sl_jwalk_next(&root, &key, &value)) {
+        if (has_escape(key))
+            return false;
+        if ((sl_jval_is(key, "error") || sl_jval_is(key, "usage")) && !sl_jval_is(value, "null"))
+            return false;
+        if (sl_jval_is(key, "choices"))
+            choices = value;
+    }
+    if (root.bad || sl_jval_skip_space(root.p, all.end) != all.end)
+        return false;
+    sl_stream_verdict_t v = *out;
+    bool content = false;
+    if (choices.p != NULL && sl_jwalk_open(choices, '[', &list)) {
+        sl_jval_t item;
+        while (sl_jwalk_next(&list, NULL, &item)) {
+            if (!walk_choice(item, &v, &content))
+                return false;
+        }
+        if (list.bad)
+            return false;
+    }
+    v.kind = content ? SL_STREAM_CONTENT : SL_STREAM_OPENING;
+    *out = v;
+    return true;
+}
+
+static void
+classify_held(const sl_sse_event_t *ev, sl_stream_verdict_t *out, sl_usage_t *usage)
+{
+    if (!classify_held_walked(ev, out))
+        classify_held_parsed(ev, out, usage);
 }
 
 /* The reason of a chunk that has a finish_reason, by a scan: "stop", "length", "tool_calls". */

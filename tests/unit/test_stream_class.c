@@ -378,6 +378,21 @@ static const row_t chat_rows[] = {
     ROW("a numeric code outside 400-599 is no status", H, "data: {\"error\":{\"code\":200}}\n\n",
         SL_STREAM_ERROR, .status = 0),
     ROW("a bare string error is an error", H, "data: {\"error\":\"boom\"}\n\n", SL_STREAM_ERROR),
+    ROW("an escaped role key is still the role", H,
+        "data: {\"choices\":[{\"delta\":{\"r\\u006fle\":\"assistant\",\"content\":\"\"}}]}\n\n",
+        SL_STREAM_OPENING),
+    ROW("empty fields in every shape, spaced, are opening", H,
+        "data: {\"choices\":[{\"delta\":{" ROLE ",\"content\":\"\",\"tool_calls\":[ ],\"audio\":{ },"
+        "\"refusal\":null,\"x\":false}}]}\n\n",
+        SL_STREAM_OPENING),
+    ROW("a number in a delta is content", H, "data: {\"choices\":[{\"delta\":{\"n\":0}}]}\n\n",
+        SL_STREAM_CONTENT),
+    ROW("choices that are not objects add nothing", H, "data: {\"choices\":[1,\"x\",null]}\n\n",
+        SL_STREAM_OPENING),
+    ROW("bytes after the chunk make it no JSON: content", H, "data: {\"choices\":[]} x\n\n",
+        SL_STREAM_CONTENT),
+    ROW("a chunk cut short is no JSON: content", H, "data: {\"choices\":[{\"delta\":{" ROLE "\n\n",
+        SL_STREAM_CONTENT),
     ROW("an error beside choices is an error", H,
         "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}],\"error\":{\"type\":\"server_error\"}}\n\n",
         SL_STREAM_ERROR, .code = "server_error"),
@@ -422,6 +437,25 @@ static const row_t chat_rows[] = {
 Test(stream_chat, rules)
 {
     check_rows(SL_DIALECT_OPENAI_CHAT, chat_rows, sizeof chat_rows / sizeof chat_rows[0]);
+}
+
+Test(stream_chat, a_held_finish_reason_is_read_escaped_or_not)
+{
+    static const struct {
+        const char *sse, *reason;
+    } cases[] = {
+        {"data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"length\"}]}\n\n", "length"},
+        {"data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"st\\u006fp\"}]}\n\n", "stop"},
+        {"data: {\"choices\":[{\"delta\":{},\"finish_reason\":7}]}\n\n", ""},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        sl_usage_t u = {0};
+        sl_stream_t st;
+        sl_stream_verdict_t v = classify_one(SL_DIALECT_OPENAI_CHAT, H, cases[i].sse, &u, &st);
+        cr_assert_eq(v.kind, SL_STREAM_CONTENT, "%s", cases[i].sse);
+        cr_assert(v.finished, "%s", cases[i].sse);
+        cr_assert_str_eq(v.finish_reason, cases[i].reason, "%s", cases[i].sse);
+    }
 }
 
 static const row_t anthropic_rows[] = {

@@ -121,14 +121,18 @@ sl__start_response(request_t *r)
         sl__first_token(r);
 }
 
-/* Content arrived (or the hold is over): from here the answer streams to the client. */
+/*
+ * Content arrived (or the hold is over): from here the answer streams to the client. What is read so far
+ * goes out before the upstream is credited (sl__upstream_served), which the client need not wait for.
+ */
 void
 sl__release_hold(request_t *r)
 {
     sl__hedge_content(r);
     sl__set_phase(r, PHASE_STREAMING);
-    sl__upstream_served(r);
     sl__start_response(r);
+    sl__flush_to_client(r);
+    sl__upstream_served(r);
 }
 
 /* ---- sending ------------------------------------------------------------------------------------ */

@@ -500,7 +500,7 @@ void sl__set_client_out(request_t *r, client_out_t to);
 bool sl__is_hop_by_hop(const h2o_iovec_t *name);
 /* Starts the answer with the upstream's head (behind keep-alives: its bytes only). */
 void sl__start_response(request_t *r);
-/* Held content arrived (or the hold is over): the answer streams from here. */
+/* Held content arrived (or the hold is over): the answer streams from here, what is parsed first. */
 void sl__release_hold(request_t *r);
 /* Hands what is parsed to h2o when no send is in flight. */
 void sl__flush_to_client(request_t *r);

@@ -226,9 +226,8 @@ scan_events(request_t *r)
         }
         r->out.parsed += len;
         if (r->phase == PHASE_HELD && r->rd.stream.phase == SL_STREAM_FLOWING) {
-            sl__release_hold(r);
             /* The first content goes out now; what came in the same read follows when this send is done. */
-            sl__flush_to_client(r);
+            sl__release_hold(r);
         } else if (r->rd.stream.phase == SL_STREAM_FLOWING && !r->out.first_token_seen &&
                    r->out.state == OUT_ANSWER) {
             sl__upstream_served(r);

@@ -215,7 +215,9 @@ sl__stream_error(sl_stream_verdict_t *out, const char *code, const char *message
 const char *sl__json_value_of(const char *p, const char *end, const char *quoted_key);
 /* Whether the JSON text has the key with a value other than null, at any depth. */
 bool sl__json_has_non_null(const char *p, size_t len, const char *quoted_key);
-/* The same for several keys in one pass over the text: found[k] for quoted_keys[k]. */
+/* The same for several keys (n <= SL_JSON_KEYS_MAX) in one pass over the text: found[k] for quoted_keys[k].
+ */
+#define SL_JSON_KEYS_MAX 4
 void sl__json_keys_non_null(const char *p, size_t len, const char *const *quoted_keys, size_t n, bool *found);
 
 struct json_t;

@@ -9,6 +9,7 @@
  *
  * Also the readers shared with the Responses dialect (declared in stream_class.h).
  */
+#include <assert.h>
 #include <jansson.h>
 
 #include "core/answer_usage.h"
@@ -24,18 +25,24 @@ is_json_space(char c)
 /*
  * Keys are found at colons (a member has one, and two to four quotes): the
  * quoted text just before a colon is a member's key. An escaped key inside a
- * string ends in a backslash before its quote and never matches. Returns
- * where the value after colon starts when that key is quoted_key (kn bytes),
- * else NULL.
+ * string ends in a backslash before its quote and never matches. Most colons
+ * of a chunk are no key asked for: the key's last letter, before its closing
+ * quote, is compared before the whole key.
  */
-static const char *
-value_at_colon(const char *start, const char *end, const char *colon, const char *quoted_key, size_t kn)
+static bool
+key_before_colon(const char *start, const char *colon, const char *quoted_key, size_t kn)
 {
     const char *q = colon;
     while (q > start && is_json_space(q[-1]))
         q--;
-    if ((size_t)(q - start) < kn || memcmp(q - kn, quoted_key, kn) != 0)
-        return NULL;
+    return (size_t)(q - start) >= kn && q[-1] == '"' && q[-2] == quoted_key[kn - 2] &&
+           memcmp(q - kn, quoted_key, kn) == 0;
+}
+
+/* Where the value after colon starts, or NULL when the text ends first. */
+static const char *
+value_after(const char *colon, const char *end)
+{
     const char *v = colon + 1;
     while (v < end && is_json_space(*v))
         v++;
@@ -48,9 +55,8 @@ sl__json_value_of(const char *p, const char *end, const char *quoted_key)
     const char *start = p;
     size_t kn = strlen(quoted_key);
     while (p < end && (p = memchr(p, ':', (size_t)(end - p))) != NULL) {
-        const char *v = value_at_colon(start, end, p, quoted_key, kn);
-        if (v != NULL)
-            return v;
+        if (key_before_colon(start, p, quoted_key, kn))
+            return value_after(p, end);
         p++;
     }
     return NULL;
@@ -60,13 +66,18 @@ void
 sl__json_keys_non_null(const char *p, size_t len, const char *const *quoted_keys, size_t n, bool *found)
 {
     const char *start = p, *end = p + len;
+    size_t kn[SL_JSON_KEYS_MAX];
     size_t left = n;
-    for (size_t k = 0; k < n; k++)
+    assert(n <= SL_JSON_KEYS_MAX);
+    for (size_t k = 0; k < n; k++) {
         found[k] = false;
+        kn[k] = strlen(quoted_keys[k]);
+    }
     while (left > 0 && p < end && (p = memchr(p, ':', (size_t)(end - p))) != NULL) {
         for (size_t k = 0; k < n; k++) {
-            const char *v =
-                found[k] ? NULL : value_at_colon(start, end, p, quoted_keys[k], strlen(quoted_keys[k]));
+            if (found[k] || !key_before_colon(start, p, quoted_keys[k], kn[k]))
+                continue;
+            const char *v = value_after(p, end);
             if (v != NULL && ((size_t)(end - v) < 4 || memcmp(v, "null", 4) != 0)) {
                 found[k] = true;
                 left--;

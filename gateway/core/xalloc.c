@@ -1,6 +1,7 @@
 #include "xalloc.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -51,6 +52,10 @@ sl_xstrndup(const char *s, size_t n)
 static void
 reserve(sl_strbuf_t *b, size_t extra)
 {
+    /* A size no memory can hold fails as an allocation would, before len + extra + 1 wraps around (at -O3,
+     * GCC otherwise sees a SIZE_MAX copy on paths the callers rule out). */
+    if (extra > SIZE_MAX / 2 - b->len)
+        check(NULL);
     if (b->len + extra + 1 > b->cap) {
         size_t cap = b->cap ? b->cap : 64;
         while (cap < b->len + extra + 1)

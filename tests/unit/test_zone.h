@@ -35,7 +35,8 @@ static inline sl_tz_t *
 test_zone(const char *name)
 {
     char path[512], err[128] = "";
-    snprintf(path, sizeof path, ZONEINFO "/%s", name);
+    int path_len = snprintf(path, sizeof path, ZONEINFO "/%s", name);
+    cr_assert(path_len > 0 && (size_t)path_len < sizeof path, "zone name too long: %s", name);
     size_t len;
     char *bytes = test_read_file(path, &len);
     cr_assert_not_null(bytes, "%s: tzdata is not installed (scripts/setup)", path);

@@ -390,7 +390,7 @@ open_recorder(sl_runtime_t *rt, const sl_config_t *config, sl_gateway_t *gw)
 {
     sl_recorder_options_t opts = {
         .queue_capacity = SL_RECORDER_DEFAULT_QUEUE,
-        .batch_max = SL_RECORDER_DEFAULT_BATCH,
+        .batch_max = config->store_url != NULL ? SL_RECORDER_PG_BATCH : SL_RECORDER_DEFAULT_BATCH,
         .busy_timeout_ms = SL_RECORDER_DEFAULT_BUSY_MS,
         .retention_days = config->retention_days,
         .on_dropped = report_rows_dropped,

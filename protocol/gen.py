@@ -579,9 +579,12 @@ def c_free_field(f):
     if t.kind == "array":
         each = c_free_value(t.item, f"{v}[i]")
         loop = f"    for (size_t i = 0; i < {v}_len; i++)\n        {each}\n" if each else ""
-        return f"{loop}    free({v});\n"
+        return f"{loop}    if ({v} != NULL)\n        free({v});\n"
     if t.kind == "map":
         return f"    sl__proto_free_map({v}, {v}_len);\n"
+    if t.kind == "str" and f.optional:
+        # Mostly absent: a test is cheaper than a call of free(NULL) (events are freed by the million).
+        return f"    if ({v} != NULL)\n        free({v});\n"
     if t.kind == "str":
         return f"    free({v});\n"
     if t.kind == "struct" and f.optional:

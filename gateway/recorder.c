@@ -75,16 +75,55 @@ sl_bucket_cutoff_minute(int64_t now_ms, uint32_t retention_days)
 
 /* ---- rows ------------------------------------------------------------------ */
 
+static void
+set_absent(sl_request_row_t *row)
+{
+    row->ttfb_ms = row->ttft_ms = row->cost_micros = SL_ROW_ABSENT;
+    for (size_t i = 0; i < row->n_attempts; i++)
+        row->attempts[i].pause_ms = row->attempts[i].backoff_ms = SL_ROW_ABSENT;
+}
+
 sl_request_row_t *
 sl_request_row_new(size_t n_attempts)
 {
     sl_request_row_t *row = sl_xcalloc(1, sizeof *row);
-    row->ttfb_ms = row->ttft_ms = row->cost_micros = SL_ROW_ABSENT;
     row->n_attempts = n_attempts;
     row->attempts = n_attempts > 0 ? sl_xcalloc(n_attempts, sizeof *row->attempts) : NULL;
-    for (size_t i = 0; i < n_attempts; i++)
-        row->attempts[i].pause_ms = row->attempts[i].backoff_ms = SL_ROW_ABSENT;
+    set_absent(row);
     return row;
+}
+
+sl_request_row_t *
+sl_request_row_new_packed(size_t n_attempts, size_t text_bytes)
+{
+    size_t head = sizeof(sl_request_row_t) + n_attempts * sizeof(sl_attempt_row_t);
+    sl_request_row_t *row = sl_xmalloc(head + text_bytes);
+    memset(row, 0, head);
+    row->n_attempts = n_attempts;
+    row->attempts = n_attempts > 0 ? (sl_attempt_row_t *)(row + 1) : NULL;
+    row->text_next = (char *)row + head;
+    row->block_end = row->text_next + text_bytes;
+    set_absent(row);
+    return row;
+}
+
+char *
+sl_request_row_text(sl_request_row_t *row, const char *s, size_t n)
+{
+    assert(row->text_next != NULL && (size_t)(row->block_end - row->text_next) > n);
+    char *out = row->text_next;
+    memcpy(out, s, n);
+    out[n] = '\0';
+    row->text_next += n + 1;
+    return out;
+}
+
+/* Frees p unless it lies in row's own allocation (a packed row's attempts and text). */
+static void
+free_unless_packed(const sl_request_row_t *row, void *p)
+{
+    if ((const char *)p < (const char *)row || (const char *)p >= row->block_end)
+        free(p);
 }
 
 void
@@ -123,15 +162,15 @@ sl_request_row_free(sl_request_row_t *row)
         return;
     for (size_t i = 0; i < row->n_attempts; i++) {
         sl_attempt_row_t *a = &row->attempts[i];
-        free(a->provider);
-        free(a->model);
+        free_unless_packed(row, a->provider);
+        free_unless_packed(row, a->model);
         sl_row_msg_clear(&a->error);
     }
-    free(row->attempts);
-    free(row->client);
-    free(row->model);
-    free(row->provider);
-    free(row->path);
+    free_unless_packed(row, row->attempts);
+    free_unless_packed(row, row->client);
+    free_unless_packed(row, row->model);
+    free_unless_packed(row, row->provider);
+    free_unless_packed(row, row->path);
     sl_row_msg_clear(&row->error);
     free(row);
 }
@@ -173,7 +212,7 @@ redact_row(sl_request_row_t *row)
     if (path_len > 0 && sl_path_has_query(row->path, path_len)) {
         sl_strbuf_t clean = {0};
         sl_path_strip_key(row->path, path_len, &clean);
-        free(row->path);
+        free_unless_packed(row, row->path);
         row->path = sl_strbuf_finish(&clean);
     }
     scrub(row->path);

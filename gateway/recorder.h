@@ -120,6 +120,9 @@ typedef struct {
     int64_t cost_micros; /* SL_ROW_ABSENT = unknown */
     sl_attempt_row_t *attempts;
     size_t n_attempts;
+    /* The row's own allocation ends here (sl_request_row_new_packed's strings lie before it); recorder.c's. */
+    const char *block_end;
+    char *text_next; /* where sl_request_row_text copies next */
 } sl_request_row_t;
 
 /*
@@ -128,6 +131,15 @@ typedef struct {
  * sl_recorder_submit. Never NULL.
  */
 sl_request_row_t *sl_request_row_new(size_t n_attempts);
+/*
+ * The same row in one allocation, with its attempts and text_bytes for its
+ * strings (sl_request_row_text): a request ends with one malloc for its row,
+ * and the writer frees it with one free. A string the caller sets otherwise
+ * (sl_xstrdup) is owned on its own, as in any row, and freed so.
+ */
+sl_request_row_t *sl_request_row_new_packed(size_t n_attempts, size_t text_bytes);
+/* A NUL-terminated copy of s[0..n) in a packed row's text; n + 1 bytes of it must be left. */
+char *sl_request_row_text(sl_request_row_t *row, const char *s, size_t n);
 /* Frees the row, its attempts and every string; NULL is ignored. */
 void sl_request_row_free(sl_request_row_t *row);
 /* A copy of msg (code slug, args, text) for a row; the caller owns the result. */

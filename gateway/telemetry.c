@@ -413,16 +413,26 @@ sl__record(request_t *r, sl_row_outcome_t outcome, int status, const sl_msg_t *m
         atomic_fetch_add(&r->gw->rows_dropped, 1);
         return;
     }
-    sl_request_row_t *row = sl_request_row_new(r->n_attempts);
+    /* The row and its strings in one allocation: their lengths first. */
+    const char *client = sl__client_name(r);
+    const char *provider = r->n_attempts > 0 && outcome == SL_ROW_SERVED ? sl__provider_of(r, r->cur)->name : NULL;
+    size_t client_len = strlen(client), model_len = strlen(r->in.model);
+    size_t provider_len = provider != NULL ? strlen(provider) : 0;
+    size_t text = client_len + model_len + r->path.len + 3 + (provider != NULL ? provider_len + 1 : 0);
+    for (size_t i = 0; i < r->n_attempts; i++) {
+        const attempt_t *a = &r->attempts[i];
+        text += strlen(r->config->providers[a->provider].name) + 1 + (a->model != NULL ? strlen(a->model) : 0) + 1;
+    }
+    sl_request_row_t *row = sl_request_row_new_packed(r->n_attempts, text);
     row->id = r->id;
     row->started_at_ms = r->started_wall_ms;
-    row->client = sl_xstrdup(sl__client_name(r));
+    row->client = sl_request_row_text(row, client, client_len);
     row->dialect =
         r->in.endpoint.dialect < SL_DIALECT_COUNT ? r->in.endpoint.dialect : SL_DIALECT_OPENAI_CHAT;
-    row->model = sl_xstrdup(r->in.model);
-    if (r->n_attempts > 0 && outcome == SL_ROW_SERVED)
-        row->provider = sl_xstrdup(sl__provider_of(r, r->cur)->name);
-    row->path = sl_xstrndup(r->path.base, r->path.len);
+    row->model = sl_request_row_text(row, r->in.model, model_len);
+    if (provider != NULL)
+        row->provider = sl_request_row_text(row, provider, provider_len);
+    row->path = sl_request_row_text(row, r->path.base, r->path.len);
     row->status = (uint32_t)status;
     row->outcome = outcome;
     if (msg != NULL)
@@ -446,8 +456,9 @@ sl__record(request_t *r, sl_row_outcome_t outcome, int status, const sl_msg_t *m
     for (size_t i = 0; i < r->n_attempts; i++) {
         const attempt_t *a = &r->attempts[i];
         sl_attempt_row_t *ar = &row->attempts[i];
-        ar->provider = sl_xstrdup(r->config->providers[a->provider].name);
-        ar->model = sl_xstrdup(a->model != NULL ? a->model : "");
+        const char *name = r->config->providers[a->provider].name;
+        ar->provider = sl_request_row_text(row, name, strlen(name));
+        ar->model = sl_request_row_text(row, a->model != NULL ? a->model : "", a->model != NULL ? strlen(a->model) : 0);
         ar->outcome = a->skipped != SL_SKIP_NONE ? SL_HOP_SKIPPED : a->outcome;
         ar->status = (uint32_t)a->status;
         if (a->has_error) {

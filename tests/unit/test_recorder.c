@@ -1532,6 +1532,59 @@ Test(recorder, credentials_never_reach_the_db)
     page_free(&p);
 }
 
+/* A packed row (one allocation, as the gateway makes them) stores as any row; the path redaction replaces. */
+Test(recorder, a_packed_row_stores_every_string_and_its_redacted_path)
+{
+    static const char path[] = "/v1beta/models/gemini-2.0-flash:generateContent?key=AIzaSyA-0123456789abcdefghijklmnopq";
+    static const char *const strings[] = {"team-p", "gemini-2.0-flash", "google-b", path, "google-a", "gemini-1.5",
+                                          "google-b", ""};
+    size_t text = 0;
+    for (size_t i = 0; i < sizeof(strings) / sizeof(strings[0]); i++)
+        text += strlen(strings[i]) + 1;
+    sl_recorder_t *rec = open_with(NULL);
+    sl_request_row_t *r = sl_request_row_new_packed(2, text);
+    r->id = 7;
+    r->started_at_ms = base_ms + 500;
+    r->client = sl_request_row_text(r, strings[0], strlen(strings[0]));
+    r->model = sl_request_row_text(r, strings[1], strlen(strings[1]));
+    r->provider = sl_request_row_text(r, strings[2], strlen(strings[2]));
+    r->path = sl_request_row_text(r, path, sizeof(path) - 1);
+    r->dialect = SL_DIALECT_GEMINI;
+    r->status = 200;
+    r->outcome = SL_ROW_SERVED;
+    r->duration_ms = 40;
+    cr_assert_eq(r->ttfb_ms, SL_ROW_ABSENT);
+    cr_assert_eq(r->attempts[1].pause_ms, SL_ROW_ABSENT);
+    for (size_t i = 0; i < 2; i++) {
+        r->attempts[i].provider = sl_request_row_text(r, strings[4 + 2 * i], strlen(strings[4 + 2 * i]));
+        r->attempts[i].model = sl_request_row_text(r, strings[5 + 2 * i], strlen(strings[5 + 2 * i]));
+        r->attempts[i].outcome = i == 0 ? SL_HOP_STATUS : SL_HOP_SERVED;
+        r->attempts[i].status = i == 0 ? 503 : 200;
+    }
+    cr_assert_eq(r->text_next, r->block_end, "the text was sized exactly");
+    /* A string set the usual way in a packed row is owned on its own. */
+    r->attempts[0].error.code = sl_xstrdup("gw.upstream.status");
+    r->attempts[0].error.text = sl_xstrdup("503 from google-a");
+    cr_assert(sl_recorder_submit(rec, r));
+    sl_recorder_close(rec);
+
+    page_t p = history_ok(&(sl_recorder_history_query_t){0});
+    cr_assert_eq(p.n, 1);
+    const sl_proto_history_row_t *h = &p.rows[0];
+    cr_assert_str_eq(h->client, "team-p");
+    cr_assert_str_eq(h->model, "gemini-2.0-flash");
+    cr_assert_str_eq(h->provider, "google-b");
+    cr_assert_eq(h->attempts_len, 2);
+    cr_assert_str_eq(h->attempts[0].provider, "google-a");
+    cr_assert_str_eq(h->attempts[0].model, "gemini-1.5");
+    cr_assert_str_eq(h->attempts[0].error->text, "503 from google-a");
+    cr_assert_str_eq(h->attempts[1].provider, "google-b");
+    page_free(&p);
+    char *stored = query_text("SELECT path FROM requests");
+    cr_assert_str_eq(stored, "/v1beta/models/gemini-2.0-flash:generateContent");
+    free(stored);
+}
+
 #ifdef STORE_PG
 /* ---- PostgreSQL: the schema, several instances, the spool ------------------------------------ */
 

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <openssl/ssl.h>
 #include <semaphore.h>
 #include <pthread.h>
@@ -415,8 +416,15 @@ open_listener(const char *bind_ip, uint16_t port, char *err, size_t err_size)
     }
     int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     int on = 1;
+    /*
+     * A connection is handed to accept when its first bytes arrive (as h2o's own server and nginx's
+     * `deferred` do): a worker wakes once for a new client and its request, not twice. One that sends
+     * nothing waits in the kernel, holding no descriptor, until the deferral ends.
+     */
+    int defer_secs = 1;
     if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof(on)) != 0 ||
         setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &on, sizeof(on)) != 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, &defer_secs, sizeof(defer_secs)) != 0 ||
         bind(fd, (struct sockaddr *)&ss, len) != 0 || listen(fd, 1024) != 0 ||
         fcntl(fd, F_SETFL, O_NONBLOCK) != 0) {
         snprintf(err, err_size, "cannot listen on %s:%u: %s", bind_ip, port, strerror(errno));

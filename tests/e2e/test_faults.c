@@ -21,6 +21,7 @@
 #define _GNU_SOURCE /* memmem, strcasestr, unshare */
 #include <arpa/inet.h>
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -1219,6 +1220,55 @@ Test(faults, slowloris_clients_do_not_hold_up_a_normal_client)
     for (int i = 0; i < 30; i++)
         close(s.fds[i]);
     cr_assert_eq(finale(true), 10, "no slow head became a request");
+}
+
+/* sluice's open descriptors, from /proc. */
+static int
+open_fds(void)
+{
+    char dir[64];
+    snprintf(dir, sizeof(dir), "/proc/%d/fd", (int)gw.proc.pid);
+    DIR *d = opendir(dir);
+    cr_assert_not_null(d);
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d)) != NULL;)
+        n += e->d_name[0] != '.';
+    closedir(d);
+    return n;
+}
+
+/*
+ * Accept is deferred to a connection's first bytes (server.c): connections that send nothing hold no
+ * descriptor of sluice's, and one that speaks up later is accepted then and served.
+ */
+Test(faults, a_connection_is_accepted_when_its_first_bytes_arrive)
+{
+    start(NULL, NULL, NULL, NULL);
+    fake_set_default(up1, ok_stream());
+    answer_t a = {0};
+    call("claude-x", false, &a); /* the upstream connection and the DB are open before counting */
+    assert_served(&a);
+    int before = open_fds();
+    int quiet[20];
+    for (int i = 0; i < 20; i++) {
+        quiet[i] = connect_to(gw.port);
+        cr_assert_geq(quiet[i], 0);
+    }
+    usleep(200000);
+    cr_assert_eq(open_fds(), before, "20 quiet connections: %d descriptors, %d before", open_fds(), before);
+    call("claude-x", false, &a);
+    assert_served(&a);
+    /* One of them speaks up: accepted now, and answered. */
+    static const char get[] = "GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    int64_t t0 = now_ms();
+    cr_assert_eq(write(quiet[0], get, sizeof(get) - 1), (ssize_t)sizeof(get) - 1);
+    read_answer(quiet[0], &a, t0);
+    cr_assert_eq(a.status, 200, "/healthz on a connection quiet until now: %d", a.status);
+    cr_assert_lt(a.ms, 800);
+    answer_free(&a);
+    for (int i = 0; i < 20; i++)
+        close(quiet[i]);
+    cr_assert_eq(finale(true), 2);
 }
 
 /* ---- HTTP/2: many streams opened and reset at once (rapid reset, CVE-2023-44487) -------------- */

@@ -266,7 +266,7 @@ sl_bus_dropped(const sl_bus_t *bus)
 
 /* ---- building events ------------------------------------------------------------------------- */
 
-#define ASCII_ONES 0x0101010101010101ULL
+#define ASCII_ONES  0x0101010101010101ULL
 #define ASCII_HIGHS 0x8080808080808080ULL
 
 /* A NUL-terminated copy of s[0..n) that the protocol accepts: valid UTF-8, no NUL. */

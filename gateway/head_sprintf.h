@@ -22,7 +22,7 @@
 #include <stddef.h>
 
 /* h2o 2.2.5's two formats (lib/http1.c), matched by content. */
-#define SL_H2O_HEAD_FORMAT "HTTP/1.1 %d %s\r\nDate: %s\r\nConnection: %s\r\n"
+#define SL_H2O_HEAD_FORMAT        "HTTP/1.1 %d %s\r\nDate: %s\r\nConnection: %s\r\n"
 #define SL_H2O_HEAD_FORMAT_LENGTH SL_H2O_HEAD_FORMAT "Content-Length: %zu\r\n"
 
 /* The most sl_head_format writes besides its strings (the terminating NUL included). */

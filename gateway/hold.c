@@ -108,8 +108,8 @@ sl__start_response(request_t *r)
             h2o_header_t *h = &r->rd.up_headers.entries[i];
             /* on_hop_head kept every name h2o knows as its token: any other is not one. */
             if (h2o_iovec_is_token(h->name))
-                h2o_add_header(&req->pool, &req->res.headers, (const h2o_token_t *)h->name, NULL, h->value.base,
-                               h->value.len);
+                h2o_add_header(&req->pool, &req->res.headers, (const h2o_token_t *)h->name, NULL,
+                               h->value.base, h->value.len);
             else
                 h2o_add_header_by_str(&req->pool, &req->res.headers, h->name->base, h->name->len, 0, NULL,
                                       h->value.base, h->value.len);

@@ -120,7 +120,8 @@ typedef struct {
     int64_t cost_micros; /* SL_ROW_ABSENT = unknown */
     sl_attempt_row_t *attempts;
     size_t n_attempts;
-    /* The row's own allocation ends here (sl_request_row_new_packed's strings lie before it); recorder.c's. */
+    /* The row's own allocation ends here (sl_request_row_new_packed's strings lie before it); recorder.c's.
+     */
     const char *block_end;
     char *text_next; /* where sl_request_row_text copies next */
 } sl_request_row_t;

@@ -415,13 +415,15 @@ sl__record(request_t *r, sl_row_outcome_t outcome, int status, const sl_msg_t *m
     }
     /* The row and its strings in one allocation: their lengths first. */
     const char *client = sl__client_name(r);
-    const char *provider = r->n_attempts > 0 && outcome == SL_ROW_SERVED ? sl__provider_of(r, r->cur)->name : NULL;
+    const char *provider =
+        r->n_attempts > 0 && outcome == SL_ROW_SERVED ? sl__provider_of(r, r->cur)->name : NULL;
     size_t client_len = strlen(client), model_len = strlen(r->in.model);
     size_t provider_len = provider != NULL ? strlen(provider) : 0;
     size_t text = client_len + model_len + r->path.len + 3 + (provider != NULL ? provider_len + 1 : 0);
     for (size_t i = 0; i < r->n_attempts; i++) {
         const attempt_t *a = &r->attempts[i];
-        text += strlen(r->config->providers[a->provider].name) + 1 + (a->model != NULL ? strlen(a->model) : 0) + 1;
+        text += strlen(r->config->providers[a->provider].name) + 1 +
+                (a->model != NULL ? strlen(a->model) : 0) + 1;
     }
     sl_request_row_t *row = sl_request_row_new_packed(r->n_attempts, text);
     row->id = r->id;
@@ -458,7 +460,8 @@ sl__record(request_t *r, sl_row_outcome_t outcome, int status, const sl_msg_t *m
         sl_attempt_row_t *ar = &row->attempts[i];
         const char *name = r->config->providers[a->provider].name;
         ar->provider = sl_request_row_text(row, name, strlen(name));
-        ar->model = sl_request_row_text(row, a->model != NULL ? a->model : "", a->model != NULL ? strlen(a->model) : 0);
+        ar->model = sl_request_row_text(row, a->model != NULL ? a->model : "",
+                                        a->model != NULL ? strlen(a->model) : 0);
         ar->outcome = a->skipped != SL_SKIP_NONE ? SL_HOP_SKIPPED : a->outcome;
         ar->status = (uint32_t)a->status;
         if (a->has_error) {

@@ -347,7 +347,8 @@ on_hop_head(void *data, int status, const h2o_header_t *headers, size_t n)
         if (sl__is_hop_by_hop(name))
             continue;
         h2o_iovec_t v = h2o_strdup(pool, headers[i].value.base, headers[i].value.len);
-        /* A known name is kept as h2o's token: nothing to copy, and nothing to look up when the answer starts. */
+        /* A known name is kept as h2o's token: nothing to copy, and nothing to look up when the answer
+         * starts. */
         const h2o_token_t *token = h2o_lookup_token(name->base, name->len);
         if (token != NULL) {
             h2o_add_header(pool, &r->rd.up_headers, token, NULL, v.base, v.len);

@@ -613,8 +613,13 @@ Test(bus_events, client_bytes_become_valid_utf8)
         {"\xf4\x90\x80\x80", "????"}, /* above U+10FFFF */
         /* Eight bytes at a time while all are ASCII: the words around and after a byte that is not. */
         {"a-model-name-of-31-bytes-or-so!", "a-model-name-of-31-bytes-or-so!"},
-        {"01234567\xff" "9abcdefghij", "01234567?9abcdefghij"},
-        {"0123456\xc3\xa9" "789abcdef\x80", "0123456\xc3\xa9" "789abcdef?"},
+        {"01234567\xff"
+         "9abcdefghij",
+         "01234567?9abcdefghij"},
+        {"0123456\xc3\xa9"
+         "789abcdef\x80",
+         "0123456\xc3\xa9"
+         "789abcdef?"},
         {"\x7f\x01\x7f\x01\x7f\x01\x7f\x01\x7f", "\x7f\x01\x7f\x01\x7f\x01\x7f\x01\x7f"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {

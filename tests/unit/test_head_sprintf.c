@@ -17,7 +17,8 @@ expect_like_printf(int status, const char *reason, const char *connection, size_
     char want[512], got[512];
     snprintf(want, sizeof(want), SL_H2O_HEAD_FORMAT_LENGTH, status, reason, DATE, connection, length);
     memset(got, 'x', sizeof(got));
-    int n = __sprintf_chk(got, 1, sizeof(got), SL_H2O_HEAD_FORMAT_LENGTH, status, reason, DATE, connection, length);
+    int n = __sprintf_chk(got, 1, sizeof(got), SL_H2O_HEAD_FORMAT_LENGTH, status, reason, DATE, connection,
+                          length);
     cr_assert_str_eq(got, want);
     cr_assert_eq(n, (int)strlen(want));
 
@@ -44,7 +45,9 @@ Test(head_sprintf, the_formatter_returns_its_length_and_terminates)
     char buf[SL_HEAD_FIXED_MAX + 64];
     size_t n = sl_head_format(buf, 503, "Service Unavailable", DATE, "close", false, 0);
     cr_assert_eq(n, strlen(buf));
-    cr_assert_str_eq(buf, "HTTP/1.1 503 Service Unavailable\r\nDate: Mon, 07 Dec 2026 15:04:05 GMT\r\nConnection: close\r\n");
+    cr_assert_str_eq(
+        buf,
+        "HTTP/1.1 503 Service Unavailable\r\nDate: Mon, 07 Dec 2026 15:04:05 GMT\r\nConnection: close\r\n");
 }
 
 Test(head_sprintf, other_formats_go_to_glibc)

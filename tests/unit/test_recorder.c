@@ -1535,9 +1535,10 @@ Test(recorder, credentials_never_reach_the_db)
 /* A packed row (one allocation, as the gateway makes them) stores as any row; the path redaction replaces. */
 Test(recorder, a_packed_row_stores_every_string_and_its_redacted_path)
 {
-    static const char path[] = "/v1beta/models/gemini-2.0-flash:generateContent?key=AIzaSyA-0123456789abcdefghijklmnopq";
-    static const char *const strings[] = {"team-p", "gemini-2.0-flash", "google-b", path, "google-a", "gemini-1.5",
-                                          "google-b", ""};
+    static const char path[] =
+        "/v1beta/models/gemini-2.0-flash:generateContent?key=AIzaSyA-0123456789abcdefghijklmnopq";
+    static const char *const strings[] = {"team-p",   "gemini-2.0-flash", "google-b", path,
+                                          "google-a", "gemini-1.5",       "google-b", ""};
     size_t text = 0;
     for (size_t i = 0; i < sizeof(strings) / sizeof(strings[0]); i++)
         text += strlen(strings[i]) + 1;

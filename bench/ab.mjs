@@ -4,24 +4,26 @@
 // same mock upstream with the same config; each round measures A then B, the next B then A, so a
 // busy moment and the order hit both alike. Per round, for each binary:
 //   - closed loop, h2load --h1 -c64: req/s and CPU µs per request by thread (/proc schedstat);
-//   - fixed rate, h2load --h1 -c10 --rps: p50 and p99, and what they add over the mock (measured too).
+//   - fixed rate, h2load --h1 -c10 --rps: p50 and p99, and what they add over the mock (measured too);
+//   - SSE first byte: the median TTFB of --streams curl streams (a new connection each, the 1 000-event
+//     mock stream, every one checked), and what it adds over the mock's.
 // The verdict is per round, paired: B − A, its median, and in how many rounds B was the better.
 //
-//   bench/ab.mjs --b OTHER_BINARY [--a BINARY] [--rounds N] [--seconds S] [--rate R] [--quick]
+//   bench/ab.mjs --b OTHER_BINARY [--a BINARY] [--rounds N] [--seconds S] [--rate R] [--streams N] [--quick]
 //
 // --a defaults to build/sluice (or SLUICE_BIN). --quick (one round of 1 s each) is the smoke test.
 // Asserts correctness only: every answer a 200.
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { h2loadFixedRate, killAllSync, median, requestBody, run, stopAll, threadCpuNs } from "./lib.mjs";
-import { sluiceBin, startSluice, startUpstream } from "./targets.mjs";
+import { checkSse, curlPost, h2loadFixedRate, killAllSync, median, requestBody, run, stopAll, threadCpuNs } from "./lib.mjs";
+import { SSE_EVENTS, sluiceBin, startSluice, startUpstream } from "./targets.mjs";
 
 process.on("exit", () => killAllSync());
 for (const sig of ["SIGINT", "SIGTERM"]) process.on(sig, () => process.exit(1));
 
 function args(argv) {
-  const o = { a: sluiceBin(), b: null, rounds: 6, seconds: 5, rate: 2000, quick: false };
+  const o = { a: sluiceBin(), b: null, rounds: 6, seconds: 5, rate: 2000, streams: 10, quick: false };
   for (let i = 0; i < argv.length; i++) {
     const k = argv[i];
     const value = () => {
@@ -33,12 +35,13 @@ function args(argv) {
     else if (k === "--rounds") o.rounds = Number(value());
     else if (k === "--seconds") o.seconds = Number(value());
     else if (k === "--rate") o.rate = Number(value());
+    else if (k === "--streams") o.streams = Number(value());
     else if (k === "--quick") o.quick = true;
     else throw new Error(`unknown option ${k}`);
   }
-  if (o.quick) Object.assign(o, { rounds: 1, seconds: 1, b: o.b ?? o.a });
+  if (o.quick) Object.assign(o, { rounds: 1, seconds: 1, streams: 2, b: o.b ?? o.a });
   if (!o.b) throw new Error("--b BINARY is required (the binary to compare with --a)");
-  for (const n of ["rounds", "seconds", "rate"])
+  for (const n of ["rounds", "seconds", "rate", "streams"])
     if (!(o[n] > 0)) throw new Error(`--${n} must be a positive number`);
   for (const bin of [o.a, o.b]) if (!fs.existsSync(bin)) throw new Error(`${bin} does not exist`);
   return o;
@@ -92,6 +95,20 @@ async function fixedRate(t) {
   return h;
 }
 
+// The median first-byte time of opt.streams streams, each on a new connection and checked whole.
+const sseBody = requestBody("bench-sse", true);
+async function sseTtfb(key, url, headers) {
+  const ttfb = [];
+  const out = path.join(dir, `sse-${key}.out`);
+  for (let i = 0; i < opt.streams; i++) {
+    const s = await curlPost(url, sseBody, headers, { outFile: out });
+    const why = s.status === 200 ? checkSse(s.body, SSE_EVENTS) : `status ${s.status} ${s.error ?? ""}`;
+    if (why) problem(`${key}, SSE stream: ${why}`);
+    ttfb.push(s.ttfbUs);
+  }
+  return median(ttfb);
+}
+
 const up = await startUpstream(dir);
 const mock = { key: "direct", url: () => up.url("json"), headers: () => up.headers("json"), proc: null };
 const sluices = {};
@@ -103,6 +120,12 @@ for (const [key, bin] of [["A", opt.a], ["B", opt.b]]) {
   sluices[key] = { ...t, key };
 }
 
+// Each sluice's first stream opens its connection to the mock's stream: not part of any round.
+for (const k of ["A", "B"]) {
+  const s = await curlPost(sluices[k].url(), sseBody, sluices[k].headers());
+  if (s.status !== 200) problem(`${k}, the first stream: status ${s.status} ${s.error ?? ""}`);
+}
+
 const rows = [];
 for (let round = 0; round < opt.rounds; round++) {
   const order = round % 2 === 0 ? ["A", "B"] : ["B", "A"];
@@ -110,6 +133,8 @@ for (let round = 0; round < opt.rounds; round++) {
   for (const k of order) row[k].closed = await closedLoop(sluices[k]);
   row.direct = await fixedRate(mock);
   for (const k of order) row[k].fixed = await fixedRate(sluices[k]);
+  row.direct.sse = await sseTtfb("direct", up.url("sse"), up.headers("sse"));
+  for (const k of order) row[k].sse = await sseTtfb(k, sluices[k].url(), sluices[k].headers());
   rows.push(row);
 }
 await stopAll();
@@ -125,6 +150,7 @@ const measures = [
   ["CPU µs/req, sl-control", (r) => r.closed.cpu["sl-control"], f1, -1],
   [`added p50 µs at ${opt.rate} req/s`, (r, d) => r.fixed.p50 - d.p50, f0, -1],
   [`added p99 µs at ${opt.rate} req/s`, (r, d) => r.fixed.p99 - d.p99, f0, -1],
+  [`SSE first byte added µs (median of ${opt.streams})`, (r, d) => r.sse - d.sse, f0, -1],
 ];
 console.log(`sluice A/B (bench/ab.mjs), ${new Date().toISOString()}`);
 console.log(`A ${opt.a}\nB ${opt.b}`);

@@ -60,8 +60,18 @@ Test(head_sprintf, other_formats_go_to_glibc)
     cr_assert_str_eq(buf, "HTTP/1.1 200 OK\r\n");
 }
 
+/*
+ * ASan intercepts __vsprintf_chk with a check of its own (it reports the overflow and exits instead of
+ * glibc's abort): the build without sanitizers pins glibc's.
+ */
+#ifdef __SANITIZE_ADDRESS__
+#define UNDER_ASAN true
+#else
+#define UNDER_ASAN false
+#endif
+
 /* A destination known to be too small keeps glibc's fortify check: the process aborts. */
-Test(head_sprintf, a_destination_too_small_fails_as_fortify_fails, .signal = SIGABRT)
+Test(head_sprintf, a_destination_too_small_fails_as_fortify_fails, .signal = SIGABRT, .disabled = UNDER_ASAN)
 {
     /* Called through a pointer: GCC would refuse the overflow it sees at compile time. */
     int (*volatile sprintf_chk)(char *, int, size_t, const char *, ...) = __sprintf_chk;

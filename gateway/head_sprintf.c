@@ -89,8 +89,12 @@ __sprintf_chk(char *restrict s, int flag, size_t slen, const char *restrict form
         const char *connection = va_arg(args, const char *);
         size_t length = plain ? 0 : va_arg(args, size_t);
         va_end(args);
-        /* A destination that might be too small goes to glibc, whose check fails as it would have. */
-        if (slen == SIZE_MAX || head_bound(reason, date, connection) <= slen) {
+        /*
+         * A NULL string (glibc prints "(null)") and a destination that might be too small (glibc's check
+         * fails as it would have) go to glibc.
+         */
+        bool strings = reason != NULL && date != NULL && connection != NULL;
+        if (strings && (slen == SIZE_MAX || head_bound(reason, date, connection) <= slen)) {
             va_end(ap);
             return (int)sl_head_format(s, status, reason, date, connection, !plain, length);
         }

@@ -10,10 +10,11 @@
  *
  * This module interposes __sprintf_chk for the whole process (as read_budget.c
  * interposes read): a call with exactly one of those two formats is written by
- * sl_head_format, byte for byte what printf writes; every other call goes on
- * to glibc's __vsprintf_chk, which also keeps the fortify check of the
- * destination's size. It is linked into the daemon itself (meson.build), not
- * the gateway's library.
+ * sl_head_format, byte for byte what printf writes; every other call (and one
+ * with a NULL string, which glibc prints as "(null)") goes on to glibc's
+ * __vsprintf_chk, which also keeps the fortify check of the destination's
+ * size. It is linked into the daemon itself (meson.build), not the gateway's
+ * library.
  */
 #ifndef SL_HEAD_SPRINTF_H
 #define SL_HEAD_SPRINTF_H

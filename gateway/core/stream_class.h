@@ -220,6 +220,14 @@ bool sl__json_has_non_null(const char *p, size_t len, const char *quoted_key);
 #define SL_JSON_KEYS_MAX 4
 void sl__json_keys_non_null(const char *p, size_t len, const char *const *quoted_keys, size_t n, bool *found);
 
+/*
+ * The Chat held phase's two readers of one opening rule (stream_openai_chat.c): the walk, which returns
+ * false (out untouched) for a chunk it leaves to the parse, and the parse. Declared for the test that they
+ * agree wherever the walk decides.
+ */
+bool sl__chat_held_walked(const sl_sse_event_t *ev, sl_stream_verdict_t *out);
+void sl__chat_held_parsed(const sl_sse_event_t *ev, sl_stream_verdict_t *out, sl_usage_t *usage);
+
 struct json_t;
 /* Fills an error verdict from an OpenAI error value ({"code","type","message"} or a bare string):
  * code is error.code when a string, else error.type; a numeric code 400-599 is the status. */

@@ -146,8 +146,8 @@ delta_has_content(const json_t *delta)
 }
 
 /* The held phase: formats.md's opening rule, applied to the whole chunk parsed. */
-static void
-classify_held_parsed(const sl_sse_event_t *ev, sl_stream_verdict_t *out, sl_usage_t *usage)
+void
+sl__chat_held_parsed(const sl_sse_event_t *ev, sl_stream_verdict_t *out, sl_usage_t *usage)
 {
     json_t *root = json_loadb(ev->data, ev->data_len, 0, NULL);
     if (!json_is_object(root)) {
@@ -188,6 +188,18 @@ has_escape(sl_jval_t v)
     return memchr(v.p, '\\', (size_t)(v.end - v.p)) != NULL;
 }
 
+/* Whether key is one of keys[0..n), byte for byte. */
+static bool
+jval_in(sl_jval_t key, const sl_jval_t *keys, size_t n)
+{
+    size_t len = (size_t)(key.end - key.p);
+    for (size_t i = 0; i < n; i++) {
+        if ((size_t)(keys[i].end - keys[i].p) == len && memcmp(keys[i].p, key.p, len) == 0)
+            return true;
+    }
+    return false;
+}
+
 /* An opening field's value, as is_empty: null, false, "", [] or {}. */
 static bool
 jval_is_empty(sl_jval_t v)
@@ -200,37 +212,50 @@ jval_is_empty(sl_jval_t v)
     return in < v.end && *in == (*v.p == '[' ? ']' : '}');
 }
 
-/* The walk's verdict on one choice: false when jansson must decide (an escaped key or reason). */
+/*
+ * The walk's verdict on one choice: false when jansson must decide (an escaped key or reason). A key given
+ * twice counts by its last value, as in the parse.
+ */
 static bool
 walk_choice(sl_jval_t item, sl_stream_verdict_t *out, bool *content)
 {
     sl_jwalk_t choice, delta;
-    sl_jval_t key, value;
+    sl_jval_t key, value, finish = {NULL, NULL}, delta_v = {NULL, NULL};
     if (!sl_jwalk_open(item, '{', &choice))
         return true;
     while (sl_jwalk_next(&choice, &key, &value)) {
         if (has_escape(key))
             return false;
-        if (sl_jval_is(key, "finish_reason") && !sl_jval_is(value, "null")) {
-            *content = out->finished = true;
-            if (*value.p == '"') {
-                if (has_escape(value))
-                    return false;
-                sl__stream_finish_reason(out, value.p + 1, (size_t)(value.end - value.p - 2));
-            }
-        } else if (sl_jval_is(key, "delta") && sl_jwalk_open(value, '{', &delta)) {
-            sl_jval_t field;
-            while (sl_jwalk_next(&delta, &key, &field)) {
-                if (has_escape(key))
-                    return false;
-                if (!sl_jval_is(key, "role") && !jval_is_empty(field))
-                    *content = true;
-            }
-            if (delta.bad)
+        if (sl_jval_is(key, "finish_reason"))
+            finish = value;
+        else if (sl_jval_is(key, "delta"))
+            delta_v = value;
+    }
+    if (choice.bad)
+        return false;
+    if (finish.p != NULL && !sl_jval_is(finish, "null")) {
+        *content = out->finished = true;
+        if (*finish.p == '"') {
+            if (has_escape(finish))
                 return false;
+            sl__stream_finish_reason(out, finish.p + 1, (size_t)(finish.end - finish.p - 2));
         }
     }
-    return !choice.bad;
+    if (delta_v.p != NULL && sl_jwalk_open(delta_v, '{', &delta)) {
+        /* A field given twice goes to the parse, which keeps its last value; a delta has a few fields. */
+        sl_jval_t field, seen[8];
+        size_t n_seen = 0;
+        while (sl_jwalk_next(&delta, &key, &field)) {
+            if (has_escape(key) || n_seen == sizeof seen / sizeof seen[0] || jval_in(key, seen, n_seen))
+                return false;
+            seen[n_seen++] = key;
+            if (!sl_jval_is(key, "role") && !jval_is_empty(field))
+                *content = true;
+        }
+        if (delta.bad)
+            return false;
+    }
+    return true;
 }
 
 /*
@@ -239,8 +264,8 @@ walk_choice(sl_jval_t item, sl_stream_verdict_t *out, bool *content)
  * the parse must decide: an error or usage that is not null, an escaped key or reason (jansson unescapes
  * them), bytes the walk cannot follow.
  */
-static bool
-classify_held_walked(const sl_sse_event_t *ev, sl_stream_verdict_t *out)
+bool
+sl__chat_held_walked(const sl_sse_event_t *ev, sl_stream_verdict_t *out)
 {
     sl_jval_t all = {ev->data, ev->data + ev->data_len}, key, value, choices = {NULL, NULL};
     sl_jwalk_t root, list;
@@ -275,8 +300,8 @@ classify_held_walked(const sl_sse_event_t *ev, sl_stream_verdict_t *out)
 static void
 classify_held(const sl_sse_event_t *ev, sl_stream_verdict_t *out, sl_usage_t *usage)
 {
-    if (!classify_held_walked(ev, out))
-        classify_held_parsed(ev, out, usage);
+    if (!sl__chat_held_walked(ev, out))
+        sl__chat_held_parsed(ev, out, usage);
 }
 
 /* The reason of a chunk that has a finish_reason, by a scan: "stop", "length", "tool_calls". */

@@ -458,6 +458,53 @@ Test(stream_chat, a_held_finish_reason_is_read_escaped_or_not)
     }
 }
 
+/* The walk and the parse of a held Chat chunk give one verdict wherever the walk decides. */
+static void
+assert_readers_agree(const char *sse, bool *walked)
+{
+    static char scratch[1024];
+    sl_sse_scanner_t s;
+    sl_sse_init(&s, 65536, scratch, sizeof scratch);
+    sl_sse_event_t ev;
+    cr_assert_eq(sl_sse_next(&s, sse, strlen(sse), &ev), SL_SSE_EVENT, "%s", sse);
+    sl_stream_verdict_t walk = {.kind = SL_STREAM_CONTENT}, parse = walk;
+    sl_usage_t usage = {0};
+    *walked = sl__chat_held_walked(&ev, &walk);
+    if (!*walked)
+        return;
+    sl__chat_held_parsed(&ev, &parse, &usage);
+    cr_assert_eq(walk.kind, parse.kind, "%s: kind %c, parse %c", sse, letter(walk.kind), letter(parse.kind));
+    cr_assert_eq(walk.finished, parse.finished, "%s: finished", sse);
+    cr_assert_str_eq(walk.finish_reason, parse.finish_reason, "%s", sse);
+}
+
+Test(stream_chat, the_walk_and_the_parse_agree_where_the_walk_decides)
+{
+    size_t decided = 0;
+    bool walked;
+    for (size_t i = 0; i < sizeof chat_rows / sizeof chat_rows[0]; i++) {
+        if (chat_rows[i].phase != H || strncmp(chat_rows[i].sse, "data: ", 6) != 0 ||
+            strncmp(chat_rows[i].sse, "data: [DONE]", 12) == 0)
+            continue;
+        assert_readers_agree(chat_rows[i].sse, &walked);
+        decided += walked;
+    }
+    cr_assert_geq(decided, 10, "the walk decided %zu of the rows", decided);
+    /* A key given twice counts by its last value in the parse: the walk agrees, or leaves it to the parse. */
+    static const char *const twice[] = {
+        "data: {\"choices\":[{\"delta\":{\"content\":\"x\",\"content\":\"\"}}]}\n\n",
+        "data: {\"choices\":[{\"delta\":{\"content\":\"\",\"content\":\"x\"}}]}\n\n",
+        "data: {\"choices\":[{\"delta\":{\"content\":\"x\"},\"delta\":{}}]}\n\n",
+        "data: {\"choices\":[{\"delta\":{},\"delta\":{\"content\":\"x\"}}]}\n\n",
+        "data: {\"choices\":[{\"finish_reason\":\"stop\",\"finish_reason\":null,\"delta\":{}}]}\n\n",
+        "data: {\"choices\":[{\"finish_reason\":null,\"finish_reason\":\"length\",\"delta\":{}}]}\n\n",
+        "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}],\"choices\":[]}\n\n",
+        "data: {\"usage\":{\"prompt_tokens\":1},\"usage\":null,\"choices\":[]}\n\n",
+    };
+    for (size_t i = 0; i < sizeof twice / sizeof twice[0]; i++)
+        assert_readers_agree(twice[i], &walked);
+}
+
 static const row_t anthropic_rows[] = {
     ROW("message_start opens", H,
         "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{}}\n\n", SL_STREAM_OPENING),

@@ -3,6 +3,7 @@
 
 #include <assert.h>
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,7 +123,9 @@ sl_request_row_text(sl_request_row_t *row, const char *s, size_t n)
 static void
 free_unless_packed(const sl_request_row_t *row, void *p)
 {
-    if ((const char *)p < (const char *)row || (const char *)p >= row->block_end)
+    /* As addresses: p may belong to another allocation, which C's pointer order does not cover. */
+    uintptr_t at = (uintptr_t)p;
+    if (at < (uintptr_t)row || at >= (uintptr_t)row->block_end)
         free(p);
 }
 

@@ -5,6 +5,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "core/text.h"
+
 /* glibc's fortified entry points (declared by <stdio.h> only under _FORTIFY_SOURCE). */
 int __sprintf_chk(char *restrict s, int flag, size_t slen, const char *restrict format, ...);
 int __vsprintf_chk(char *restrict s, int flag, size_t slen, const char *restrict format, va_list ap);
@@ -17,30 +19,15 @@ put_str(char *dst, const char *s)
     return dst + n;
 }
 
-/* %zu */
-static char *
-put_unsigned(char *dst, uintmax_t v)
-{
-    char digits[24];
-    size_t n = 0;
-    do {
-        digits[n++] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v != 0);
-    while (n > 0)
-        *dst++ = digits[--n];
-    return dst;
-}
-
 /* %d */
 static char *
 put_int(char *dst, int v)
 {
     if (v < 0) {
         *dst++ = '-';
-        return put_unsigned(dst, (uintmax_t)(-(intmax_t)v));
+        return dst + sl_u64_decimal(dst, (uint64_t)(-(int64_t)v));
     }
-    return put_unsigned(dst, (uintmax_t)v);
+    return dst + sl_u64_decimal(dst, (uint64_t)v);
 }
 
 #define PUT_LIT(dst, lit) (memcpy((dst), (lit), sizeof(lit) - 1), (dst) + sizeof(lit) - 1)
@@ -60,7 +47,7 @@ sl_head_format(char *dst, int status, const char *reason, const char *date, cons
     p = PUT_LIT(p, "\r\n");
     if (has_length) {
         p = PUT_LIT(p, "Content-Length: ");
-        p = put_unsigned(p, length);
+        p += sl_u64_decimal(p, length);
         p = PUT_LIT(p, "\r\n");
     }
     *p = '\0';

@@ -3,6 +3,20 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <string.h>
+
+size_t
+sl_u64_decimal(char *out, uint64_t v)
+{
+    char digits[SL_U64_DECIMAL_MAX];
+    size_t n = 0;
+    do {
+        digits[sizeof(digits) - ++n] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v > 0);
+    memcpy(out, digits + sizeof(digits) - n, n);
+    return n;
+}
 
 int
 sl_hex_digit(int c)

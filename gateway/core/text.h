@@ -10,6 +10,10 @@
 /* The value of a hex digit (0-9, a-f, A-F), or -1. */
 int sl_hex_digit(int c);
 
+/* v in decimal at out (SL_U64_DECIMAL_MAX bytes at most, no NUL); returns the digits written. */
+#define SL_U64_DECIMAL_MAX 20
+size_t sl_u64_decimal(char *out, uint64_t v);
+
 /* sl_utf8_len's answer for a sequence that is valid as far as it goes but runs past the end. */
 #define SL_UTF8_CUT SIZE_MAX
 

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/text.h"
+
 static void *
 check(void *p)
 {
@@ -90,13 +92,8 @@ sl_strbuf_append_str(sl_strbuf_t *b, const char *s)
 void
 sl_strbuf_append_u64(sl_strbuf_t *b, uint64_t v)
 {
-    char digits[20];
-    size_t n = 0;
-    do {
-        digits[sizeof(digits) - ++n] = (char)('0' + v % 10);
-        v /= 10;
-    } while (v > 0);
-    sl_strbuf_append(b, digits + sizeof(digits) - n, n);
+    char digits[SL_U64_DECIMAL_MAX];
+    sl_strbuf_append(b, digits, sl_u64_decimal(digits, v));
 }
 
 void

@@ -54,3 +54,19 @@ Test(text, a_time_the_zone_cannot_convert_is_its_number_and_texts_are_cut_to_siz
     cr_assert_str_eq(small, "2026-03-29");
     sl_tz_free(tz);
 }
+
+Test(text, u64_decimal_writes_every_digit_and_no_more)
+{
+    static const struct {
+        uint64_t v;
+        const char *want;
+    } cases[] = {{0, "0"}, {9, "9"}, {10, "10"}, {215, "215"}, {UINT64_MAX, "18446744073709551615"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char out[SL_U64_DECIMAL_MAX + 1];
+        memset(out, 'x', sizeof out);
+        size_t n = sl_u64_decimal(out, cases[i].v);
+        cr_assert_eq(n, strlen(cases[i].want));
+        cr_assert_eq(out[n], 'x', "nothing after the digits");
+        cr_assert(memcmp(out, cases[i].want, n) == 0, "%.*s", (int)n, out);
+    }
+}

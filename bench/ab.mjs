@@ -16,7 +16,7 @@
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import { checkSse, curlPost, h2loadFixedRate, killAllSync, median, requestBody, run, stopAll, threadCpuNs } from "./lib.mjs";
+import { curlPost, h2loadFixedRate, killAllSync, median, requestBody, run, sseStreams, stopAll, threadCpuNs } from "./lib.mjs";
 import { SSE_EVENTS, sluiceBin, startSluice, startUpstream } from "./targets.mjs";
 
 process.on("exit", () => killAllSync());
@@ -98,15 +98,9 @@ async function fixedRate(t) {
 // The median first-byte time of opt.streams streams, each on a new connection and checked whole.
 const sseBody = requestBody("bench-sse", true);
 async function sseTtfb(key, url, headers) {
-  const ttfb = [];
-  const out = path.join(dir, `sse-${key}.out`);
-  for (let i = 0; i < opt.streams; i++) {
-    const s = await curlPost(url, sseBody, headers, { outFile: out });
-    const why = s.status === 200 ? checkSse(s.body, SSE_EVENTS) : `status ${s.status} ${s.error ?? ""}`;
-    if (why) problem(`${key}, SSE stream: ${why}`);
-    ttfb.push(s.ttfbUs);
-  }
-  return median(ttfb);
+  const s = await sseStreams({ url, body: sseBody, headers, n: opt.streams, events: SSE_EVENTS,
+                               outFile: path.join(dir, `sse-${key}.out`), problem: (what) => problem(`${key}, SSE ${what}`) });
+  return s.ttfbUs;
 }
 
 const up = await startUpstream(dir);

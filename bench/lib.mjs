@@ -416,6 +416,23 @@ export async function curlPost(url, body, headers, { timeoutMs = 60_000, outFile
   };
 }
 
+// n streams, one curl each (a new connection), every one checked whole (events data events and [DONE]);
+// a bad one is told to problem(what) and left out. The medians: {ttfbUs, totalMs}.
+export async function sseStreams({ url, body, headers, n, events, outFile, problem }) {
+  const ttfb = [], total = [];
+  for (let i = 0; i < n; i++) {
+    const s = await curlPost(url, body, headers, { outFile });
+    const why = s.status === 200 ? checkSse(s.body, events) : `status ${s.status} ${s.error ?? ""}`;
+    if (why) {
+      problem(`stream ${i}: ${why}`);
+      continue;
+    }
+    ttfb.push(s.ttfbUs);
+    total.push(s.totalUs);
+  }
+  return { ttfbUs: median(ttfb), totalMs: median(total) / 1000 };
+}
+
 export function gitCommit() {
   try {
     const head = execFileSync("git", ["-C", repo, "rev-parse", "--short=12", "HEAD"], { encoding: "utf8" }).trim();

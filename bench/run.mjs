@@ -14,7 +14,7 @@ import os from "node:os";
 import path from "node:path";
 
 import {
-  cell, checkSse, CLK_TCK, CONTROL_KEY, cpuTicks, curlPost, gitCommit, h2loadFixedRate, JSON_ANSWER, killAllSync, median,
+  cell, checkSse, CLK_TCK, CONTROL_KEY, cpuTicks, curlPost, gitCommit, h2loadFixedRate, JSON_ANSWER, killAllSync, sseStreams,
   num, start, parseH2loadLog, parseWrk, repo, requestBody, rssKiB, run, sleep, stopAll, summary, table, threadCpuNs,
   which, wrkScript,
 } from "./lib.mjs";
@@ -212,20 +212,9 @@ async function h2Closed(t, secs) {
   return h;
 }
 
-async function sseRound(t, n) {
-  const ttfb = [], total = [];
-  for (let i = 0; i < n; i++) {
-    const f = path.join(dir, `sse-${t.key}.out`);
-    const s = await curlPost(t.url("sse"), bodies.sse, t.headers("sse"), { outFile: f });
-    const why = s.status === 200 ? checkSse(s.body, SSE_EVENTS) : `status ${s.status} ${s.error ?? ""}`;
-    if (why) {
-      problem(`${t.key}: stream ${i}: ${why}`);
-      continue;
-    }
-    ttfb.push(s.ttfbUs);
-    total.push(s.totalUs);
-  }
-  return { ttfbUs: median(ttfb), totalMs: median(total) / 1000 };
+function sseRound(t, n) {
+  return sseStreams({ url: t.url("sse"), body: bodies.sse, headers: t.headers("sse"), n, events: SSE_EVENTS,
+                      outFile: path.join(dir, `sse-${t.key}.out`), problem: (what) => problem(`${t.key}: ${what}`) });
 }
 
 const res = { json: { 32: {}, 64: {} }, sse: {}, rate: {}, h2: {} };

@@ -185,7 +185,7 @@ async function rowsDropped(side) {
  */
 async function allRows(side, pg, want) {
   let n = NaN, dropped = 0;
-  for (let i = 0; i < 100; i++) {
+  for (let i = 0; i < 300; i++) { // up to 30 s: rows set aside in the spool are written after the run
     n = await rowCount(side, pg);
     dropped = await rowsDropped(side);
     if (n + dropped >= want) break;

@@ -34,6 +34,7 @@ sl_recorder_plan(const sl_recorder_state_t *s, int64_t now_ms, size_t batch_max)
     int64_t usage_due = s->usage_flushed_ms + SL_RECORDER_USAGE_FLUSH_MS;
     if (s->queued > 0 && (s->flush_wanted || s->queued >= batch_max || now_ms >= batch_due))
         p.write_rows = s->queued < batch_max ? s->queued : batch_max;
+    p.behind = p.write_rows > 0 && !s->closing && s->queued > s->capacity / 2;
     p.flush_usage = s->usage_pending && (s->flush_wanted || now_ms >= usage_due);
     p.sweep = !s->closing && now_ms >= s->sweep_at_ms;
     if (s->queued > 0)
@@ -315,7 +316,8 @@ struct sl_recorder {
     void *on_dropped_ctx;
     void (*on_state)(void *ctx, const sl_store_status_t *now);
     void *on_state_ctx;
-    bool was_degraded; /* the writer's: what on_state was last told */
+    bool was_degraded;        /* the writer's: what on_state was last told */
+    sl_request_row_t **aside; /* the writer's: a batch set aside while the store waits (batch_max rows) */
 
     pthread_mutex_t lock; /* guards everything below; never held across IO */
     pthread_cond_t wake;  /* the writer sleeps here */
@@ -378,31 +380,83 @@ tell_state(sl_recorder_t *rec)
 
 /* The next four run with rec->lock held and drop it around their IO. */
 
+/* Takes the n oldest rows off the queue into batch. */
 static void
-do_write(sl_recorder_t *rec, sl_request_row_t **batch, size_t n)
+take_rows(sl_recorder_t *rec, sl_request_row_t **batch, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         batch[i] = rec->queue[(rec->head + i) % rec->cap];
     rec->head = (rec->head + n) % rec->cap;
     rec->len -= n;
-    pthread_mutex_unlock(&rec->lock);
-    for (size_t i = 0; i < n; i++)
-        redact_row(batch[i]);
-    char why[256] = "";
-    bool ok = rec->store->ops->write_rows(rec->store, batch, n, why, sizeof why);
-    for (size_t i = 0; i < n; i++)
-        sl_request_row_free(batch[i]);
-    if (!ok && rec->on_dropped != NULL)
-        rec->on_dropped(rec->on_dropped_ctx, n, why);
-    tell_state(rec);
-    int64_t tend_at = store_tend_at(rec);
-    pthread_mutex_lock(&rec->lock);
-    rec->tend_at_ms = tend_at;
+}
+
+/* Rows handed to the store, stored (or kept to be) or lost; lock held. */
+static void
+count_handed(sl_recorder_t *rec, size_t n, bool ok, const char *why)
+{
     if (ok)
         rec->stats.written += n;
     else
         rec->stats.dropped += n;
     note_failure(rec, ok, why);
+}
+
+/* Frees a batch handed to the store, telling on_dropped when it was lost; no lock held. */
+static void
+release_rows(sl_recorder_t *rec, sl_request_row_t **batch, size_t n, bool ok, const char *why)
+{
+    for (size_t i = 0; i < n; i++)
+        sl_request_row_free(batch[i]);
+    if (!ok && rec->on_dropped != NULL)
+        rec->on_dropped(rec->on_dropped_ctx, n, why);
+}
+
+/* Behind, a store that can sets the batch aside (store.h); when it has no room, the batch is written. */
+static void
+do_write(sl_recorder_t *rec, sl_request_row_t **batch, size_t n, bool behind)
+{
+    take_rows(rec, batch, n);
+    pthread_mutex_unlock(&rec->lock);
+    for (size_t i = 0; i < n; i++)
+        redact_row(batch[i]);
+    char why[256] = "";
+    sl_store_t *st = rec->store;
+    bool ok = (behind && st->ops->set_aside_rows != NULL &&
+               st->ops->set_aside_rows(st, batch, n, why, sizeof why)) ||
+              st->ops->write_rows(st, batch, n, why, sizeof why);
+    release_rows(rec, batch, n, ok, why);
+    tell_state(rec);
+    int64_t tend_at = store_tend_at(rec);
+    pthread_mutex_lock(&rec->lock);
+    rec->tend_at_ms = tend_at;
+    count_handed(rec, n, ok, why);
+}
+
+/*
+ * The store's while_waiting (store.h): while one of its writes waits on its
+ * server, batches of a queue more than half full are set aside, so that a
+ * slow or stalled server delays rows instead of making the queue refuse
+ * them. A batch there is no room for is lost, and counted: the store is at
+ * its cap. On the writer's thread, between its own steps' IO (no lock held).
+ */
+static void
+set_aside_while_waiting(void *arg)
+{
+    sl_recorder_t *rec = arg;
+    pthread_mutex_lock(&rec->lock);
+    while (!rec->closing && rec->len > rec->cap / 2) {
+        size_t n = rec->len < rec->batch_max ? rec->len : rec->batch_max;
+        take_rows(rec, rec->aside, n);
+        pthread_mutex_unlock(&rec->lock);
+        for (size_t i = 0; i < n; i++)
+            redact_row(rec->aside[i]);
+        char why[256] = "";
+        bool ok = rec->store->ops->set_aside_rows(rec->store, rec->aside, n, why, sizeof why);
+        release_rows(rec, rec->aside, n, ok, why);
+        pthread_mutex_lock(&rec->lock);
+        count_handed(rec, n, ok, why);
+    }
+    pthread_mutex_unlock(&rec->lock);
 }
 
 static void
@@ -517,6 +571,7 @@ writer_main(void *arg)
         }
         sl_recorder_state_t st = {
             .queued = rec->len,
+            .capacity = rec->cap,
             .oldest_ms = rec->oldest_ms,
             .usage_pending = rec->buckets.len > 0,
             .usage_flushed_ms = rec->usage_flushed_ms,
@@ -527,7 +582,7 @@ writer_main(void *arg)
         };
         sl_recorder_plan_t plan = sl_recorder_plan(&st, now, rec->batch_max);
         if (plan.write_rows > 0) {
-            do_write(rec, batch, plan.write_rows);
+            do_write(rec, batch, plan.write_rows, plan.behind);
         } else if (plan.flush_usage) {
             do_flush_usage(rec, now);
         } else if (plan.sweep) {
@@ -581,6 +636,11 @@ sl_recorder_open(const sl_store_where_t *where, const sl_recorder_options_t *opt
     rec->on_state_ctx = o.on_state_ctx;
     rec->cap = o.queue_capacity;
     rec->queue = sl_xmalloc(rec->cap * sizeof *rec->queue);
+    rec->aside = sl_xmalloc(rec->batch_max * sizeof *rec->aside);
+    if (store->ops->set_aside_rows != NULL) {
+        store->while_waiting = set_aside_while_waiting;
+        store->while_waiting_ctx = rec;
+    }
     rec->refused_told_ms = INT64_MIN / 2;
     rec->usage_flushed_ms = rec->sweep_at_ms = clock_ms(CLOCK_MONOTONIC);
     rec->tend_at_ms = store_tend_at(rec);
@@ -598,6 +658,7 @@ sl_recorder_open(const sl_store_where_t *where, const sl_recorder_options_t *opt
         pthread_cond_destroy(&rec->wake);
         pthread_cond_destroy(&rec->done);
         free(rec->queue);
+        free(rec->aside);
         store->ops->close(store);
         free(rec);
         return NULL;
@@ -686,6 +747,7 @@ sl_recorder_close(sl_recorder_t *rec)
     rec->store->ops->close(rec->store);
     bucket_map_free(&rec->buckets);
     free(rec->queue);
+    free(rec->aside);
     pthread_mutex_destroy(&rec->lock);
     pthread_cond_destroy(&rec->wake);
     pthread_cond_destroy(&rec->done);

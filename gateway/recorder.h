@@ -310,6 +310,7 @@ int64_t sl_recorder_load_usage(const sl_store_where_t *where, int64_t since_ms, 
 /* What the writer knows when it decides; times on one monotonic clock. */
 typedef struct {
     size_t queued;            /* rows waiting */
+    size_t capacity;          /* rows the queue holds at most */
     int64_t oldest_ms;        /* when the oldest waiting row arrived */
     bool usage_pending;       /* buckets added since the last flush */
     int64_t usage_flushed_ms; /* when usage was last flushed */
@@ -322,6 +323,7 @@ typedef struct {
 /* One decision; the writer does the first item set, then decides again. */
 typedef struct {
     size_t write_rows; /* write a batch of this many rows; 0 = none */
+    bool behind;       /* and the queue is more than half full: the store may set the batch aside */
     bool flush_usage;
     bool sweep;      /* run one retention chunk */
     bool tend;       /* let the store do its own work (reconnect, replay its spool) */
@@ -330,7 +332,10 @@ typedef struct {
 
 /*
  * Decides the writer's next step. A batch is due when it is full, its oldest
- * row has waited SL_RECORDER_BATCH_DELAY_MS, or a flush is wanted; usage every
+ * row has waited SL_RECORDER_BATCH_DELAY_MS, or a flush is wanted; it is
+ * behind when the queue is more than half full (and not closing:
+ * the last rows go to the store itself), so that a store slower than the
+ * requests sets rows aside (store.h) before a full queue refuses them. Usage every
  * SL_RECORDER_USAGE_FLUSH_MS or at a flush; a sweep step when its time has
  * come and the recorder is not closing; the store's own work last, when due.
  */

@@ -36,6 +36,16 @@ typedef struct {
      */
     bool (*write_rows)(sl_store_t *s, sl_request_row_t *const *rows, size_t n, char *why, size_t why_size);
     /*
+     * Sets rows (already redacted) aside, all or none, to be written later
+     * in their turn, without waiting on a server: what the recorder does with
+     * a batch while its queue is more than half full. True when they are
+     * kept; false with a reason, nothing kept, when there is no room
+     * (PostgreSQL: its spool is at its cap). NULL when the store has nowhere
+     * quicker than its database (SQLite: a local commit).
+     */
+    bool (*set_aside_rows)(sl_store_t *s, sl_request_row_t *const *rows, size_t n, char *why,
+                           size_t why_size);
+    /*
      * Adds deltas to their buckets, all or none. seq numbers the recorder's
      * flushes (1, 2, ...): a store that may see one flush twice (a replayed
      * spool) applies each seq once.
@@ -63,7 +73,17 @@ typedef struct {
 
 struct sl_store {
     const sl_store_ops_t *ops;
+    /*
+     * Set by the recorder before its writer starts: a store whose write
+     * waits on its server calls this every SL_STORE_WAIT_SLICE_MS of the
+     * wait, on the writer's thread, so that rows can be set aside meanwhile.
+     * It never calls back into the store but for set_aside_rows.
+     */
+    void (*while_waiting)(void *ctx);
+    void *while_waiting_ctx;
 };
+
+#define SL_STORE_WAIT_SLICE_MS 10
 
 /* The SQLite store at path (recorder.h's sl_recorder_open says what opening does); NULL with a reason. */
 sl_store_t *sl_store_sqlite_open(const char *path, const sl_recorder_options_t *o, char *err,

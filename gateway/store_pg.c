@@ -7,10 +7,11 @@
  * statement (arrays of its column values, unnested into a multi-row insert),
  * one round trip, whatever its size. A row's key is (instance, boot_id, id):
  * request ids restart with the process, boot_id is drawn at each start. Rows
- * that cannot be written now (the server unreachable, a transient failure)
- * go to the spool (spool.h) and are written, in order and before anything
- * newer, once it is back; every insert is ON CONFLICT DO NOTHING, so a batch
- * whose commit was never confirmed can be sent again without doubling.
+ * that cannot be written now (the server unreachable, a transient failure),
+ * or that come faster than the server stores them (the recorder's queue
+ * behind: set_aside), go to the spool (spool.h) and are written, in order and before
+ * anything newer, once it can take them; a batch whose commit was never
+ * confirmed can be sent again without doubling (send_batch).
  * Usage buckets are keyed by instance and boot too and carry the seq of the
  * last flush applied to them, so a replayed flush adds nothing.
  *
@@ -223,18 +224,34 @@ pq_reason(char *why, size_t why_size, const char *what, const char *msg)
     snprintf(why, why_size, "%s%s%s", what, *what ? ": " : "", clean);
 }
 
-/* Waits until the connection's socket is ready for events or the deadline passes. */
+/*
+ * The writer's store.h while_waiting, set on the writer's thread by each of
+ * its calls: the waits of the readers, on threads of their own, never call it.
+ */
+static _Thread_local sl_store_t *waiting_writer;
+
+/*
+ * Waits until the connection's socket is ready for events or the deadline
+ * passes; on the writer's thread, in slices with its while_waiting between.
+ */
 static bool
 wait_socket(PGconn *c, short events, int64_t deadline_ms)
 {
-    int64_t left = deadline_ms - mono_ms();
-    if (left <= 0)
-        return false;
     struct pollfd p = {.fd = PQsocket(c), .events = events};
-    int rc;
-    while ((rc = poll(&p, 1, (int)left)) < 0 && errno == EINTR)
-        left = deadline_ms - mono_ms() > 0 ? deadline_ms - mono_ms() : 0;
-    return rc > 0;
+    for (;;) {
+        int64_t left = deadline_ms - mono_ms();
+        if (left <= 0)
+            return false;
+        sl_store_t *w = waiting_writer;
+        bool sliced = w != NULL && w->while_waiting != NULL && left > SL_STORE_WAIT_SLICE_MS;
+        int rc = poll(&p, 1, sliced ? SL_STORE_WAIT_SLICE_MS : (int)left);
+        if (rc > 0)
+            return true;
+        if (rc < 0 && errno != EINTR)
+            return false;
+        if (rc == 0 && sliced)
+            w->while_waiting(w->while_waiting_ctx);
+    }
 }
 
 typedef enum { PG_OK, PG_DATA, PG_DOWN } pg_result_t;
@@ -622,6 +639,7 @@ typedef struct {
     PGconn *conn; /* the writer's; NULL = not connected */
     int64_t retry_at_ms, retry_ms;
     sl_spool_t *spool;
+    bool spilling; /* rows were spooled for a server slower than the requests, and still wait */
     void (*on_dropped)(void *ctx, uint64_t rows, const char *reason);
     void *on_dropped_ctx;
 
@@ -643,6 +661,16 @@ publish(pg_store_t *s, bool degraded, const char *reason)
         sl_log_warn("request DB: PostgreSQL cannot take rows now (%s): they wait in the spool", reason);
     else if (!degraded && was)
         sl_log_info("request DB: PostgreSQL is back; the spool is written");
+}
+
+/* The spool's rows and bytes, for status readers. */
+static void
+publish_spool(pg_store_t *s)
+{
+    pthread_mutex_lock(&s->lock);
+    s->status.spooled_rows = sl_spool_rows(s->spool);
+    s->status.spool_bytes = sl_spool_bytes(s->spool);
+    pthread_mutex_unlock(&s->lock);
 }
 
 static void
@@ -679,15 +707,16 @@ insert_batch(pg_store_t *s, const sl_cell_batch_t *b, char *why, size_t why_size
 }
 
 /*
- * Stores a batch. Request rows seen for the first time go by COPY, which
- * costs the server less than half of what the INSERT does per row; a spooled
- * batch (its commit may have happened unconfirmed) goes by the INSERT, which
- * skips rows already there, and so does a COPY that meets one after all.
+ * Stores a batch. Request rows go by COPY, which costs the server less than
+ * half of what the INSERT does per row. COPY has no ON CONFLICT: a batch that
+ * meets a row already there (a spooled batch whose commit happened
+ * unconfirmed, or one a killed run had replayed) goes again by the INSERT,
+ * which skips those rows.
  */
 static pg_result_t
-send_batch(pg_store_t *s, const sl_cell_batch_t *b, bool seen_before, char *why, size_t why_size)
+send_batch(pg_store_t *s, const sl_cell_batch_t *b, char *why, size_t why_size)
 {
-    if (seen_before || b->kind != SL_BATCH_ROWS)
+    if (b->kind != SL_BATCH_ROWS)
         return insert_batch(s, b, why, why_size);
     const sl_cell_table_t *tb = &b->tables[0];
     sl_strbuf_t data = {0};
@@ -719,14 +748,18 @@ ensure_connected(pg_store_t *s, int64_t now_ms)
     return s->conn != NULL;
 }
 
-/* Writes what the spool holds, oldest first; true once it is empty. */
+/*
+ * Writes the oldest batch the spool holds, if any; true once it is empty.
+ * One batch a call: the writer goes back to its queue between batches, and
+ * calls again while tend_at says so.
+ */
 static bool
-replay_spool(pg_store_t *s)
+replay_spooled_batch(pg_store_t *s)
 {
     sl_cell_batch_t b;
-    while (s->conn != NULL && sl_spool_peek(s->spool, &b)) {
+    if (s->conn != NULL && sl_spool_peek(s->spool, &b)) {
         char why[512];
-        pg_result_t rc = send_batch(s, &b, true, why, sizeof why);
+        pg_result_t rc = send_batch(s, &b, why, sizeof why);
         uint64_t rows = b.kind == SL_BATCH_ROWS ? b.tables[0].rows : 0;
         sl_cell_batch_free(&b);
         if (rc == PG_DOWN) {
@@ -737,21 +770,29 @@ replay_spool(pg_store_t *s)
         if (rc == PG_DATA && s->on_dropped != NULL)
             s->on_dropped(s->on_dropped_ctx, rows, why);
         sl_spool_take(s->spool);
+        publish_spool(s);
     }
-    return s->conn != NULL && sl_spool_empty(s->spool);
+    if (s->conn == NULL || !sl_spool_empty(s->spool))
+        return false;
+    if (s->spilling) {
+        s->spilling = false;
+        sl_log_info("request DB: PostgreSQL caught up; the rows the spool held are written");
+    }
+    return true;
 }
 
 static void
 pg_tend(sl_store_t *base, int64_t now_ms)
 {
     pg_store_t *s = (pg_store_t *)base;
-    if (ensure_connected(s, now_ms) && replay_spool(s)) {
+    waiting_writer = base;
+    if (ensure_connected(s, now_ms) && replay_spooled_batch(s)) {
         s->retry_ms = RETRY_FIRST_MS;
         publish(s, false, "");
     }
 }
 
-/* Not connected, or the spool not yet written: at the next try's time. */
+/* Not connected, or the spool not yet written: at the next try's time (in the past once connected). */
 static int64_t
 pg_tend_at(sl_store_t *base)
 {
@@ -759,7 +800,10 @@ pg_tend_at(sl_store_t *base)
     return s->conn != NULL && sl_spool_empty(s->spool) ? INT64_MAX : s->retry_at_ms;
 }
 
-/* To PostgreSQL if it can take it now and nothing older waits; else to the spool. */
+/*
+ * To PostgreSQL if it can take it now and nothing older waits, after one
+ * older batch from the spool; else to the spool.
+ */
 static bool
 store_batch(pg_store_t *s, const sl_cell_batch_t *b, char *why, size_t why_size)
 {
@@ -767,7 +811,7 @@ store_batch(pg_store_t *s, const sl_cell_batch_t *b, char *why, size_t why_size)
         pg_tend(&s->base, mono_ms());
     char down[512] = "";
     if (s->conn != NULL && sl_spool_empty(s->spool)) {
-        pg_result_t rc = send_batch(s, b, false, why, why_size);
+        pg_result_t rc = send_batch(s, b, why, why_size);
         if (rc == PG_OK)
             return true;
         if (rc == PG_DATA)
@@ -780,10 +824,7 @@ store_batch(pg_store_t *s, const sl_cell_batch_t *b, char *why, size_t why_size)
         snprintf(why, why_size, "PostgreSQL cannot take the rows (%s) and %s", s->status.reason, full);
         return false;
     }
-    pthread_mutex_lock(&s->lock);
-    s->status.spooled_rows = sl_spool_rows(s->spool);
-    s->status.spool_bytes = sl_spool_bytes(s->spool);
-    pthread_mutex_unlock(&s->lock);
+    publish_spool(s);
     return true;
 }
 
@@ -791,11 +832,38 @@ static bool
 pg_write_rows(sl_store_t *base, sl_request_row_t *const *rows, size_t n, char *why, size_t why_size)
 {
     pg_store_t *s = (pg_store_t *)base;
+    waiting_writer = base;
     sl_cell_batch_t b;
     rows_to_cells(s->instance, s->boot_id, rows, n, &b);
     bool ok = store_batch(s, &b, why, why_size);
     sl_cell_batch_free(&b);
     return ok;
+}
+
+/*
+ * To the spool without a round trip: a file append costs far less, so a
+ * server slower than the requests, or one that stalls, delays their rows
+ * instead of making the recorder's queue refuse them (cluster.md: rows are
+ * dropped only past the spool's cap). They are written after what the spool
+ * already holds, one batch per write or tend.
+ */
+static bool
+pg_set_aside_rows(sl_store_t *base, sl_request_row_t *const *rows, size_t n, char *why, size_t why_size)
+{
+    pg_store_t *s = (pg_store_t *)base;
+    sl_cell_batch_t b;
+    rows_to_cells(s->instance, s->boot_id, rows, n, &b);
+    bool ok = sl_spool_append(s->spool, &b, why, why_size);
+    sl_cell_batch_free(&b);
+    if (!ok)
+        return false;
+    if (!s->spilling) {
+        s->spilling = true;
+        sl_log_warn("request DB: PostgreSQL takes rows slower than they come: they wait in the spool "
+                    "and are written as it catches up");
+    }
+    publish_spool(s);
+    return true;
 }
 
 static bool
@@ -804,6 +872,7 @@ pg_write_usage(sl_store_t *base, const sl_usage_delta_t *d, size_t n, uint64_t s
 {
     pg_store_t *s = (pg_store_t *)base;
     sl_cell_batch_t b;
+    waiting_writer = base;
     usage_to_cells(s->instance, s->boot_id, d, n, seq, &b);
     bool ok = store_batch(s, &b, why, why_size);
     sl_cell_batch_free(&b);
@@ -815,6 +884,7 @@ pg_sweep(sl_store_t *base, int64_t wall_ms, uint32_t retention_days, uint64_t *s
          size_t why_size)
 {
     pg_store_t *s = (pg_store_t *)base;
+    waiting_writer = base;
     *swept = 0;
     /* Retention comes due at start, before any write: it connects (and writes the spool) as a write would. */
     if (s->conn == NULL || !sl_spool_empty(s->spool))
@@ -868,6 +938,7 @@ pg_close(sl_store_t *base)
 
 static const sl_store_ops_t pg_ops = {
     .write_rows = pg_write_rows,
+    .set_aside_rows = pg_set_aside_rows,
     .write_usage = pg_write_usage,
     .sweep = pg_sweep,
     .tend = pg_tend,

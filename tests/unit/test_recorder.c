@@ -1920,6 +1920,102 @@ Test(recorder, refused_credentials_degrade_with_a_masked_reason_and_nothing_is_l
     cr_assert_eq(query_int("SELECT count(*) FROM requests"), 1);
 }
 
+/* The PostgreSQL store driven as the writer drives it, one call at a time: set aside when behind. */
+static bool
+store_write(sl_store_t *st, uint64_t id, bool behind)
+{
+    sl_request_row_t *row = make_row(id, 1000 + (int64_t)id, 1);
+    char why[256] = "";
+    bool ok = behind ? st->ops->set_aside_rows(st, &row, 1, why, sizeof why)
+                     : st->ops->write_rows(st, &row, 1, why, sizeof why);
+    cr_assert(ok, "row %llu: %s", (unsigned long long)id, why);
+    sl_request_row_free(row);
+    return ok;
+}
+
+static sl_store_status_t
+store_status(sl_store_t *st)
+{
+    sl_store_status_t out;
+    st->ops->status(st, &out);
+    return out;
+}
+
+/*
+ * cluster.md: a database slower than the requests delays their rows instead of dropping them. A batch
+ * the writer has no time for (its queue behind) goes to the spool without a round trip; the spool is
+ * written one batch per call, older batches before newer, while the store is up and not degraded.
+ */
+Test(recorder, a_batch_the_writer_has_no_time_for_waits_in_the_spool_and_arrives_before_newer_ones)
+{
+    sl_store_t *st = sl_store_pg_open(&where, &(sl_recorder_options_t){0}, err, sizeof err);
+    cr_assert_not_null(st, "%s", err);
+    store_write(st, 1, false);
+    cr_assert_eq(query_int("SELECT count(*) FROM requests"), 1);
+    cr_assert_eq(st->ops->tend_at(st), INT64_MAX, "nothing waits");
+
+    store_write(st, 2, true);
+    store_write(st, 3, true);
+    sl_store_status_t s = store_status(st);
+    cr_assert_eq(query_int("SELECT count(*) FROM requests"), 1, "spooled, not sent");
+    cr_assert_eq(s.spooled_rows, 2);
+    cr_assert_not(s.degraded, "a slow database is not a degraded one");
+    cr_assert_lt(st->ops->tend_at(st), INT64_MAX, "the store wants time to write its spool");
+
+    /* A batch the writer has time for: one older batch first, then it waits behind the rest. */
+    store_write(st, 4, false);
+    cr_assert_eq(query_int("SELECT count(*) FROM requests WHERE id = 2"), 1, "the older batch first");
+    cr_assert_eq(query_int("SELECT count(*) FROM requests WHERE id = 4"), 0, "behind the spooled one");
+    cr_assert_eq(store_status(st).spooled_rows, 2);
+
+    st->ops->tend(st, INT64_MAX / 2);
+    cr_assert_eq(query_int("SELECT count(*) FROM requests WHERE id = 3"), 1);
+    cr_assert_eq(query_int("SELECT count(*) FROM requests WHERE id = 4"), 0, "one batch a call");
+    st->ops->tend(st, INT64_MAX / 2);
+    cr_assert_eq(query_int("SELECT count(*) FROM requests"), 4);
+    s = store_status(st);
+    cr_assert_eq(s.spooled_rows, 0);
+    cr_assert_eq(s.spool_bytes, 0);
+    cr_assert_eq(st->ops->tend_at(st), INT64_MAX, "all written");
+
+    store_write(st, 5, false);
+    cr_assert_eq(query_int("SELECT count(*) FROM requests"), 5, "straight to the database again");
+    st->ops->close(st);
+}
+
+/*
+ * cluster.md: the data plane never waits on the DB, and rows are dropped only past the spool's cap. A
+ * write stuck behind a lock is a stalled server: while it waits, the rows that keep coming are set aside
+ * in the spool instead of filling the queue, and all arrive once the server moves again.
+ */
+Test(recorder, rows_that_come_while_a_write_waits_on_a_stalled_server_are_spooled_not_refused)
+{
+    sl_recorder_t *rec = open_with(&(sl_recorder_options_t){.queue_capacity = 100, .batch_max = 16});
+    cr_assert(sl_recorder_submit(rec, make_row(0, 1000, 1)));
+    sl_recorder_flush(rec);
+    PQclear(pg_query("BEGIN"));
+    PQclear(pg_query("LOCK TABLE requests IN ACCESS EXCLUSIVE MODE"));
+    uint64_t refused = 0;
+    for (uint64_t id = 1; id <= 300; id++) {
+        if (!sl_recorder_submit(rec, make_row(id, 1000, 1)))
+            refused++;
+        usleep(1000);
+    }
+    sl_store_status_t st;
+    status_of(rec, &st);
+    PQclear(pg_query("ROLLBACK"));
+    sl_recorder_flush(rec);
+    sl_recorder_stats_t s = stats_of(rec);
+    sl_recorder_close(rec);
+    cr_assert_eq(refused, 0, "the queue refused %llu rows", (unsigned long long)refused);
+    cr_assert_gt(st.spooled_rows, 100, "more rows came than the queue holds: %llu spooled",
+                 (unsigned long long)st.spooled_rows);
+    cr_assert_not(st.degraded, "a stalled server is not yet a lost one: %s", st.reason);
+    cr_assert_eq(s.dropped, 0);
+    cr_assert_eq(s.written, 301);
+    cr_assert_eq(query_int("SELECT count(*) FROM requests"), 301);
+}
+
 Test(recorder, history_of_an_unreachable_database_is_a_clear_error)
 {
     sl_store_where_t w = where;
@@ -1969,7 +2065,7 @@ Test(rules, path_strip_key_removes_only_the_key_parameter)
     }
 }
 
-Test(rules, plan_batches_rows_flushes_usage_and_sweeps_when_due)
+Test(rules, plan_batches_rows_flushes_usage_and_sweeps_when_due_and_says_when_it_is_behind)
 {
     const int64_t NEVER = INT64_MAX;
     const struct {
@@ -1980,20 +2076,39 @@ Test(rules, plan_batches_rows_flushes_usage_and_sweeps_when_due)
     } cases[] = {
         {"idle: sleep until the sweep", {.tend_at_ms = NEVER, .sweep_at_ms = 5000}, 1000, {.wake_ms = 5000}},
         {"a young row waits for its batch",
-         {.tend_at_ms = NEVER, .queued = 3, .oldest_ms = 1000, .sweep_at_ms = 9000},
+         {.tend_at_ms = NEVER, .queued = 3, .capacity = 100, .oldest_ms = 1000, .sweep_at_ms = 9000},
          1020,
          {.wake_ms = 1000 + SL_RECORDER_BATCH_DELAY_MS}},
         {"a row that waited the delay is written",
-         {.tend_at_ms = NEVER, .queued = 3, .oldest_ms = 1000, .sweep_at_ms = 9000},
+         {.tend_at_ms = NEVER, .queued = 3, .capacity = 100, .oldest_ms = 1000, .sweep_at_ms = 9000},
          1000 + SL_RECORDER_BATCH_DELAY_MS,
          {.write_rows = 3, .wake_ms = 1000 + SL_RECORDER_BATCH_DELAY_MS}},
         {"a full batch is written at once, one batch at a time",
-         {.tend_at_ms = NEVER, .queued = 600, .oldest_ms = 1000, .sweep_at_ms = 9000},
+         {.tend_at_ms = NEVER, .queued = 600, .capacity = 2000, .oldest_ms = 1000, .sweep_at_ms = 9000},
+         1000,
+         {.write_rows = 512, .wake_ms = 1000 + SL_RECORDER_BATCH_DELAY_MS}},
+        {"a queue half full: not yet behind",
+         {.tend_at_ms = NEVER, .queued = 1000, .capacity = 2000, .oldest_ms = 1000, .sweep_at_ms = 9000},
+         1000,
+         {.write_rows = 512, .wake_ms = 1000 + SL_RECORDER_BATCH_DELAY_MS}},
+        {"a queue more than half full: behind",
+         {.tend_at_ms = NEVER, .queued = 1001, .capacity = 2000, .oldest_ms = 1000, .sweep_at_ms = 9000},
+         1000,
+         {.write_rows = 512, .behind = true, .wake_ms = 1000 + SL_RECORDER_BATCH_DELAY_MS}},
+        {"closing: the last rows go to the store, never behind",
+         {.tend_at_ms = NEVER,
+          .queued = 2000,
+          .capacity = 2000,
+          .oldest_ms = 1000,
+          .sweep_at_ms = 9000,
+          .closing = true,
+          .flush_wanted = true},
          1000,
          {.write_rows = 512, .wake_ms = 1000 + SL_RECORDER_BATCH_DELAY_MS}},
         {"a flush writes young rows and usage now",
          {.tend_at_ms = NEVER,
           .queued = 2,
+          .capacity = 100,
           .oldest_ms = 1000,
           .usage_pending = true,
           .usage_flushed_ms = 900,
@@ -2034,6 +2149,7 @@ Test(rules, plan_batches_rows_flushes_usage_and_sweeps_when_due)
         sl_recorder_plan_t got = sl_recorder_plan(&cases[i].s, cases[i].now, 512);
         cr_assert_eq(got.write_rows, cases[i].want.write_rows, "%s: write %zu", cases[i].name,
                      got.write_rows);
+        cr_assert_eq(got.behind, cases[i].want.behind, "%s: behind", cases[i].name);
         cr_assert_eq(got.flush_usage, cases[i].want.flush_usage, "%s: usage", cases[i].name);
         cr_assert_eq(got.sweep, cases[i].want.sweep, "%s: sweep", cases[i].name);
         cr_assert_eq(got.tend, cases[i].want.tend, "%s: tend", cases[i].name);

@@ -26,6 +26,12 @@ min64(int64_t a, int64_t b)
     return a < b ? a : b;
 }
 
+bool
+sl_recorder_behind(size_t queued, size_t capacity)
+{
+    return queued > capacity / 2;
+}
+
 sl_recorder_plan_t
 sl_recorder_plan(const sl_recorder_state_t *s, int64_t now_ms, size_t batch_max)
 {
@@ -34,7 +40,7 @@ sl_recorder_plan(const sl_recorder_state_t *s, int64_t now_ms, size_t batch_max)
     int64_t usage_due = s->usage_flushed_ms + SL_RECORDER_USAGE_FLUSH_MS;
     if (s->queued > 0 && (s->flush_wanted || s->queued >= batch_max || now_ms >= batch_due))
         p.write_rows = s->queued < batch_max ? s->queued : batch_max;
-    p.behind = p.write_rows > 0 && !s->closing && s->queued > s->capacity / 2;
+    p.behind = p.write_rows > 0 && !s->closing && sl_recorder_behind(s->queued, s->capacity);
     p.flush_usage = s->usage_pending && (s->flush_wanted || now_ms >= usage_due);
     p.sweep = !s->closing && now_ms >= s->sweep_at_ms;
     if (s->queued > 0)
@@ -444,7 +450,7 @@ set_aside_while_waiting(void *arg)
 {
     sl_recorder_t *rec = arg;
     pthread_mutex_lock(&rec->lock);
-    while (!rec->closing && rec->len > rec->cap / 2) {
+    while (!rec->closing && sl_recorder_behind(rec->len, rec->cap)) {
         size_t n = rec->len < rec->batch_max ? rec->len : rec->batch_max;
         take_rows(rec, rec->aside, n);
         pthread_mutex_unlock(&rec->lock);

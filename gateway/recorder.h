@@ -320,10 +320,17 @@ typedef struct {
     bool closing;             /* no retention while closing */
 } sl_recorder_state_t;
 
+/*
+ * The writer is behind when its queue is more than half full: rows are then
+ * set aside where the store can (store.h) rather than wait on its server, so
+ * that the queue has room before it must refuse any.
+ */
+bool sl_recorder_behind(size_t queued, size_t capacity);
+
 /* One decision; the writer does the first item set, then decides again. */
 typedef struct {
     size_t write_rows; /* write a batch of this many rows; 0 = none */
-    bool behind;       /* and the queue is more than half full: the store may set the batch aside */
+    bool behind;       /* and the writer is behind (sl_recorder_behind): the store may set it aside */
     bool flush_usage;
     bool sweep;      /* run one retention chunk */
     bool tend;       /* let the store do its own work (reconnect, replay its spool) */
@@ -333,11 +340,10 @@ typedef struct {
 /*
  * Decides the writer's next step. A batch is due when it is full, its oldest
  * row has waited SL_RECORDER_BATCH_DELAY_MS, or a flush is wanted; it is
- * behind when the queue is more than half full (and not closing:
- * the last rows go to the store itself), so that a store slower than the
- * requests sets rows aside (store.h) before a full queue refuses them. Usage every
- * SL_RECORDER_USAGE_FLUSH_MS or at a flush; a sweep step when its time has
- * come and the recorder is not closing; the store's own work last, when due.
+ * behind (sl_recorder_behind) unless closing: the last rows go to the store
+ * itself. Usage every SL_RECORDER_USAGE_FLUSH_MS or at a flush; a sweep step
+ * when its time has come and the recorder is not closing; the store's own
+ * work last, when due.
  */
 sl_recorder_plan_t sl_recorder_plan(const sl_recorder_state_t *s, int64_t now_ms, size_t batch_max);
 

@@ -9,11 +9,11 @@
  * request ids restart with the process, boot_id is drawn at each start. Rows
  * that cannot be written now (the server unreachable, a transient failure),
  * or that come faster than the server stores them (the recorder's queue
- * behind: set_aside), go to the spool (spool.h) and are written, in order and before
- * anything newer, once it can take them; a batch whose commit was never
- * confirmed can be sent again without doubling (send_batch).
- * Usage buckets are keyed by instance and boot too and carry the seq of the
- * last flush applied to them, so a replayed flush adds nothing.
+ * behind: set_aside), go to the spool (spool.h) and are written, oldest
+ * first, once it can take them (store_batch); a batch whose commit was never
+ * confirmed can be sent again without doubling (send_batch). Usage buckets
+ * are keyed by instance and boot too and carry the seq of the last flush
+ * applied to them, so a replayed flush adds nothing.
  *
  * The schema is created and migrated when the writer connects, in one
  * transaction under an advisory lock: instances starting together take
@@ -801,8 +801,13 @@ pg_tend_at(sl_store_t *base)
 }
 
 /*
- * To PostgreSQL if it can take it now and nothing older waits, after one
- * older batch from the spool; else to the spool.
+ * To PostgreSQL if it can take it now, after one batch of the spool; else
+ * to the spool. Request rows need no order among themselves (each has its
+ * key), so they do not wait for the spool to drain: it is written a batch
+ * per write and between writes (tend), and a spool that is never empty for
+ * long does not grow towards its cap. A usage flush follows the ones before
+ * it (a bucket applies each flush's seq once, in order): it waits behind
+ * whatever the spool holds.
  */
 static bool
 store_batch(pg_store_t *s, const sl_cell_batch_t *b, char *why, size_t why_size)
@@ -810,7 +815,8 @@ store_batch(pg_store_t *s, const sl_cell_batch_t *b, char *why, size_t why_size)
     if (s->conn == NULL || !sl_spool_empty(s->spool))
         pg_tend(&s->base, mono_ms());
     char down[512] = "";
-    if (s->conn != NULL && sl_spool_empty(s->spool)) {
+    bool in_order = b->kind != SL_BATCH_ROWS;
+    if (s->conn != NULL && (!in_order || sl_spool_empty(s->spool))) {
         pg_result_t rc = send_batch(s, b, why, why_size);
         if (rc == PG_OK)
             return true;

@@ -1944,9 +1944,10 @@ store_status(sl_store_t *st)
 /*
  * cluster.md: a database slower than the requests delays their rows instead of dropping them. A batch
  * the writer has no time for (its queue behind) goes to the spool without a round trip; the spool is
- * written one batch per call, older batches before newer, while the store is up and not degraded.
+ * written one batch per write or tend, oldest first, while the store is up and not degraded. Rows do not
+ * wait behind the spool (each has its key); a usage flush does (each applies once, in order).
  */
-Test(recorder, a_batch_the_writer_has_no_time_for_waits_in_the_spool_and_arrives_before_newer_ones)
+Test(recorder, a_batch_set_aside_waits_in_the_spool_and_is_written_a_batch_per_write_or_tend)
 {
     sl_store_t *st = sl_store_pg_open(&where, &(sl_recorder_options_t){0}, err, sizeof err);
     cr_assert_not_null(st, "%s", err);
@@ -1956,30 +1957,37 @@ Test(recorder, a_batch_the_writer_has_no_time_for_waits_in_the_spool_and_arrives
 
     store_write(st, 2, true);
     store_write(st, 3, true);
+    store_write(st, 4, true);
     sl_store_status_t s = store_status(st);
     cr_assert_eq(query_int("SELECT count(*) FROM requests"), 1, "spooled, not sent");
-    cr_assert_eq(s.spooled_rows, 2);
+    cr_assert_eq(s.spooled_rows, 3);
     cr_assert_not(s.degraded, "a slow database is not a degraded one");
     cr_assert_lt(st->ops->tend_at(st), INT64_MAX, "the store wants time to write its spool");
 
-    /* A batch the writer has time for: one older batch first, then it waits behind the rest. */
-    store_write(st, 4, false);
-    cr_assert_eq(query_int("SELECT count(*) FROM requests WHERE id = 2"), 1, "the older batch first");
-    cr_assert_eq(query_int("SELECT count(*) FROM requests WHERE id = 4"), 0, "behind the spooled one");
+    /* A batch the writer has time for: the oldest spooled batch, then it, straight to the database. */
+    store_write(st, 5, false);
+    cr_assert_eq(query_int("SELECT count(*) FROM requests WHERE id = 2"), 1, "the oldest spooled batch");
+    cr_assert_eq(query_int("SELECT count(*) FROM requests WHERE id IN (3, 4)"), 0, "one batch a write");
+    cr_assert_eq(query_int("SELECT count(*) FROM requests WHERE id = 5"), 1, "rows do not wait behind it");
     cr_assert_eq(store_status(st).spooled_rows, 2);
 
-    st->ops->tend(st, INT64_MAX / 2);
+    /* A usage flush waits behind what the spool holds, and is written in its turn. */
+    sl_usage_delta_t d = {.kind = SL_BUCKET_CLIENT, .name = "team-a", .minute = 1, .requests = 1};
+    char why[256] = "";
+    cr_assert(st->ops->write_usage(st, &d, 1, 1, why, sizeof why), "%s", why);
     cr_assert_eq(query_int("SELECT count(*) FROM requests WHERE id = 3"), 1);
-    cr_assert_eq(query_int("SELECT count(*) FROM requests WHERE id = 4"), 0, "one batch a call");
+    cr_assert_eq(query_int("SELECT count(*) FROM usage_buckets"), 0, "behind row 4's batch");
+
     st->ops->tend(st, INT64_MAX / 2);
-    cr_assert_eq(query_int("SELECT count(*) FROM requests"), 4);
+    cr_assert_eq(query_int("SELECT count(*) FROM requests WHERE id = 4"), 1);
+    cr_assert_eq(query_int("SELECT count(*) FROM usage_buckets"), 0, "one batch a tend");
+    st->ops->tend(st, INT64_MAX / 2);
+    cr_assert_eq(query_int("SELECT requests FROM usage_buckets"), 1);
     s = store_status(st);
     cr_assert_eq(s.spooled_rows, 0);
     cr_assert_eq(s.spool_bytes, 0);
     cr_assert_eq(st->ops->tend_at(st), INT64_MAX, "all written");
-
-    store_write(st, 5, false);
-    cr_assert_eq(query_int("SELECT count(*) FROM requests"), 5, "straight to the database again");
+    cr_assert_eq(query_int("SELECT count(*) FROM requests"), 5);
     st->ops->close(st);
 }
 
@@ -2156,6 +2164,16 @@ Test(rules, plan_batches_rows_flushes_usage_and_sweeps_when_due_and_says_when_it
         cr_assert_eq(got.wake_ms, cases[i].want.wake_ms, "%s: wake %lld", cases[i].name,
                      (long long)got.wake_ms);
     }
+}
+
+Test(rules, the_writer_is_behind_once_its_queue_is_more_than_half_full)
+{
+    cr_assert_not(sl_recorder_behind(0, 100));
+    cr_assert_not(sl_recorder_behind(50, 100));
+    cr_assert(sl_recorder_behind(51, 100));
+    cr_assert(sl_recorder_behind(100, 100));
+    cr_assert_not(sl_recorder_behind(16384, 32768));
+    cr_assert(sl_recorder_behind(16385, 32768));
 }
 
 Test(rules, sweep_runs_hourly_goes_on_after_a_full_chunk_and_retries_a_failure_soon)

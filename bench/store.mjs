@@ -7,9 +7,11 @@
 //   - the rows the writer stored while wrk ran, per second, and how many were still to write when it ended.
 // Prints a table; asserts nothing but that every answer is a 200 and every row arrives.
 //
-//   node bench/store.mjs [--rounds 3] [--seconds 5] [--quick]
+//   node bench/store.mjs [--rounds 3] [--seconds 5] [--quick] [--stall-ms N]
 //   (SLUICE_BIN: the binary, default build/sluice; PG_BINDIR: PostgreSQL's binaries, default the newest
-//   /usr/lib/postgresql/*/bin; --quick: one round of 2 s, the smoke test)
+//   /usr/lib/postgresql/*/bin; --quick: one round of 2 s, the smoke test; --stall-ms N: a PostgreSQL
+//   slower than the requests, stopped (SIGSTOP) N ms in every N + 150 while wrk runs on its side: the
+//   rows must be delayed, not dropped)
 import { execFileSync } from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
@@ -18,6 +20,7 @@ import path from "node:path";
 import {
   CLK_TCK,
   CONTROL_KEY,
+  children,
   GATEWAY_KEY,
   cell,
   cpuTicks,
@@ -45,6 +48,7 @@ function option(name, fallback) {
 }
 const rounds = option("--rounds", quick ? 1 : 3);
 const seconds = option("--seconds", quick ? 2 : 5);
+const stallMs = option("--stall-ms", 0);
 
 const dir = fs.mkdtempSync(path.join(process.env.TMPDIR || os.tmpdir(), "sluice-bench-store-"));
 let problems = 0;
@@ -146,12 +150,35 @@ async function rowCount(side, pg) {
 
 const answered = { sqlite: 0, postgres: 0 };
 
+// PostgreSQL (the postmaster and its backends) stopped stallMs in every stallMs + 150 until `until`.
+async function stall(pg, until) {
+  const signal = (sig) => {
+    for (const pid of [pg.proc.pid, ...children(pg.proc.pid)]) {
+      try {
+        process.kill(pid, sig);
+      } catch {}
+    }
+  };
+  try {
+    while (Date.now() < until) {
+      signal("SIGSTOP");
+      await sleep(stallMs);
+      signal("SIGCONT");
+      await sleep(150);
+    }
+  } finally {
+    signal("SIGCONT");
+  }
+}
+
 async function wrk(side, pg) {
   const script = wrkScript(path.join(dir, `wrk-${side.key}.lua`), body, side.headers);
   const rows0 = await rowCount(side, pg);
   const ticks0 = cpuTicks(side.proc.pid), pgTicks0 = treeTicks(pg.proc.pid);
+  const stalling = stallMs > 0 && side.key === "postgres" ? stall(pg, Date.now() + seconds * 1000) : null;
   const r = await run("wrk", ["-t2", "-c64", `-d${seconds}s`, "--timeout", "5s", "-s", script, side.url],
                       { timeoutMs: (seconds + 30) * 1000 });
+  await stalling;
   const w = parseWrk(r.out);
   const rows1 = await rowCount(side, pg);
   if (r.code !== 0 || w.requests === null) {
@@ -216,7 +243,8 @@ try {
   };
   console.log(`sluice request DB benchmark (bench/store.mjs${quick ? " --quick" : ""}), ${new Date().toISOString()}`);
   console.log(`binary ${sluiceBin()}; ${os.cpus().length} cores; ${rounds} round(s) of ${seconds} s, wrk 64 connections; ` +
-              `PostgreSQL ${pg.port} on loopback (default durability), SQLite WAL synchronous=NORMAL`);
+              `PostgreSQL ${pg.port} on loopback (default durability), SQLite WAL synchronous=NORMAL` +
+              (stallMs > 0 ? `; PostgreSQL stopped ${stallMs} ms in every ${stallMs + 150} while wrk runs` : ""));
   const res = { sqlite: [], postgres: [] };
   for (const k of ["sqlite", "postgres"]) await wrk(sides[k], pg); // warm-up
   for (let r = 0; r < rounds; r++)

@@ -44,10 +44,10 @@
 #include "log.h"
 #include "spool.h"
 
-#define CONNECT_TIMEOUT_S "3"
-#define QUERY_TIMEOUT_MS  5000
-#define RETRY_FIRST_MS    250
-#define RETRY_MAX_MS      5000
+#define CONNECT_TIMEOUT_MS 3000
+#define QUERY_TIMEOUT_MS   5000
+#define RETRY_FIRST_MS     250
+#define RETRY_MAX_MS       5000
 /* Any constant: the instances of one database serialise their migrations on it. */
 #define SCHEMA_LOCK_KEY "7310418624535430913"
 
@@ -401,14 +401,30 @@ ignore_notice(void *arg, const char *message)
     (void)message;
 }
 
-/* A connection to url, made within the connect timeout; NULL with a reason. */
+/*
+ * A connection to url, made within CONNECT_TIMEOUT_MS; NULL with a reason.
+ * Made step by step (PQconnectPoll) so that its waits are wait_socket's: a
+ * server that takes the connection but does not answer is waited for in
+ * slices, the writer's rows set aside meanwhile, as for a statement.
+ */
 static PGconn *
 pg_connect(const char *url, char *why, size_t why_size)
 {
-    const char *const keys[] = {"dbname", "connect_timeout", "application_name", NULL};
-    const char *const values[] = {url, CONNECT_TIMEOUT_S, "sluice", NULL};
-    PGconn *c = PQconnectdbParams(keys, values, 1);
-    if (c == NULL || PQstatus(c) != CONNECTION_OK) {
+    const char *const keys[] = {"dbname", "application_name", NULL};
+    const char *const values[] = {url, "sluice", NULL};
+    int64_t deadline = mono_ms() + CONNECT_TIMEOUT_MS;
+    PGconn *c = PQconnectStartParams(keys, values, 1);
+    PostgresPollingStatusType st =
+        c == NULL || PQstatus(c) == CONNECTION_BAD ? PGRES_POLLING_FAILED : PGRES_POLLING_WRITING;
+    while (st == PGRES_POLLING_READING || st == PGRES_POLLING_WRITING) {
+        if (!wait_socket(c, st == PGRES_POLLING_READING ? POLLIN : POLLOUT, deadline)) {
+            snprintf(why, why_size, "cannot connect: no answer within %d ms", CONNECT_TIMEOUT_MS);
+            PQfinish(c);
+            return NULL;
+        }
+        st = PQconnectPoll(c);
+    }
+    if (st != PGRES_POLLING_OK) {
         pq_reason(why, why_size, "cannot connect", c != NULL ? PQerrorMessage(c) : "out of memory");
         PQfinish(c);
         return NULL;

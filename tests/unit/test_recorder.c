@@ -16,6 +16,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -2022,6 +2025,48 @@ Test(recorder, rows_that_come_while_a_write_waits_on_a_stalled_server_are_spoole
     cr_assert_eq(s.dropped, 0);
     cr_assert_eq(s.written, 301);
     cr_assert_eq(query_int("SELECT count(*) FROM requests"), 301);
+}
+
+/* A loopback port that takes connections (the kernel's backlog) and never answers: a stalled server. */
+static int
+silent_listener(uint16_t *port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    cr_assert(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && listen(fd, 16) == 0 &&
+              getsockname(fd, (struct sockaddr *)&a, &len) == 0);
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
+/* The same rule while the writer connects: a server that takes the connection and never answers. */
+Test(recorder, rows_that_come_while_the_writer_connects_to_a_silent_server_are_spooled_not_refused)
+{
+    uint16_t port;
+    int silent = silent_listener(&port);
+    char url[128];
+    snprintf(url, sizeof url, "postgres://sluice@127.0.0.1:%u/sluice", port);
+    sl_store_where_t w = where;
+    w.url = url;
+    sl_recorder_t *rec = sl_recorder_open(
+        &w, &(sl_recorder_options_t){.queue_capacity = 100, .batch_max = 16}, err, sizeof err);
+    cr_assert_not_null(rec, "%s", err);
+    uint64_t refused = 0;
+    for (uint64_t id = 1; id <= 300; id++) {
+        if (!sl_recorder_submit(rec, make_row(id, 1000, 1)))
+            refused++;
+        usleep(1000);
+    }
+    sl_store_status_t st;
+    status_of(rec, &st);
+    sl_recorder_stats_t s = stats_of(rec);
+    close(silent);
+    sl_recorder_close(rec);
+    cr_assert_eq(refused, 0, "the queue refused %llu rows", (unsigned long long)refused);
+    cr_assert_gt(st.spooled_rows, 100, "more rows came than the queue holds: %llu spooled",
+                 (unsigned long long)st.spooled_rows);
+    cr_assert_eq(s.dropped, 0);
 }
 
 Test(recorder, history_of_an_unreachable_database_is_a_clear_error)

@@ -102,15 +102,16 @@ limited_with(const char *headers, const char *body)
     return (fake_reply_t){.status = 429, .headers = headers, .body = body};
 }
 
+#define BODY_FORMAT                                                                                          \
+    "{\"model\":\"claude-x\",\"max_tokens\":8,\"stream\":true,\"messages\":[{\"role\":\"user\","             \
+    "\"content\":\"turn %d\"}]}"
+
+/* For the test's own thread: a ring of 8, so that a few calls' results can be held at once. */
 static const char *
 body(int i)
 {
     static char b[8][256];
-    snprintf(b[i % 8], sizeof(b[0]),
-             "{\"model\":\"claude-x\",\"max_tokens\":8,\"stream\":true,\"messages\":[{\"role\":\"user\","
-             "\"content\":"
-             "\"turn %d\"}]}",
-             i);
+    snprintf(b[i % 8], sizeof(b[0]), BODY_FORMAT, i);
     return b[i % 8];
 }
 
@@ -177,7 +178,8 @@ static void *
 client_main(void *arg)
 {
     client_t *c = arg;
-    snprintf(c->body, sizeof(c->body), "%s", body(c->i));
+    /* Not body(): its ring is shared, and client i + 8 would write i's buffer while i copies it. */
+    snprintf(c->body, sizeof(c->body), BODY_FORMAT, c->i);
     http_request_h(port, "POST", "/v1/messages", ANTHROPIC_HEADERS, c->body, &c->res);
     return NULL;
 }

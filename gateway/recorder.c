@@ -384,9 +384,9 @@ tell_state(sl_recorder_t *rec)
     }
 }
 
-/* The next four run with rec->lock held and drop it around their IO. */
+/* The do_ steps below run with rec->lock held and drop it around their IO. */
 
-/* Takes the n oldest rows off the queue into batch. */
+/* Takes the n oldest rows off the queue into batch; lock held. */
 static void
 take_rows(sl_recorder_t *rec, sl_request_row_t **batch, size_t n)
 {

@@ -16,9 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -1994,6 +1992,20 @@ Test(recorder, a_batch_set_aside_waits_in_the_spool_and_is_written_a_batch_per_w
     st->ops->close(st);
 }
 
+/* Submits rows first .. first + n - 1, one a millisecond: a steady load. Returns how many the queue refused.
+ */
+static uint64_t
+submit_one_a_ms(sl_recorder_t *rec, uint64_t first, uint64_t n)
+{
+    uint64_t refused = 0;
+    for (uint64_t id = first; id < first + n; id++) {
+        if (!sl_recorder_submit(rec, make_row(id, 1000, 1)))
+            refused++;
+        usleep(1000);
+    }
+    return refused;
+}
+
 /*
  * cluster.md: the data plane never waits on the DB, and rows are dropped only past the spool's cap. A
  * write stuck behind a lock is a stalled server: while it waits, the rows that keep coming are set aside
@@ -2006,12 +2018,7 @@ Test(recorder, rows_that_come_while_a_write_waits_on_a_stalled_server_are_spoole
     sl_recorder_flush(rec);
     PQclear(pg_query("BEGIN"));
     PQclear(pg_query("LOCK TABLE requests IN ACCESS EXCLUSIVE MODE"));
-    uint64_t refused = 0;
-    for (uint64_t id = 1; id <= 300; id++) {
-        if (!sl_recorder_submit(rec, make_row(id, 1000, 1)))
-            refused++;
-        usleep(1000);
-    }
+    uint64_t refused = submit_one_a_ms(rec, 1, 300);
     sl_store_status_t st;
     status_of(rec, &st);
     PQclear(pg_query("ROLLBACK"));
@@ -2027,46 +2034,38 @@ Test(recorder, rows_that_come_while_a_write_waits_on_a_stalled_server_are_spoole
     cr_assert_eq(query_int("SELECT count(*) FROM requests"), 301);
 }
 
-/* A loopback port that takes connections (the kernel's backlog) and never answers: a stalled server. */
-static int
-silent_listener(uint16_t *port)
+/*
+ * The same rule while the writer connects: a PostgreSQL of its own, stopped (SIGSTOP), takes the
+ * connection in the kernel's backlog and does not answer it. Once it runs again, every row arrives.
+ */
+Test(recorder, rows_that_come_while_the_writer_connects_to_a_stopped_server_are_spooled_not_refused)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    cr_assert(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 && listen(fd, 16) == 0 &&
-              getsockname(fd, (struct sockaddr *)&a, &len) == 0);
-    *port = ntohs(a.sin_port);
-    return fd;
-}
-
-/* The same rule while the writer connects: a server that takes the connection and never answers. */
-Test(recorder, rows_that_come_while_the_writer_connects_to_a_silent_server_are_spooled_not_refused)
-{
-    uint16_t port;
-    int silent = silent_listener(&port);
-    char url[128];
-    snprintf(url, sizeof url, "postgres://sluice@127.0.0.1:%u/sluice", port);
+    static pg_server_t stopped;
+    cr_assert(pg_start(&stopped), "a second PostgreSQL did not start");
+    cr_assert_eq(kill(stopped.pid, SIGSTOP), 0);
     sl_store_where_t w = where;
-    w.url = url;
+    w.url = stopped.url;
     sl_recorder_t *rec = sl_recorder_open(
         &w, &(sl_recorder_options_t){.queue_capacity = 100, .batch_max = 16}, err, sizeof err);
     cr_assert_not_null(rec, "%s", err);
-    uint64_t refused = 0;
-    for (uint64_t id = 1; id <= 300; id++) {
-        if (!sl_recorder_submit(rec, make_row(id, 1000, 1)))
-            refused++;
-        usleep(1000);
-    }
+    uint64_t refused = submit_one_a_ms(rec, 1, 300);
     sl_store_status_t st;
     status_of(rec, &st);
+    kill(stopped.pid, SIGCONT);
+    sl_recorder_flush(rec);
     sl_recorder_stats_t s = stats_of(rec);
-    close(silent);
+    sl_store_status_t after;
+    status_of(rec, &after);
     sl_recorder_close(rec);
+    long long stored = pg_int(&stopped, "SELECT count(*) FROM requests");
+    pg_stop(&stopped);
     cr_assert_eq(refused, 0, "the queue refused %llu rows", (unsigned long long)refused);
     cr_assert_gt(st.spooled_rows, 100, "more rows came than the queue holds: %llu spooled",
                  (unsigned long long)st.spooled_rows);
+    cr_assert_not(st.degraded, "a server that does not answer yet is not yet a lost one: %s", st.reason);
     cr_assert_eq(s.dropped, 0);
+    cr_assert_eq(after.spooled_rows, 0, "the spool is written once the server runs");
+    cr_assert_eq(stored, 300);
 }
 
 Test(recorder, history_of_an_unreachable_database_is_a_clear_error)

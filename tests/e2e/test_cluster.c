@@ -8,6 +8,7 @@
 #include <criterion/criterion.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -647,6 +648,23 @@ client_main(void *arg)
     return NULL;
 }
 
+/*
+ * The shortest time between a request and the one `limit` requests after
+ * it reaching the upstream, from request `from` on: over a window of limit
+ * requests, a charge counts a window and one to two margin slots (3050 ms
+ * or more here), and what is shorter is the machine's lag.
+ */
+static int64_t
+closest_past_the_limit(size_t from, size_t limit)
+{
+    int64_t closest = INT64_MAX;
+    for (size_t i = from; i + limit < fake_count(up); i++) {
+        int64_t gap = arrival_ms(i + limit) - arrival_ms(i);
+        closest = gap < closest ? gap : closest;
+    }
+    return closest;
+}
+
 /* The most requests that reached the upstream within any window_ms, from request `from` on. */
 static size_t
 most_in_a_window(size_t from, int64_t window_ms)
@@ -663,8 +681,17 @@ most_in_a_window(size_t from, int64_t window_ms)
 
 /* SLUICE_TEST_TIME_SCALE=0.01: "per minute, every 5" is a 3 s window of 60 slots of 50 ms. */
 #define SCALED_WINDOW_MS 3000
-/* What a loaded test machine may add between sluice sending a request and the fake reading it. */
+/*
+ * What a loaded test machine may add between sluice taking room in the
+ * window and the fake reading the request. Under the sanitizers the three
+ * instances answer a window's burst of 80 requests several times slower:
+ * on a CI machine one reached the fake more than 250 ms after its charge.
+ */
+#if defined(__SANITIZE_ADDRESS__)
+#define SCHEDULING_LAG_MS 500
+#else
 #define SCHEDULING_LAG_MS 200
+#endif
 
 /* The warnings and errors in the logs of instances 0..n-1, for a failure's story. */
 static void
@@ -719,8 +746,11 @@ Test(cluster, a_token_limit_holds_exactly_under_64_clients_over_three_instances_
      * lag; without the sharing it would be twice the limit.
      */
     size_t most = most_in_a_window(0, SCALED_WINDOW_MS - SCHEDULING_LAG_MS);
-    fprintf(stderr, "(over the whole %d ms window, counting the machine's lag: at most %zu)\n",
-            SCALED_WINDOW_MS, most_in_a_window(0, SCALED_WINDOW_MS));
+    fprintf(stderr,
+            "(over the whole %d ms window, counting the machine's lag: at most %zu; request i and i + %lld "
+            "came %lld ms apart at the closest)\n",
+            SCALED_WINDOW_MS, most_in_a_window(0, SCALED_WINDOW_MS), (long long)fits,
+            (long long)closest_past_the_limit(0, (size_t)fits));
     fprintf(
         stderr,
         "three instances, %lld tokens per window: %d requests, %d held, at most %zu (of %lld) in a window\n",

@@ -701,6 +701,18 @@ sl_metrics_render(sl_metrics_t *m, const sl_metrics_scrape_t *s, sl_strbuf_t *ou
     sl_prom_family(out, "sluice_db_rows_dropped_total", SL_PROM_COUNTER,
                    "Request rows the request DB did not store (counted drops).");
     sl_prom_sample_u64(out, "sluice_db_rows_dropped_total", NULL, 0, s->db_rows_dropped);
+    if (s->db_spool) {
+        /* Non-zero while PostgreSQL is down or slower than the requests: the rows wait in the spool file. */
+        sl_prom_family(
+            out, "sluice_db_rows_spooled", SL_PROM_GAUGE,
+            "Request rows waiting in the spool file for PostgreSQL (down, or slower than the requests).");
+        sl_prom_sample_u64(out, "sluice_db_rows_spooled", NULL, 0, s->db_rows_spooled);
+        sl_prom_family(
+            out, "sluice_db_spool_bytes", SL_PROM_GAUGE,
+            "Bytes of the spool file (rows and usage) waiting for PostgreSQL; rows are dropped past "
+            "spool.max_bytes.");
+        sl_prom_sample_u64(out, "sluice_db_spool_bytes", NULL, 0, s->db_spool_bytes);
+    }
     sl_prom_family(out, "sluice_trace_spans_exported_total", SL_PROM_COUNTER,
                    "Trace spans the OTLP collector accepted (telemetry.otlp_endpoint).");
     sl_prom_sample_u64(out, "sluice_trace_spans_exported_total", NULL, 0, s->spans_exported);

@@ -190,6 +190,8 @@ typedef struct {
     uint32_t key_queued; /* requests waiting in client keys' lines */
     uint32_t control_subscribers;
     uint64_t events_dropped, db_rows_dropped;
+    bool db_spool; /* the request DB is PostgreSQL: its spool's gauges are shown */
+    uint64_t db_rows_spooled, db_spool_bytes;
     uint64_t spans_exported, spans_dropped; /* OpenTelemetry traces (tracer.h) */
     bool cluster;                           /* cluster mode: sluice_cluster_state is shown */
     int cluster_state;                      /* 0 alone, 1 joined, 2 degraded */

@@ -1333,8 +1333,11 @@ sl_runtime_metrics(sl_runtime_t *rt, uint32_t control_subscribers, uint64_t even
         }
     }
     sl_recorder_stats_t stats = {0};
-    if (rt->gw->recorder != NULL)
+    sl_store_status_t store = {0};
+    if (rt->gw->recorder != NULL) {
         sl_recorder_stats(rt->gw->recorder, &stats);
+        sl_recorder_status(rt->gw->recorder, &store);
+    }
     sl_tracer_stats_t spans;
     sl_tracer_stats(rt->gw->tracer, &spans);
     sl_metrics_scrape_t s = {
@@ -1345,6 +1348,9 @@ sl_runtime_metrics(sl_runtime_t *rt, uint32_t control_subscribers, uint64_t even
         .control_subscribers = control_subscribers,
         .events_dropped = events_dropped,
         .db_rows_dropped = stats.dropped + atomic_load(&rt->gw->rows_dropped),
+        .db_spool = rt->gw->recorder != NULL && store.kind == SL_STORE_POSTGRES,
+        .db_rows_spooled = store.spooled_rows,
+        .db_spool_bytes = store.spool_bytes,
         .spans_exported = spans.exported,
         .spans_dropped = spans.dropped,
         .cluster = rt->gw->cluster != NULL,

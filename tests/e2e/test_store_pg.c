@@ -151,6 +151,31 @@ sluicectl_output(int i, const char *args, char *out, size_t size)
     return pclose(p) == 0;
 }
 
+/* The value of an unlabelled sample on instance i's /metrics (with its generated control key), or -1. */
+static long long
+metric(int i, const char *name)
+{
+    char key_path[160], key[128] = "", headers[200];
+    snprintf(key_path, sizeof(key_path), "%s/%c/sluice.key", dir, 'a' + i);
+    FILE *f = fopen(key_path, "r");
+    cr_assert_not_null(f, "%s", key_path);
+    cr_assert_not_null(fgets(key, sizeof(key), f));
+    fclose(f);
+    key[strcspn(key, "\r\n")] = '\0';
+    snprintf(headers, sizeof(headers), "authorization: Bearer %s\r\n", key);
+    http_response_t res = {0};
+    cr_assert(http_request_h(control_ports[i], "GET", "/metrics", headers, NULL, &res));
+    cr_assert_eq(res.status, 200, "%.*s", (int)res.body_len, res.body);
+    long long value = -1;
+    size_t n = strlen(name);
+    for (const char *p = res.body; p != NULL && *p; p = strchr(p, '\n'), p = p != NULL ? p + 1 : NULL) {
+        if (strncmp(p, name, n) == 0 && p[n] == ' ')
+            value = atoll(p + n + 1);
+    }
+    http_response_free(&res);
+    return value;
+}
+
 static int
 call(int i, const char *body)
 {
@@ -333,6 +358,8 @@ Test(store_pg, postgresql_stopped_mid_run_then_started_every_row_arrives_once)
     }
     cr_assert_not_null(strstr(out, "request DB: postgres, degraded"), "%s", out);
     cr_assert_not_null(strstr(out, "20 rows spooled"), "%s", out);
+    cr_assert_eq(metric(0, "sluice_db_rows_spooled"), 20);
+    cr_assert_gt(metric(0, "sluice_db_spool_bytes"), 0);
 
     cr_assert(pg_restart(&pg));
     cr_assert_eq(wait_rows(40, 15000), 40, "%s", procs[0].log);
@@ -342,6 +369,8 @@ Test(store_pg, postgresql_stopped_mid_run_then_started_every_row_arrives_once)
     cr_assert(proc_wait_log(&procs[0], "PostgreSQL is back", 1000), "%s", procs[0].log);
     cr_assert(sluicectl_output(0, "providers", out, sizeof(out)), "%s", out);
     cr_assert_not_null(strstr(out, "request DB: postgres, ok"), "%s", out);
+    cr_assert_eq(metric(0, "sluice_db_rows_spooled"), 0);
+    cr_assert_eq(metric(0, "sluice_db_spool_bytes"), 0);
 }
 
 Test(store_pg, sluice_killed_while_postgresql_is_down_every_row_arrives_after_both_restart)

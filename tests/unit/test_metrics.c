@@ -146,6 +146,24 @@ Test(metrics, a_thousand_models_keep_the_token_series_bounded)
     sl_metrics_free(m);
 }
 
+Test(metrics, the_spool_gauges_show_with_a_postgresql_request_db_only)
+{
+    sl_metrics_t *m = sl_metrics_new();
+    char *t =
+        scrape(m, &(sl_metrics_scrape_t){.db_spool = true, .db_rows_spooled = 20, .db_spool_bytes = 4210});
+    cr_expect_not_null(strstr(t, "# TYPE sluice_db_rows_spooled gauge\n"), "%s", t);
+    cr_expect_not_null(strstr(t, "\nsluice_db_rows_spooled 20\n"), "%s", t);
+    cr_expect_not_null(strstr(t, "# TYPE sluice_db_spool_bytes gauge\n"), "%s", t);
+    cr_expect_not_null(strstr(t, "\nsluice_db_spool_bytes 4210\n"), "%s", t);
+    free(t);
+    /* SQLite has no spool: no series that would always read 0. */
+    t = scrape(m, &(sl_metrics_scrape_t){0});
+    cr_expect_eq(lines_starting(t, "sluice_db_rows_spooled"), 0, "%s", t);
+    cr_expect_eq(lines_starting(t, "# TYPE sluice_db_spool_bytes"), 0, "%s", t);
+    free(t);
+    sl_metrics_free(m);
+}
+
 Test(metrics, labels_and_gates)
 {
     cr_expect_eq(sl_status_class(200, false), SL_STATUS_CLASS_2XX);

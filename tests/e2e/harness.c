@@ -265,6 +265,17 @@ http_response_free(http_response_t *res)
     res->body = NULL;
 }
 
+long long
+prom_sample(const char *text, const char *series)
+{
+    size_t n = strlen(series);
+    for (const char *p = text; p != NULL && *p; p = strchr(p, '\n'), p = p != NULL ? p + 1 : NULL) {
+        if (strncmp(p, series, n) == 0 && p[n] == ' ')
+            return atoll(p + n + 1);
+    }
+    return -1;
+}
+
 bool
 http_header(const http_response_t *res, const char *name, char *buf, size_t size)
 {

@@ -56,6 +56,9 @@ bool http_request(uint16_t port, const char *method, const char *path, const cha
 void http_response_free(http_response_t *res);
 /* A response header's value (case-insensitive name); false when absent. */
 bool http_header(const http_response_t *res, const char *name, char *buf, size_t size);
+/* The value of the sample line of Prometheus text that starts with series (name and labels as written), or
+ * -1. */
+long long prom_sample(const char *text, const char *series);
 
 /* Writes text to a fresh temporary file; returns its path (static storage per call slot 0..3). */
 const char *write_temp_file(int slot, const char *text);

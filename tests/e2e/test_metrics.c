@@ -117,16 +117,11 @@ scrape(const char *key)
     cr_assert(http_request_h(control_port, "GET", "/metrics", headers, NULL, &res));
 }
 
-/* The value of the sample line that starts with series (name and labels as written), or -1. */
+/* The value of the scraped sample line that starts with series (name and labels as written), or -1. */
 static long long
 sample(const char *series)
 {
-    size_t n = strlen(series);
-    for (const char *p = res.body; p != NULL && *p; p = strchr(p, '\n'), p = p != NULL ? p + 1 : NULL) {
-        if (strncmp(p, series, n) == 0 && p[n] == ' ')
-            return atoll(p + n + 1);
-    }
-    return -1;
+    return prom_sample(res.body, series);
 }
 
 static size_t

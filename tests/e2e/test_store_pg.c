@@ -166,12 +166,7 @@ metric(int i, const char *name)
     http_response_t res = {0};
     cr_assert(http_request_h(control_ports[i], "GET", "/metrics", headers, NULL, &res));
     cr_assert_eq(res.status, 200, "%.*s", (int)res.body_len, res.body);
-    long long value = -1;
-    size_t n = strlen(name);
-    for (const char *p = res.body; p != NULL && *p; p = strchr(p, '\n'), p = p != NULL ? p + 1 : NULL) {
-        if (strncmp(p, name, n) == 0 && p[n] == ' ')
-            value = atoll(p + n + 1);
-    }
+    long long value = prom_sample(res.body, name);
     http_response_free(&res);
     return value;
 }

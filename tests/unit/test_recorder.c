@@ -2047,18 +2047,25 @@ Test(recorder, rows_that_come_while_the_writer_connects_to_a_stopped_server_are_
     w.url = stopped.url;
     sl_recorder_t *rec = sl_recorder_open(
         &w, &(sl_recorder_options_t){.queue_capacity = 100, .batch_max = 16}, err, sizeof err);
-    cr_assert_not_null(rec, "%s", err);
-    uint64_t refused = submit_one_a_ms(rec, 1, 300);
-    sl_store_status_t st;
-    status_of(rec, &st);
+    uint64_t refused = rec != NULL ? submit_one_a_ms(rec, 1, 300) : 0;
+    sl_store_status_t st = {0};
+    if (rec != NULL)
+        sl_recorder_status(rec, &st);
+    /* Running again, and stopped for good, before any assertion: a failed one leaves no server behind. */
     kill(stopped.pid, SIGCONT);
-    sl_recorder_flush(rec);
-    sl_recorder_stats_t s = stats_of(rec);
-    sl_store_status_t after;
-    status_of(rec, &after);
-    sl_recorder_close(rec);
-    long long stored = pg_int(&stopped, "SELECT count(*) FROM requests");
+    sl_recorder_stats_t s = {0};
+    sl_store_status_t after = {0};
+    long long stored = -1;
+    if (rec != NULL) {
+        sl_recorder_flush(rec);
+        s = stats_of(rec);
+        sl_recorder_status(rec, &after);
+        sl_recorder_close(rec);
+        stored = pg_int(&stopped, "SELECT count(*) FROM requests");
+    }
     pg_stop(&stopped);
+    cr_assert_not_null(rec, "%s", err);
+    cr_assert_eq(st.kind, SL_STORE_POSTGRES);
     cr_assert_eq(refused, 0, "the queue refused %llu rows", (unsigned long long)refused);
     cr_assert_gt(st.spooled_rows, 100, "more rows came than the queue holds: %llu spooled",
                  (unsigned long long)st.spooled_rows);

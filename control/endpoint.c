@@ -271,6 +271,7 @@ delivery_tick(sl_control_t *ctl)
 {
     ctl->delivery_due = 0;
     bool watched = anyone_watches(ctl);
+    sl_bus_set_watched(ctl->bus, watched);
     sl_bus_set_eager(ctl->bus, watched);
     if (drain_bus(ctl) > 0 && watched)
         schedule_delivery(ctl);
@@ -287,7 +288,9 @@ delivery_tick(sl_control_t *ctl)
 static void
 update_eagerness(sl_control_t *ctl)
 {
-    if (anyone_watches(ctl))
+    bool watched = anyone_watches(ctl);
+    sl_bus_set_watched(ctl->bus, watched);
+    if (watched)
         schedule_delivery(ctl); /* for what is pending already: it woke nobody */
     else
         sl_bus_set_eager(ctl->bus, false);
@@ -298,6 +301,9 @@ subscribe(sl_control_t *ctl, conn_t *c, const sl_proto_subscribe_msg_t *m)
 {
     for (size_t i = 0; i < m->topics_len; i++)
         c->topics[m->topics[i]] = true;
+    /* Before the snapshot: a request that ends after it must not end with its events unbuilt (telemetry.c).
+     */
+    sl_bus_set_watched(ctl->bus, anyone_watches(ctl));
     /* A new subscription (or a resync): events still queued belong to the old one. */
     sl_outq_restart(c->out);
     sl_proto_message_t s;

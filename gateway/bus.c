@@ -59,6 +59,7 @@ struct sl_bus {
     uint64_t unreported; /* dropped since the last drain */
     atomic_bool active;
     atomic_bool eager;
+    atomic_bool watched;
     atomic_uint_fast64_t dropped;
 };
 
@@ -105,6 +106,7 @@ sl_bus_new(size_t cap)
     bus->cap = cap > 0 ? cap : 1;
     atomic_init(&bus->active, false);
     atomic_init(&bus->eager, true);
+    atomic_init(&bus->watched, true);
     atomic_init(&bus->dropped, 0);
     return bus;
 }
@@ -156,6 +158,18 @@ void
 sl_bus_set_eager(sl_bus_t *bus, bool eager)
 {
     atomic_store(&bus->eager, eager);
+}
+
+void
+sl_bus_set_watched(sl_bus_t *bus, bool watched)
+{
+    atomic_store(&bus->watched, watched);
+}
+
+bool
+sl_bus_is_watched(const sl_bus_t *bus)
+{
+    return atomic_load_explicit(&bus->watched, memory_order_relaxed);
 }
 
 bool

@@ -106,6 +106,15 @@ void sl_bus_set_wake(sl_bus_t *bus, sl_bus_wake_fn fn, void *ctx);
 void sl_bus_set_eager(sl_bus_t *bus, bool eager);
 
 /*
+ * Whether anyone watches events live (a subscriber, the debug log): the
+ * consumer says so before it answers a new subscriber. While nobody does, a
+ * producer may hold a request's events unbuilt until anyone could look at
+ * the request (telemetry.c). A new bus is watched. Safe from any thread.
+ */
+void sl_bus_set_watched(sl_bus_t *bus, bool watched);
+bool sl_bus_is_watched(const sl_bus_t *bus);
+
+/*
  * The wake-up rule of a flush that took the pending queue from `before` to
  * `after` events: eager, when it was empty; lazy, when it crossed a quarter
  * of the cap (a waking costs the consumer thread a context switch, which

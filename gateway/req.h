@@ -194,6 +194,32 @@ typedef enum { HEDGE_HOP_FIRST, HEDGE_HOP_SECOND } hedge_hop_t;
 
 typedef struct request request_t;
 
+/*
+ * A request event held unbuilt while nobody watches live (telemetry.c): its
+ * kind, when it happened, and what its builder reads besides the request.
+ */
+typedef enum { HELD_STARTED, HELD_ROUTED, HELD_ATTEMPT, HELD_HEADERS, HELD_FIRST_TOKEN } held_kind_t;
+
+typedef struct {
+    held_kind_t kind;
+    int64_t at_ms;
+    union {
+        struct {
+            size_t route;
+            sl_affinity_effect_t effect;
+        } routed;
+        size_t attempt; /* an index into the request's attempts */
+        struct {
+            int status;
+            int64_t ttfb_ms;
+        } headers;
+        int64_t ttft_ms;
+    };
+} held_event_t;
+
+/* Held events a request keeps at most: a full hold is built (telemetry.c). */
+#define HELD_EVENTS_MAX 8
+
 /* What a hedged hop's callbacks carry: the request and which hop they are for. */
 typedef struct {
     request_t *r;
@@ -229,6 +255,14 @@ struct request {
     bool routed;           /* route is set: the request got as far as its candidates */
     bool context_switched; /* the route's context_fallback replaced the candidates (§1.6) */
     char response_id[128]; /* Responses: the id of the answer being served, "" until seen */
+
+    /* Its events while nobody watches live (telemetry.c). */
+    struct {
+        held_event_t events[HELD_EVENTS_MAX];
+        size_t n;
+        bool built;          /* its events are built as they happen, and those held so far were */
+        h2o_linklist_t link; /* in io->held_events while it holds any, oldest request first */
+    } held;
 
     /* The hop in flight (request.c, upstream_write.c). */
     size_t cur; /* its candidate */
@@ -617,6 +651,8 @@ void sl__first_token(request_t *r);
 /* RequestFinished, RequestFailed (the gateway's error msg) or RequestCancelled. */
 void sl__emit_end(request_t *r, sl_row_outcome_t outcome, int status, const sl_msg_t *msg);
 void sl__emit_health(request_t *r, const char *provider, sl_breaker_t b);
+/* Builds the events the request holds, in order; from then on its events are built as they happen. */
+void sl__build_held_events(request_t *r);
 void sl__emit_throttle(request_t *r, const char *provider, const sl_throttle_t *t);
 void sl__emit_limit_throttle(request_t *r, const char *provider, sl_limit_verdict_t v, int64_t until_wall,
                              const sl_limit_t *limit, const sl_throttle_t *t);

@@ -394,6 +394,8 @@ on_request_disposed(void *p)
 {
     request_t *r = *(request_t **)p;
     h2o_linklist_unlink(&r->link);
+    if (h2o_linklist_is_linked(&r->held.link))
+        h2o_linklist_unlink(&r->held.link);
     sl__unwatch_client(r);
     sl_timer_cancel(&r->io->timers, &r->out.stall_timer);
     /* An HTTP/2 stream reset, or a connection gone, before the request ended. */

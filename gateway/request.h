@@ -102,4 +102,15 @@ void sl_request_record_refused(h2o_req_t *req, sl_worker_io_t *io, sl_gateway_t 
 /* Cancels the request id if it lives on this worker (its loop's thread only); else nothing. */
 void sl_request_cancel(sl_worker_io_t *io, uint64_t id);
 
+/* How long a request's events may stay held while nobody watches live (telemetry.c). */
+#define SL_HELD_EVENTS_MS 50
+
+/*
+ * Builds the held events of all the worker's requests: called once per loop
+ * turn while anyone watches live. Without that, a request's held events are
+ * built once it has lived SL_HELD_EVENTS_MS (a timer of the worker's), so
+ * that the in-flight log has every request anyone could look at.
+ */
+void sl_request_build_held_events(sl_worker_io_t *io);
+
 #endif

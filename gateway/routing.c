@@ -235,6 +235,9 @@ void
 sl__switch_to_context_fallback(request_t *r)
 {
     r->context_switched = true;
+    /* A held RequestRouted names the candidates it had: built before they change. */
+    if (sl__events_on(r))
+        sl__build_held_events(r);
     r->n_cands =
         sl_route_context_fallback(r->config, r->route, r->in.endpoint.dialect, r->in.model, r->cands);
     for (size_t i = 0; i < r->n_cands; i++) {

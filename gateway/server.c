@@ -386,6 +386,8 @@ worker_main(void *arg)
         sl_clock_new_turn();
         fired = sl_timerheap_run(&w->io.timers, sl_now_ms());
         sl_cluster_lane_flush(w->io.cluster_lane);
+        if (w->server->gateway->bus != NULL && sl_bus_is_watched(w->server->gateway->bus))
+            sl_request_build_held_events(&w->io);
         /* One handoff per loop iteration, whatever happened in it. */
         if (w->io.events.len > 0)
             sl_bus_flush(w->server->gateway->bus, &w->io.events);
@@ -452,6 +454,7 @@ init_worker_io(sl_worker_io_t *io, h2o_loop_t *loop, h2o_multithread_queue_t *qu
 {
     io->loop = loop;
     h2o_linklist_init_anchor(&io->requests);
+    h2o_linklist_init_anchor(&io->held_events);
     h2o_multithread_register_receiver(queue, &io->getaddr_receiver, h2o_hostinfo_getaddr_receiver);
     io->upstream_ssl = upstream_ssl;
     io->upstream_ssl_by_address = upstream_ssl_by_address;

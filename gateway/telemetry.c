@@ -47,10 +47,19 @@ sl__session_header(const request_t *r, const h2o_iovec_t **value)
     return best_rank >= 0;
 }
 
-void
-sl__emit_started(request_t *r)
+/*
+ * While nobody watches live, a request's events are held as small records
+ * and built only once anyone could look at the request: when it waits
+ * (queued, a retry's backoff), when it has lived SL_HELD_EVENTS_MS (a
+ * timer of its worker's), or when someone starts watching. One that ends
+ * before is never built: its events would have left the in-flight log
+ * unseen. Building runs the builders below with the times the events
+ * happened.
+ */
+static void
+build_started(request_t *r)
 {
-    if (!sl__events_on(r) || r->req == NULL)
+    if (r->req == NULL)
         return;
     const h2o_iovec_t *session = NULL;
     char session_text[256] = "";
@@ -72,11 +81,9 @@ sl__emit_started(request_t *r)
     sl__emit(r, sl_bus_request_started(&ev, r->started_wall_ms, &st));
 }
 
-void
-sl__emit_routed(request_t *r, size_t route, sl_affinity_effect_t effect)
+static void
+build_routed(request_t *r, int64_t at_ms, size_t route, sl_affinity_effect_t effect)
 {
-    if (!sl__events_on(r))
-        return;
     const char *names[r->n_cands + 1];
     for (size_t i = 0; i < r->n_cands; i++)
         names[i] = sl__provider_of(r, i)->name;
@@ -87,8 +94,144 @@ sl__emit_routed(request_t *r, size_t route, sl_affinity_effect_t effect)
     bool has_affinity =
         effect == SL_AFFINITY_STICKY || effect == SL_AFFINITY_SEALED || effect == SL_AFFINITY_RETURNED;
     sl_proto_event_t ev;
-    sl__emit(r, sl_bus_request_routed(&ev, sl_wall_ms(), r->id, route_name, names, r->n_cands,
+    sl__emit(r, sl_bus_request_routed(&ev, at_ms, r->id, route_name, names, r->n_cands,
                                       has_affinity ? &affinity : NULL));
+}
+
+static void build_attempt(request_t *r, int64_t at_ms, const attempt_t *a);
+
+static void
+build_headers(request_t *r, int64_t at_ms, int status, int64_t ttfb_ms)
+{
+    sl_proto_event_t ev;
+    sl__emit(r, sl_bus_request_headers(&ev, at_ms, r->id, status, ttfb_ms));
+}
+
+static void
+build_first_token(request_t *r, int64_t at_ms, int64_t ttft_ms)
+{
+    sl_proto_event_t ev;
+    sl__emit(r, sl_bus_request_first_token(&ev, at_ms, r->id, ttft_ms));
+}
+
+static void
+build_held(request_t *r, const held_event_t *h)
+{
+    switch (h->kind) {
+    case HELD_STARTED:
+        build_started(r);
+        break;
+    case HELD_ROUTED:
+        build_routed(r, h->at_ms, h->routed.route, h->routed.effect);
+        break;
+    case HELD_ATTEMPT:
+        build_attempt(r, h->at_ms, &r->attempts[h->attempt]);
+        break;
+    case HELD_HEADERS:
+        build_headers(r, h->at_ms, h->headers.status, h->headers.ttfb_ms);
+        break;
+    case HELD_FIRST_TOKEN:
+        build_first_token(r, h->at_ms, h->ttft_ms);
+        break;
+    }
+}
+
+static void
+drop_held(request_t *r)
+{
+    r->held.n = 0;
+    if (h2o_linklist_is_linked(&r->held.link))
+        h2o_linklist_unlink(&r->held.link);
+}
+
+void
+sl__build_held_events(request_t *r)
+{
+    r->held.built = true;
+    for (size_t i = 0; i < r->held.n; i++)
+        build_held(r, &r->held.events[i]);
+    drop_held(r);
+}
+
+/*
+ * Whether the request's next event is held: nobody watches live and none
+ * of its events was built yet. Someone watching, what it held is built
+ * first, so that its events keep their order.
+ */
+static bool
+holds_events(request_t *r)
+{
+    if (r->held.built || r->io == NULL)
+        return false;
+    if (!sl_bus_is_watched(r->gw->bus))
+        return true;
+    sl__build_held_events(r);
+    return false;
+}
+
+static request_t *
+oldest_holding(sl_worker_io_t *io)
+{
+    if (h2o_linklist_is_empty(&io->held_events))
+        return NULL;
+    return H2O_STRUCT_FROM_MEMBER(request_t, held.link, io->held_events.next);
+}
+
+/* The worker's requests that have held their events SL_HELD_EVENTS_MS get them built. */
+static void
+on_held_events_due(sl_timer_t *t)
+{
+    sl_worker_io_t *io = H2O_STRUCT_FROM_MEMBER(sl_worker_io_t, held_events_timer, t);
+    int64_t now = sl_now_ms();
+    request_t *r;
+    while ((r = oldest_holding(io)) != NULL && now - r->started_ms >= SL_HELD_EVENTS_MS)
+        sl__build_held_events(r);
+    if (r != NULL)
+        sl_timer_arm(&io->timers, t, r->started_ms + SL_HELD_EVENTS_MS, on_held_events_due);
+}
+
+static void
+hold(request_t *r, held_event_t h)
+{
+    r->held.events[r->held.n++] = h;
+    if (!h2o_linklist_is_linked(&r->held.link)) {
+        h2o_linklist_insert(&r->io->held_events, &r->held.link);
+        if (!sl_timer_is_armed(&r->io->held_events_timer))
+            sl_timer_arm(&r->io->timers, &r->io->held_events_timer, r->started_ms + SL_HELD_EVENTS_MS,
+                         on_held_events_due);
+    }
+    if (r->held.n == HELD_EVENTS_MAX)
+        sl__build_held_events(r);
+}
+
+void
+sl_request_build_held_events(sl_worker_io_t *io)
+{
+    request_t *r;
+    while ((r = oldest_holding(io)) != NULL)
+        sl__build_held_events(r);
+}
+
+void
+sl__emit_started(request_t *r)
+{
+    if (!sl__events_on(r) || r->req == NULL)
+        return;
+    if (holds_events(r))
+        hold(r, (held_event_t){.kind = HELD_STARTED, .at_ms = r->started_wall_ms});
+    else
+        build_started(r);
+}
+
+void
+sl__emit_routed(request_t *r, size_t route, sl_affinity_effect_t effect)
+{
+    if (!sl__events_on(r))
+        return;
+    if (holds_events(r))
+        hold(r, (held_event_t){.kind = HELD_ROUTED, .at_ms = sl_wall_ms(), .routed = {route, effect}});
+    else
+        build_routed(r, sl_wall_ms(), route, effect);
 }
 
 /* ---- attempts ------------------------------------------------------------------------------ */
@@ -265,11 +408,9 @@ sl__skip_attempt(request_t *r, attempt_t *a, sl_skip_t skip)
     }
 }
 
-void
-sl__emit_attempt(request_t *r, const attempt_t *a)
+static void
+build_attempt(request_t *r, int64_t at_ms, const attempt_t *a)
 {
-    if (!sl__events_on(r))
-        return;
     const char *provider = r->config->providers[a->provider].name;
     sl_msg_t msg = {0};
     if (a->has_error)
@@ -291,9 +432,22 @@ sl__emit_attempt(request_t *r, const attempt_t *a)
         .hedge = a->hedge,
     };
     sl_proto_event_t ev;
-    sl__emit(r, sl_bus_attempt(&ev, sl_wall_ms(), r->id, &view));
+    sl__emit(r, sl_bus_attempt(&ev, at_ms, r->id, &view));
     if (a->has_error)
         sl_msg_free(&msg);
+}
+
+/* An attempt does not change once reported: a held one is its index. */
+void
+sl__emit_attempt(request_t *r, const attempt_t *a)
+{
+    if (!sl__events_on(r))
+        return;
+    if (holds_events(r))
+        hold(r, (held_event_t){
+                    .kind = HELD_ATTEMPT, .at_ms = sl_wall_ms(), .attempt = (size_t)(a - r->attempts)});
+    else
+        build_attempt(r, sl_wall_ms(), a);
 }
 
 /* RequestQueued: it waits on the gates' upstreams, until its deadline at the latest. */
@@ -303,6 +457,8 @@ sl__emit_queued(request_t *r, const sl_bus_gate_t *gates, size_t n_gates)
     sl__trace_event(r, SL_SPAN_EVENT_QUEUED, -1);
     if (!sl__events_on(r))
         return;
+    /* A waiting request is what the in-flight log is for. */
+    sl__build_held_events(r);
     int64_t wall = sl_wall_ms();
     sl_proto_event_t ev;
     sl__emit(r, sl_bus_request_queued(&ev, wall, r->id, gates, n_gates,
@@ -315,6 +471,7 @@ sl__emit_dequeued(request_t *r, const char *provider)
 {
     if (!sl__events_on(r))
         return;
+    sl__build_held_events(r);
     sl_proto_event_t ev;
     sl__emit(r, sl_bus_request_dequeued(&ev, sl_wall_ms(), r->id, provider));
 }
@@ -326,6 +483,7 @@ sl__emit_retrying(request_t *r, const bool *next, int64_t pause_ms, bool by_hint
     sl__trace_event(r, SL_SPAN_EVENT_BACKOFF, pause_ms);
     if (!sl__events_on(r))
         return;
+    sl__build_held_events(r);
     const char *names[r->n_cands + 1];
     size_t k = 0;
     for (size_t i = 0; i < r->n_cands; i++) {
@@ -346,8 +504,12 @@ sl__emit_headers(request_t *r)
 {
     if (!sl__events_on(r))
         return;
-    sl_proto_event_t ev;
-    sl__emit(r, sl_bus_request_headers(&ev, sl_wall_ms(), r->id, r->rd.up_status, r->out.ttfb_ms));
+    if (holds_events(r))
+        hold(r, (held_event_t){.kind = HELD_HEADERS,
+                               .at_ms = sl_wall_ms(),
+                               .headers = {r->rd.up_status, r->out.ttfb_ms}});
+    else
+        build_headers(r, sl_wall_ms(), r->rd.up_status, r->out.ttfb_ms);
 }
 
 /* The first content reached the client (or, for a whole answer, its head did). */
@@ -359,10 +521,12 @@ sl__first_token(request_t *r)
     r->out.first_token_seen = true;
     r->out.ttft_ms = sl_now_ms() - r->started_ms;
     sl__trace_event(r, SL_SPAN_EVENT_FIRST_TOKEN, -1);
-    if (sl__events_on(r)) {
-        sl_proto_event_t ev;
-        sl__emit(r, sl_bus_request_first_token(&ev, sl_wall_ms(), r->id, r->out.ttft_ms));
-    }
+    if (!sl__events_on(r))
+        return;
+    if (holds_events(r))
+        hold(r, (held_event_t){.kind = HELD_FIRST_TOKEN, .at_ms = sl_wall_ms(), .ttft_ms = r->out.ttft_ms});
+    else
+        build_first_token(r, sl_wall_ms(), r->out.ttft_ms);
 }
 
 void
@@ -370,6 +534,15 @@ sl__emit_end(request_t *r, sl_row_outcome_t outcome, int status, const sl_msg_t 
 {
     if (!sl__events_on(r))
         return;
+    /*
+     * Nothing of it built: it ends unseen while nobody watches live, or its
+     * start can no longer be built (the client's request is gone).
+     */
+    if (!r->held.built && r->io != NULL && (r->req == NULL || !sl_bus_is_watched(r->gw->bus))) {
+        drop_held(r);
+        return;
+    }
+    sl__build_held_events(r);
     sl_proto_event_t ev;
     int64_t duration = sl_now_ms() - r->started_ms;
     if (outcome == SL_ROW_CANCELLED) {

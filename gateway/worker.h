@@ -32,6 +32,8 @@ typedef struct {
         *cluster_lane;          /* this worker's own connection to the cluster's Redis; NULL: none */
     struct sl_peer *turns_peer; /* this worker's internal socket: Responses WebSocket turns (wsturns.h) */
     h2o_linklist_t requests;    /* this worker's live requests (an operator may cancel one by id) */
+    h2o_linklist_t held_events; /* live requests whose events are held unbuilt, oldest first (telemetry.c) */
+    sl_timer_t held_events_timer;      /* when the oldest of them has held its events long enough */
     struct sl_metrics_worker *metrics; /* this worker's counters (metrics.h): only this thread writes them */
     sl_snapshot_cache_t snapshots;     /* this worker's leases on the config snapshots (snapshot.h) */
 } sl_worker_io_t;

@@ -345,6 +345,55 @@ describe("control endpoint", () => {
     await c.close();
   });
 
+  // Nobody watching, a request's events are held unbuilt until anyone could look at it (telemetry.c):
+  // one that neither waits nor ends within 50 ms is built by its worker's timer.
+  test("nobody watching: a request slow to answer is in get_in_flight soon after it starts, and gone at its end", T, async () => {
+    const c = await connect();
+    up.push({ ...jsonReply(200, OK_MESSAGE), delayMs: 2500 });
+    const pending = ask("slow unseen");
+    let live;
+    for (const deadline = Date.now() + 1500; Date.now() < deadline && !live;) {
+      const f = await c.request({ kind: "get_in_flight" });
+      live = f.in_flight.requests[0];
+      if (!live) await new Promise((r) => setTimeout(r, 20));
+    }
+    assert.ok(live, "in flight within 1.5 s, long before its answer");
+    assert.deepEqual(live.events.map((e) => e.kind), ["request_started", "request_routed"]);
+    assert.equal((await pending).status, 200);
+    let gone = false;
+    for (const deadline = Date.now() + 10_000; Date.now() < deadline && !gone;) {
+      const after = await c.request({ kind: "get_in_flight" });
+      gone = !after.in_flight.requests.some((q) => q.id === live.id);
+      if (!gone) await new Promise((r) => setTimeout(r, 50));
+    }
+    assert.ok(gone, "it ended");
+    await c.close();
+  });
+
+  // A subscriber that comes while a request's events are still held gets them all, once and in order:
+  // in its snapshot or live, the same as a request watched from its start.
+  test("a subscriber joining while a request is young gets all its events once, in order", T, async () => {
+    const watched = await connect();
+    await watched.request({ kind: "subscribe", topics: ["events"] });
+    up.push({ ...jsonReply(200, OK_MESSAGE), delayMs: 200 });
+    assert.equal((await ask("watched from its start")).status, 200);
+    const reference = await eventsUntil(watched, (e) => e.kind === "request_finished");
+    const expected = kinds(reference, reference.at(-1).event.id);
+    await watched.close();
+    // Nobody watches once the control thread's next delivery has seen the subscriber go.
+    await new Promise((r) => setTimeout(r, 300));
+    up.push({ ...jsonReply(200, OK_MESSAGE), delayMs: 200 });
+    const pending = ask("young");
+    const late = await connect();
+    const snap = await late.request({ kind: "subscribe", topics: ["events"] });
+    const live = await eventsUntil(late, (e) => e.kind === "request_finished");
+    const id = live.at(-1).event.id;
+    const inSnapshot = (snap.in_flight.find((q) => q.id === id)?.events ?? []).map((e) => e.kind);
+    assert.deepEqual([...inSnapshot, ...kinds(live, id)], expected);
+    assert.equal((await pending).status, 200);
+    await late.close();
+  });
+
   test("history: rows from the request DB, newest first, with their attempts and filters", T, async () => {
     const c = await connect();
     up.push(jsonReply(200, OK_MESSAGE));

@@ -168,6 +168,20 @@ Test(bus, a_lazy_bus_wakes_only_when_its_queue_fills)
     sl_bus_free(bus);
 }
 
+/* Without a consumer that says otherwise (a control endpoint), every producer builds its events at once. */
+Test(bus, a_new_bus_is_watched_until_its_consumer_says_nobody_watches)
+{
+    sl_bus_t *bus = sl_bus_new(8);
+    cr_assert(sl_bus_is_watched(bus));
+    sl_bus_set_watched(bus, false);
+    cr_assert_not(sl_bus_is_watched(bus));
+    sl_bus_set_eager(bus, true);
+    cr_assert_not(sl_bus_is_watched(bus), "eager (wake the consumer per batch) is not watched");
+    sl_bus_set_watched(bus, true);
+    cr_assert(sl_bus_is_watched(bus));
+    sl_bus_free(bus);
+}
+
 Test(bus, wakes_once_per_empty_to_non_empty_transition)
 {
     sl_bus_t *bus = sl_bus_new(SL_BUS_DEFAULT_CAP);

@@ -83,7 +83,8 @@ void sl_bus_free(sl_bus_t *bus);
  * the pending queue is emptied (those events are freed, not counted as
  * dropped). A control endpoint keeps the bus active even with no subscriber:
  * get_in_flight and a late subscriber's snapshot need an in-flight log that
- * saw every RequestStarted. Safe from any thread.
+ * saw the RequestStarted of every request anyone could look at (see
+ * sl_bus_set_watched). Safe from any thread.
  */
 void sl_bus_set_active(sl_bus_t *bus, bool active);
 

@@ -161,7 +161,7 @@ cancel(const sl_control_ctx_t *ctx, const sl_proto_cancel_request_msg_t *m, sl_p
 {
     char id[24];
     snprintf(id, sizeof(id), "%llu", (unsigned long long)m->id);
-    /* The log knows every live request; the worker that has it cancels it on its own loop. */
+    /* The log has every request a client can name; its worker cancels it on its own loop. */
     if (ctx->cancel == NULL || !sl_inflight_has(ctx->inflight, m->id) || !ctx->cancel(ctx->cancel_ctx, m->id))
         fail(reply, m->req, sl_msg_make(SL_CODE_CONTROL_UNKNOWN_REQUEST, "id", id, NULL), NULL);
     else

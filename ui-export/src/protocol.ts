@@ -303,7 +303,7 @@ export interface InFlightRequest {
   events: Event[];
 }
 
-/** Every live request. */
+/** Every live request that has lived 50 ms or is waiting: while nobody watches live, a younger one shows once it does. */
 export interface InFlight {
   now_ms: number;
   requests: InFlightRequest[];

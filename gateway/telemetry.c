@@ -155,15 +155,16 @@ sl__build_held_events(request_t *r)
 
 /*
  * Whether the request's next event is held: nobody watches live and none
- * of its events was built yet. Someone watching, what it held is built
- * first, so that its events keep their order.
+ * of its events was built yet. Otherwise what it held is built first, so
+ * that its events keep their order, and from then on they are built as
+ * they happen.
  */
 static bool
 holds_events(request_t *r)
 {
-    if (r->held.built || r->io == NULL)
+    if (r->held.built)
         return false;
-    if (!sl_bus_is_watched(r->gw->bus))
+    if (r->io != NULL && !sl_bus_is_watched(r->gw->bus))
         return true;
     sl__build_held_events(r);
     return false;
@@ -535,14 +536,13 @@ sl__emit_end(request_t *r, sl_row_outcome_t outcome, int status, const sl_msg_t 
     if (!sl__events_on(r))
         return;
     /*
-     * Nothing of it built: it ends unseen while nobody watches live, or its
-     * start can no longer be built (the client's request is gone).
+     * Nothing of it built: its start can no longer be (the client's request
+     * is gone), or it ends unseen while nobody watches live.
      */
-    if (!r->held.built && r->io != NULL && (r->req == NULL || !sl_bus_is_watched(r->gw->bus))) {
+    if (!r->held.built && (r->req == NULL || holds_events(r))) {
         drop_held(r);
         return;
     }
-    sl__build_held_events(r);
     sl_proto_event_t ev;
     int64_t duration = sl_now_ms() - r->started_ms;
     if (outcome == SL_ROW_CANCELLED) {

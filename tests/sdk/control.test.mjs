@@ -61,6 +61,15 @@ function kinds(events, id) {
   return events.filter((m) => m.event.id === id).map((m) => m.event.kind);
 }
 
+// Asks get_in_flight every pollMs until pick(requests) gives something (returned), or timeoutMs passes (undefined).
+async function inFlightUntil(c, pick, timeoutMs, pollMs = 50) {
+  for (const deadline = Date.now() + timeoutMs; ;) {
+    const got = pick((await c.request({ kind: "get_in_flight" })).in_flight.requests);
+    if (got || Date.now() >= deadline) return got;
+    await new Promise((r) => setTimeout(r, pollMs));
+  }
+}
+
 before(async () => {
   up = await startFake();
 });
@@ -316,12 +325,7 @@ describe("control endpoint", () => {
     const c = await connect();
     await c.request({ kind: "pause_provider", provider: "only", until_ms: Date.now() + 20_000 });
     const pending = ask("wait unseen");
-    let live;
-    for (const deadline = Date.now() + 10_000; Date.now() < deadline && !live;) {
-      const f = await c.request({ kind: "get_in_flight" });
-      live = f.in_flight.requests.find((q) => q.events.some((e) => e.kind === "request_queued"));
-      if (!live) await new Promise((r) => setTimeout(r, 50));
-    }
+    const live = await inFlightUntil(c, (reqs) => reqs.find((q) => q.events.some((e) => e.kind === "request_queued")), 10_000);
     assert.ok(live, "the queued request is in flight");
     const history = ["request_started", "request_routed", "attempt", "request_queued"]; // the attempt: skipped, paused
     assert.deepEqual(live.events.map((e) => e.kind), history);
@@ -334,13 +338,7 @@ describe("control endpoint", () => {
     assert.equal((await c.request({ kind: "cancel_request", id: live.id })).kind, "ok");
     assert.equal((await pending).status, 503);
     // Its end reaches the log when its worker hands over that loop turn's events: soon, not at once.
-    let gone = false;
-    for (const deadline = Date.now() + 10_000; Date.now() < deadline && !gone;) {
-      const after = await c.request({ kind: "get_in_flight" });
-      gone = !after.in_flight.requests.some((q) => q.id === live.id);
-      if (!gone) await new Promise((r) => setTimeout(r, 50));
-    }
-    assert.ok(gone, "it ended");
+    assert.ok(await inFlightUntil(c, (reqs) => !reqs.some((q) => q.id === live.id), 10_000), "it ended");
     await c.request({ kind: "resume_provider", provider: "only" });
     await c.close();
   });
@@ -351,22 +349,11 @@ describe("control endpoint", () => {
     const c = await connect();
     up.push({ ...jsonReply(200, OK_MESSAGE), delayMs: 2500 });
     const pending = ask("slow unseen");
-    let live;
-    for (const deadline = Date.now() + 1500; Date.now() < deadline && !live;) {
-      const f = await c.request({ kind: "get_in_flight" });
-      live = f.in_flight.requests[0];
-      if (!live) await new Promise((r) => setTimeout(r, 20));
-    }
+    const live = await inFlightUntil(c, (reqs) => reqs[0], 1500, 20);
     assert.ok(live, "in flight within 1.5 s, long before its answer");
     assert.deepEqual(live.events.map((e) => e.kind), ["request_started", "request_routed"]);
     assert.equal((await pending).status, 200);
-    let gone = false;
-    for (const deadline = Date.now() + 10_000; Date.now() < deadline && !gone;) {
-      const after = await c.request({ kind: "get_in_flight" });
-      gone = !after.in_flight.requests.some((q) => q.id === live.id);
-      if (!gone) await new Promise((r) => setTimeout(r, 50));
-    }
-    assert.ok(gone, "it ended");
+    assert.ok(await inFlightUntil(c, (reqs) => !reqs.some((q) => q.id === live.id), 10_000), "it ended");
     await c.close();
   });
 
